@@ -1,0 +1,201 @@
+"""One exception hierarchy for everything tracebound raises.
+
+Every error a caller can see derives from :class:`TraceboundError`. Backend errors
+(``sqlite3.Error``, ``psycopg.Error``, ``OSError``) and validation errors are translated
+at the boundary that catches them, so ``except TraceboundError`` is always enough.
+
+The five branches answer "what went wrong" for an operator:
+
+* :class:`IntegrityError`: the record is not what was written (tamper, gap, forgery...).
+* :class:`ConcurrencyError`: another writer got there first; retrying may succeed.
+* :class:`ContractError`: the caller's data breaks a contract (schema, canonical form).
+* :class:`PolicyError`: a policy refused, or a policy itself is unusable.
+* :class:`StorageError`: the store could not do what was asked (I/O, config, URL).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+__all__ = [
+    "AttemptRefusedError",
+    "AuditChainCorrupted",
+    "BudgetExceeded",
+    "CanonicalizationError",
+    "CheckpointError",
+    "ConcurrencyConflict",
+    "ConcurrencyError",
+    "ConfigError",
+    "ContractError",
+    "DamageKind",
+    "EventTypeError",
+    "GateRequired",
+    "IntegrityError",
+    "LedgerAttemptOutOfOrder",
+    "LedgerDamaged",
+    "PolicyError",
+    "PolicyUnusable",
+    "ProofError",
+    "SignatureInvalid",
+    "SigningKeyError",
+    "StorageError",
+    "StoreClosed",
+    "StoreNotFound",
+    "TraceboundError",
+    "UnknownEventType",
+    "UpcastError",
+    "ValidationFailed",
+]
+
+
+class TraceboundError(Exception):
+    """Root of every error tracebound raises on purpose."""
+
+
+# --- integrity -------------------------------------------------------------------------
+
+
+class IntegrityError(TraceboundError):
+    """The stored record differs from what was written or signed."""
+
+
+class DamageKind(StrEnum):
+    """The kinds of damage `verify` tells apart, in the words an operator would use."""
+
+    TAMPER = "tamper"  # bytes changed: a hash no longer matches its content
+    GAP = "gap"  # a position is missing inside the log
+    REORDER = "reorder"  # events are present but not where they were written
+    TRUNCATION = "truncation"  # the log ends before a signed checkpoint says it should
+    FORGED_SIGNATURE = "forged-signature"  # a checkpoint whose signature does not verify
+    ROLLBACK = "rollback"  # the store is older than the witness's newest checkpoint
+    FORK = "fork"  # same size as a signed checkpoint, different root
+    TORN_TAIL = "torn-tail"  # a partially written final record (crash mid-append)
+    MALFORMED = "malformed"  # a record that cannot be decoded at all
+
+
+class LedgerDamaged(IntegrityError):
+    """`verify` found damage. Carries the first bad position and the kind of damage."""
+
+    def __init__(self, kind: DamageKind, position: int | None, detail: str) -> None:
+        self.kind = kind
+        self.position = position
+        self.detail = detail
+        where = "" if position is None else f" at position {position}"
+        super().__init__(f"{kind.value}{where}: {detail}")
+
+
+class AuditChainCorrupted(IntegrityError):
+    """A BLAKE3 chain does not continue from the head it claims to continue (ADR-0005)."""
+
+
+class LedgerAttemptOutOfOrder(IntegrityError):
+    """An attempt was recorded out of order or twice in a RetryLedger (ADR-0005)."""
+
+
+class ProofError(IntegrityError):
+    """A Merkle inclusion or consistency proof does not verify."""
+
+
+class CheckpointError(IntegrityError):
+    """A checkpoint (signed note) is malformed or does not match the log."""
+
+
+class SignatureInvalid(CheckpointError):
+    """A signed note carries no valid signature from the expected key."""
+
+
+# --- concurrency -----------------------------------------------------------------------
+
+
+class ConcurrencyError(TraceboundError):
+    """Another writer changed the store first; the operation may be retried."""
+
+
+class ConcurrencyConflict(ConcurrencyError):
+    """Optimistic concurrency check failed on a stream's version."""
+
+    def __init__(self, stream_id: str, expected: int | None, actual: int) -> None:
+        self.stream_id = stream_id
+        self.expected = expected
+        self.actual = actual
+        super().__init__(
+            f"stream {stream_id!r}: expected version {expected}, but it is at {actual}"
+        )
+
+
+# --- contract --------------------------------------------------------------------------
+
+
+class ContractError(TraceboundError):
+    """Data given to tracebound breaks a contract: schema, canonical form, event type."""
+
+
+class CanonicalizationError(ContractError):
+    """A value cannot be encoded as RFC 8785 bytes safely (float, big int, lone surrogate)."""
+
+
+class EventTypeError(ContractError):
+    """An event type is unknown, registered twice, or does not match its payload."""
+
+
+class UnknownEventType(EventTypeError):
+    """No payload model is registered for this event type."""
+
+
+class UpcastError(ContractError):
+    """An older schema version could not be brought up to the current one."""
+
+
+class ValidationFailed(ContractError):
+    """A value failed schema validation; `field` names where and `reason` says why."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        self.field = field
+        self.reason = reason
+        super().__init__(f"{field}: {reason}")
+
+
+# --- policy ----------------------------------------------------------------------------
+
+
+class PolicyError(TraceboundError):
+    """A policy refused an action, or a policy cannot be used."""
+
+
+class PolicyUnusable(PolicyError):
+    """A policy is empty, unreadable or malformed. Policies fail closed."""
+
+
+class GateRequired(PolicyError):
+    """The step is gated: a named human must approve it before it runs."""
+
+
+class BudgetExceeded(PolicyError):
+    """An attempt would go over its budget; this is a typed refusal, not a crash."""
+
+
+class AttemptRefusedError(PolicyError):
+    """An attempt was refused (by the planner, a gate, or the retry limit)."""
+
+
+# --- storage ---------------------------------------------------------------------------
+
+
+class StorageError(TraceboundError):
+    """The store could not complete an operation (I/O, configuration, backend)."""
+
+
+class ConfigError(StorageError):
+    """A URL, path or setting is invalid."""
+
+
+class StoreNotFound(StorageError):
+    """There is no store at the given location; run `tracebound init` first."""
+
+
+class StoreClosed(StorageError):
+    """The store was used after `close()`."""
+
+
+class SigningKeyError(StorageError):
+    """A signing key is missing, unreadable, or kept where it must not be."""

@@ -1,0 +1,1 @@
+"""Built-in event catalog (placeholder; filled in by the catalog work)."""
