@@ -83,6 +83,10 @@ class LedgerDamaged(IntegrityError):
         where = "" if position is None else f" at position {position}"
         super().__init__(f"{kind.value}{where}: {detail}")
 
+    def __reduce__(self) -> tuple[type[LedgerDamaged], tuple[DamageKind, int | None, str]]:
+        # Verify workers send damage reports across processes; keep them whole.
+        return (type(self), (self.kind, self.position, self.detail))
+
 
 class AuditChainCorrupted(IntegrityError):
     """A BLAKE3 chain does not continue from the head it claims to continue (ADR-0005)."""
@@ -122,6 +126,9 @@ class ConcurrencyConflict(ConcurrencyError):
             f"stream {stream_id!r}: expected version {expected}, but it is at {actual}"
         )
 
+    def __reduce__(self) -> tuple[type[ConcurrencyConflict], tuple[str, int | None, int]]:
+        return (type(self), (self.stream_id, self.expected, self.actual))
+
 
 # --- contract --------------------------------------------------------------------------
 
@@ -153,6 +160,9 @@ class ValidationFailed(ContractError):
         self.field = field
         self.reason = reason
         super().__init__(f"{field}: {reason}")
+
+    def __reduce__(self) -> tuple[type[ValidationFailed], tuple[str, str]]:
+        return (type(self), (self.field, self.reason))
 
 
 # --- policy ----------------------------------------------------------------------------

@@ -16,7 +16,7 @@ a test holds that equality.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import UUID
 
 import orjson
@@ -38,11 +38,32 @@ from tracebound.ids import (
 
 __all__ = [
     "LedgerFields",
+    "RawRecord",
     "decode_record",
     "event_prefix",
     "record_dict",
     "record_suffix",
 ]
+
+
+class RawRecord(NamedTuple):
+    """A stored record exactly as written: what `verify` re-hashes without decoding.
+
+    ``body`` is the canonical record without ``hash``; the other fields are the store's
+    columns, which `verify` checks against ``body`` so that an index cannot lie either.
+    """
+
+    position: int
+    stream_id: str
+    stream_version: int
+    event_type: str
+    workflow_id: str | None
+    timestamp: str
+    schema_version: int
+    prev_hash: bytes
+    hash: bytes
+    body: bytes
+
 
 
 def _json_str(value: str | None) -> bytes:

@@ -1,0 +1,193 @@
+"""Shared pieces of the CLI: options, how a ledger is opened, output and exit codes.
+
+Exit codes (documented in the README):
+
+* 0: success; for `verify`, every check agreed.
+* 1: the ledger is damaged, or a proof does not verify.
+* 2: usage or configuration error (bad option, missing store or key).
+* 3: `verify` found no damage but could not check everything (no checkpoint, key or witness).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any, NoReturn, TypeVar
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+from tracebound.errors import (
+    ConfigError,
+    IntegrityError,
+    SigningKeyError,
+    StoreNotFound,
+    TraceboundError,
+)
+from tracebound.integrity.keys import NoteSigner, NoteVerifier
+from tracebound.ledger import Ledger
+from tracebound.store.keyfile import default_key_path, load_signer, load_verifier
+from tracebound.store.url import open_store, store_path
+from tracebound.store.witness import FileWitness, default_witness_path
+from tracebound.system import RandomIds, SystemClock
+
+EXIT_OK = 0
+EXIT_DAMAGED = 1
+EXIT_USAGE = 2
+EXIT_INCOMPLETE = 3
+
+console = Console()
+err_console = Console(stderr=True)
+
+StoreOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--store",
+        "-s",
+        envvar="TRACEBOUND_STORE",
+        help="Store URL (sqlite:///path) or directory. Default: ./.tracebound",
+        show_default=False,
+    ),
+]
+KeyOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--key",
+        envvar="TRACEBOUND_KEY",
+        help="Private signing key file. Default: ~/.config/tracebound/keys/tracebound.key",
+        show_default=False,
+    ),
+]
+VerifierOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--verifier-key",
+        envvar="TRACEBOUND_VERIFIER_KEY",
+        help="Public verifier key (file or text `name+hash+key`). Default: from --key's .pub",
+        show_default=False,
+    ),
+]
+WitnessOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--witness",
+        envvar="TRACEBOUND_WITNESS",
+        help="Witness file holding the newest checkpoint, outside the store. "
+        "Default: ~/.local/state/tracebound/witness/<origin>.note",
+        show_default=False,
+    ),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document for scripts.")]
+
+T = TypeVar("T")
+
+
+def emit_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def fail(message: str, *, code: int, as_json: bool, kind: str = "error", **extra: Any) -> NoReturn:
+    """Report an error the same way everywhere: JSON on stdout, or red text on stderr."""
+    if as_json:
+        emit_json({"ok": False, "error": {"kind": kind, "message": message, **extra}})
+    else:
+        err_console.print(f"[bold red]error:[/] {message}")
+    raise typer.Exit(code)
+
+
+@contextmanager
+def handled(as_json: bool) -> Iterator[None]:
+    """Turn tracebound errors into a clean message and the documented exit code."""
+    try:
+        yield
+    except (StoreNotFound, ConfigError, SigningKeyError) as exc:
+        fail(str(exc), code=EXIT_USAGE, as_json=as_json, kind=type(exc).__name__)
+    except IntegrityError as exc:
+        fail(str(exc), code=EXIT_DAMAGED, as_json=as_json, kind=type(exc).__name__)
+    except TraceboundError as exc:
+        fail(str(exc), code=EXIT_USAGE, as_json=as_json, kind=type(exc).__name__)
+
+
+DEFAULT_KEY_NAME = "tracebound"
+
+
+def resolve_key_path(key: Path | None) -> Path:
+    return key if key is not None else default_key_path(DEFAULT_KEY_NAME)
+
+
+def try_signer(key: Path | None) -> NoteSigner | None:
+    path = resolve_key_path(key)
+    if not path.exists():
+        if key is not None:
+            raise SigningKeyError(f"no signing key at {path}")
+        return None
+    return load_signer(path)  # a key inside the store is refused when it is created
+
+
+def try_verifier(verifier_key: str | None, key: Path | None) -> NoteVerifier | None:
+    if verifier_key is not None:
+        return load_verifier(verifier_key)
+    pub = resolve_key_path(key).with_suffix(".pub")
+    if pub.exists():
+        return load_verifier(pub)
+    signer = try_signer(key)
+    return None if signer is None else signer.verifier
+
+
+def open_ledger(
+    store: str | None,
+    *,
+    key: Path | None = None,
+    verifier_key: str | None = None,
+    witness: Path | None = None,
+    need_signer: bool = False,
+) -> Ledger:
+    """Open the ledger with whatever keys and witness are configured."""
+    backend = open_store(store)
+    signer = try_signer(key)
+    if need_signer and signer is None:
+        backend.close()
+        raise SigningKeyError(
+            f"no signing key at {resolve_key_path(key)}; run `tracebound keys init` first"
+        )
+    verifier = try_verifier(verifier_key, key) if signer is None else signer.verifier
+    ledger = Ledger(backend, clock=SystemClock(), ids=RandomIds(), signer=signer, verifier=verifier)
+    origin = ledger.origin
+    ledger.witness = FileWitness(
+        witness if witness is not None else default_witness_path(origin),
+        origin=origin,
+        store_dir=store_dir(store),
+    )
+    return ledger
+
+
+def store_dir(store: str | None) -> Path:
+    """The directory holding a local store (used to keep keys out of it)."""
+    path = store_path(store)
+    return path if path.suffix == "" else path.parent
+
+
+@contextmanager
+def progress_bar(label: str, *, enabled: bool) -> Iterator[Callable[[int, int], None]]:
+    """A rich progress bar on stderr; a no-op in --json mode or without a terminal."""
+    show = enabled and err_console.is_terminal and not os.environ.get("CI")
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed:,}/{task.total:,} events"),
+        TimeRemainingColumn(),
+        console=err_console,
+        transient=True,
+        disable=not show,
+    ) as bar:
+        task = bar.add_task(label, total=None)
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield update

@@ -1,0 +1,540 @@
+"""The `tracebound` command. Thin: parse input, call the library, render the result."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any, TextIO
+
+import typer
+from pydantic import ValidationError
+from rich.table import Table
+
+from tracebound.cli._common import (
+    EXIT_DAMAGED,
+    EXIT_INCOMPLETE,
+    EXIT_USAGE,
+    JsonOpt,
+    KeyOpt,
+    StoreOpt,
+    VerifierOpt,
+    WitnessOpt,
+    console,
+    emit_json,
+    fail,
+    handled,
+    open_ledger,
+    progress_bar,
+    resolve_key_path,
+    store_dir,
+    try_verifier,
+)
+from tracebound.errors import ConfigError, IntegrityError, TraceboundError
+from tracebound.events.envelope import Event, RecordedEvent
+from tracebound.integrity.verify import link_damage
+from tracebound.events.record import RawRecord
+from tracebound.ledger import InclusionBundle, verify_bundle
+from tracebound.store.keyfile import generate_keypair
+from tracebound.store.port import AppendRequest
+from tracebound.store.url import open_store
+from tracebound.system import RandomIds, SystemClock
+
+app = typer.Typer(
+    name="tracebound",
+    help="Tamper-evident flight recorder for multi-agent LLM pipelines.\n\n"
+    "Events go into an append-only, BLAKE3-chained ledger covered by Ed25519-signed "
+    "Merkle checkpoints. `verify` detects tampering, truncation, reordering, forgery and "
+    "rollback. Every command accepts --json.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+keys_app = typer.Typer(help="Create and show the Ed25519 checkpoint signing key.", no_args_is_help=True)
+app.add_typer(keys_app, name="keys")
+
+_APPEND_BATCH = 1000
+_LINE_KEYS = {
+    "stream_id",
+    "payload",
+    "event_type",
+    "workflow_id",
+    "correlation_id",
+    "event_id",
+    "timestamp",
+    "expected_version",
+}
+
+
+def _event_row(e: RecordedEvent) -> dict[str, Any]:
+    return {
+        "position": e.position,
+        "stream_id": e.stream_id,
+        "stream_version": e.stream_version,
+        "event_type": e.event_type,
+        "event_id": str(e.event_id),
+        "workflow_id": e.workflow_id,
+        "correlation_id": e.correlation_id,
+        "timestamp": e.timestamp.isoformat(),
+        "hash": e.hash.hex(),
+        "payload": e.payload.model_dump(mode="json"),
+    }
+
+
+def _events_table(events: list[RecordedEvent], title: str) -> Table:
+    table = Table(title=title, show_lines=False)
+    for col in ("pos", "stream", "ver", "type", "workflow", "time (UTC)", "hash"):
+        table.add_column(col, no_wrap=col != "type")
+    for e in events:
+        table.add_row(
+            str(e.position),
+            e.stream_id,
+            str(e.stream_version),
+            e.event_type,
+            e.workflow_id or "-",
+            e.timestamp.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3],
+            e.hash.hex()[:12],
+        )
+    return table
+
+
+# -- init and keys ------------------------------------------------------------------------
+
+
+@app.command()
+def init(
+    store: StoreOpt = None,
+    origin: Annotated[
+        str | None,
+        typer.Option(help="Checkpoint origin: a stable name for this log. Default: random."),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Create an empty ledger (default ./.tracebound/ledger.db)."""
+    with handled(as_json):
+        backend = open_store(store, create=True)
+        try:
+            existing = backend.get_meta("origin")
+            name = existing or origin or f"tracebound.local/{RandomIds().new_id()}"
+            if existing is None:
+                backend.set_meta("origin", name)
+            elif origin is not None and origin != existing:
+                raise ConfigError(f"this ledger's origin is already {existing!r}")
+        finally:
+            backend.close()
+    if as_json:
+        emit_json({"ok": True, "store": backend.url, "origin": name, "created": existing is None})
+    else:
+        verb = "Created" if existing is None else "Already initialised:"
+        console.print(f"{verb} [bold]{backend.url}[/] (origin [cyan]{name}[/])")
+        if not resolve_key_path(None).exists():
+            console.print("Next: [bold]tracebound keys init[/] to create the signing key.")
+
+
+@keys_app.command("init")
+def keys_init(
+    key: KeyOpt = None,
+    name: Annotated[str, typer.Option(help="Key name, shown in signed checkpoints.")] = "tracebound",
+    force: Annotated[bool, typer.Option(help="Replace an existing key (old checkpoints "
+                                               "then need the old public key).")] = False,
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Create the signing key outside the store directory (mode 0600) and its .pub file."""
+    with handled(as_json):
+        path = resolve_key_path(key)
+        generated = generate_keypair(name, path=path, store_dir=store_dir(store), force=force)
+    verifier = generated.verifier.format()
+    if as_json:
+        emit_json({"ok": True, "key": str(path), "public": str(generated.public_path),
+                   "verifier_key": verifier})
+    else:
+        console.print(f"Signing key: [bold]{path}[/] (keep it secret, keep it away from the store)")
+        console.print(f"Verifier key (give this to auditors): [cyan]{verifier}[/]")
+
+
+@keys_app.command("show")
+def keys_show(key: KeyOpt = None, verifier_key: VerifierOpt = None, as_json: JsonOpt = False) -> None:
+    """Print the public verifier key that checks this ledger's checkpoints."""
+    with handled(as_json):
+        verifier = try_verifier(verifier_key, key)
+        if verifier is None:
+            raise ConfigError(f"no key at {resolve_key_path(key)}; run `tracebound keys init`")
+    if as_json:
+        emit_json({"ok": True, "verifier_key": verifier.format(), "name": verifier.name})
+    else:
+        console.print(verifier.format())
+
+
+# -- writing ------------------------------------------------------------------------------
+
+
+def _parse_line(number: int, line: str, clock: SystemClock, ids: RandomIds) -> AppendRequest:
+    try:
+        data = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"line {number}: not JSON ({exc.msg} at column {exc.colno})") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"line {number}: expected a JSON object")
+    unknown = set(data) - _LINE_KEYS
+    if unknown:
+        raise ConfigError(f"line {number}: unknown field(s) {', '.join(sorted(unknown))}")
+    if "stream_id" not in data or "payload" not in data:
+        raise ConfigError(f"line {number}: `stream_id` and `payload` are required")
+    payload = data["payload"]
+    if not isinstance(payload, dict):
+        raise ConfigError(f"line {number}: `payload` must be an object")
+    kind = payload.get("kind", data.get("event_type"))
+    try:
+        event = Event.model_validate(
+            {
+                "event_id": data.get("event_id") or ids.new_id(),
+                "event_type": data.get("event_type", kind),
+                "workflow_id": data.get("workflow_id"),
+                "correlation_id": data.get("correlation_id"),
+                "timestamp": data.get("timestamp") or clock.now(),
+                "payload": {"kind": kind, **payload},
+            }
+        )
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "event"
+        raise ConfigError(f"line {number}: {where}: {err['msg']}") from exc
+    except TraceboundError as exc:
+        raise ConfigError(f"line {number}: {exc}") from exc
+    expected = data.get("expected_version")
+    if expected is not None and not isinstance(expected, int):
+        raise ConfigError(f"line {number}: expected_version must be an integer")
+    return AppendRequest(data["stream_id"], [event], expected)
+
+
+def _read_requests(source: TextIO) -> list[AppendRequest]:
+    clock, ids = SystemClock(), RandomIds()
+    requests = []
+    for number, line in enumerate(source, start=1):
+        if line.strip():
+            requests.append(_parse_line(number, line, clock, ids))
+    return requests
+
+
+@app.command()
+def append(
+    file: Annotated[
+        Path | None,
+        typer.Argument(help="JSON-lines file of events; `-` or omitted reads stdin."),
+    ] = None,
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Append events given as JSON lines.
+
+    Each line: {"stream_id": "run-1", "payload": {"kind": "cost_incurred", ...}} with optional
+    workflow_id, correlation_id, event_id, timestamp and expected_version. All lines are
+    validated before anything is written; a bad line writes nothing.
+    """
+    with handled(as_json):
+        if file is None or str(file) == "-":
+            requests = _read_requests(sys.stdin)
+        else:
+            with file.open(encoding="utf-8") as fh:
+                requests = _read_requests(fh)
+        backend = open_store(store)
+        recorded: list[RecordedEvent] = []
+        try:
+            with progress_bar("appending", enabled=not as_json) as update:
+                for i in range(0, len(requests), _APPEND_BATCH):
+                    recorded += backend.append_batch(requests[i : i + _APPEND_BATCH])
+                    update(len(recorded), len(requests))
+        finally:
+            backend.close()
+    first = recorded[0].position if recorded else None
+    last = recorded[-1].position if recorded else None
+    if as_json:
+        emit_json({"ok": True, "appended": len(recorded), "first_position": first,
+                   "last_position": last})
+    else:
+        console.print(f"Appended {len(recorded)} event(s)" + (f", positions {first}..{last}" if recorded else ""))
+
+
+# -- reading ------------------------------------------------------------------------------
+
+
+@app.command("log")
+def log_cmd(
+    store: StoreOpt = None,
+    start: Annotated[int, typer.Option(min=1, help="First position.")] = 1,
+    limit: Annotated[int, typer.Option(min=1, help="At most this many events.")] = 50,
+    stream: Annotated[str | None, typer.Option(help="Only this stream.")] = None,
+    workflow: Annotated[str | None, typer.Option(help="Only this workflow.")] = None,
+    event_type: Annotated[str | None, typer.Option("--type", help="Only this event type.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List events in log order, optionally filtered."""
+    with handled(as_json):
+        backend = open_store(store)
+        try:
+            events: list[RecordedEvent] = []
+            for e in backend.read_log(start=start):
+                if stream and e.stream_id != stream:
+                    continue
+                if workflow and e.workflow_id != workflow:
+                    continue
+                if event_type and e.event_type != event_type:
+                    continue
+                events.append(e)
+                if len(events) >= limit:
+                    break
+        finally:
+            backend.close()
+    if as_json:
+        emit_json({"ok": True, "events": [_event_row(e) for e in events]})
+    else:
+        console.print(_events_table(events, f"{len(events)} event(s) from position {start}"))
+
+
+@app.command()
+def tail(
+    store: StoreOpt = None,
+    lines: Annotated[int, typer.Option("-n", "--lines", min=1, help="How many of the newest.")] = 20,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new events.")] = False,
+    interval: Annotated[float, typer.Option(help="Seconds between polls with --follow.")] = 0.5,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show the newest events; with --follow, keep printing as they are appended."""
+    with handled(as_json):
+        backend = open_store(store)
+        try:
+            size = backend.size()
+            events = list(backend.read_log(start=max(1, size - lines + 1)))
+            if not follow:
+                if as_json:
+                    emit_json({"ok": True, "events": [_event_row(e) for e in events]})
+                else:
+                    console.print(_events_table(events, f"last {len(events)} of {size} event(s)"))
+                return
+            next_pos = 1 if not events else events[-1].position + 1
+            for e in events:
+                _print_follow(e, as_json)
+            try:
+                while True:
+                    for e in backend.read_log(start=next_pos):
+                        _print_follow(e, as_json)
+                        next_pos = e.position + 1
+                    time.sleep(interval)
+            except KeyboardInterrupt:
+                return
+        finally:
+            backend.close()
+
+
+def _print_follow(e: RecordedEvent, as_json: bool) -> None:
+    if as_json:
+        sys.stdout.write(json.dumps(_event_row(e), sort_keys=True) + "\n")
+        sys.stdout.flush()
+    else:
+        console.print(
+            f"{e.position:>8} {e.timestamp:%H:%M:%S.%f} [cyan]{e.stream_id}[/]#{e.stream_version} "
+            f"[bold]{e.event_type}[/] {e.workflow_id or ''}"
+        )
+
+
+@app.command()
+def inspect(
+    stream: Annotated[str, typer.Argument(help="Stream id to show and re-verify.")],
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show one stream and re-verify its chain from genesis (every time it runs)."""
+    from tracebound.integrity.chain import GENESIS, chain_hash  # noqa: PLC0415
+
+    with handled(as_json):
+        backend = open_store(store)
+        try:
+            raws: list[RawRecord] = []
+            version, head = 0, GENESIS
+            damage = None
+            for e in backend.read_stream(stream):
+                (raw,) = backend.read_raw(start=e.position, stop=e.position)
+                damage = link_damage(stream, version, head, raw)
+                if damage is None and chain_hash(raw.prev_hash, raw.body) != raw.hash:
+                    damage = IntegrityError(f"position {raw.position}: bytes do not match hash")
+                if damage is not None:
+                    break
+                version, head = raw.stream_version, raw.hash
+                raws.append(raw)
+            events = list(backend.read_stream(stream, to_version=max(version, 0))) if raws else []
+        finally:
+            backend.close()
+        if not events and damage is None:
+            raise ConfigError(f"no stream {stream!r} in this ledger")
+    if as_json:
+        emit_json({"ok": damage is None, "stream_id": stream, "version": version,
+                   "head": head.hex(), "damage": None if damage is None else str(damage),
+                   "events": [_event_row(e) for e in events]})
+    else:
+        console.print(_events_table(events, f"stream {stream}"))
+        if damage is None:
+            console.print(f"[green]chain ok[/]: {version} event(s), head {head.hex()[:16]}…")
+        else:
+            console.print(f"[bold red]chain broken[/]: {damage}")
+            console.print("Run `tracebound verify` for the whole-ledger report. Do not append "
+                          "to this ledger until the damage is understood.")
+    if damage is not None:
+        raise typer.Exit(EXIT_DAMAGED)
+
+
+# -- integrity ----------------------------------------------------------------------------
+
+
+@app.command()
+def checkpoint(
+    store: StoreOpt = None,
+    key: KeyOpt = None,
+    witness: WitnessOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Verify the log, sign its Merkle root (C2SP signed note) and update the witness."""
+    with handled(as_json):
+        ledger = open_ledger(store, key=key, witness=witness, need_signer=True)
+        try:
+            with progress_bar("verifying before signing", enabled=not as_json) as update:
+                cp = ledger.checkpoint(progress=update)
+            note = ledger.store.latest_checkpoint()
+        finally:
+            ledger.close()
+    if as_json:
+        emit_json({"ok": True, "origin": cp.origin, "size": cp.size, "root": cp.root.hex(),
+                   "note": note})
+    else:
+        console.print(f"Signed checkpoint: [bold]{cp.size}[/] event(s), root {cp.root.hex()[:16]}…")
+        console.print("The witness now holds it; a rollback of the store will be detected.")
+
+
+@app.command()
+def verify(
+    store: StoreOpt = None,
+    key: KeyOpt = None,
+    verifier_key: VerifierOpt = None,
+    witness: WitnessOpt = None,
+    workers: Annotated[
+        int | None, typer.Option(min=1, help="Processes hashing in parallel. Default: CPU count.")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Check chain, positions, Merkle root, checkpoint signatures and the witness.
+
+    Exit 0 only when everything agrees; 1 names the first bad position and the kind of
+    damage; 3 when nothing is damaged but something could not be checked (no checkpoint,
+    key or witness yet).
+    """
+    with handled(as_json):
+        ledger = open_ledger(store, key=key, verifier_key=verifier_key, witness=witness)
+        try:
+            with progress_bar("verifying", enabled=not as_json) as update:
+                report = ledger.verify(progress=update, workers=workers)
+        finally:
+            ledger.close()
+    code = 0 if report.ok else (EXIT_DAMAGED if report.damage is not None else EXIT_INCOMPLETE)
+    if as_json:
+        emit_json(report.as_dict())
+        raise typer.Exit(code)
+    table = Table(title="tracebound verify", show_header=False)
+    table.add_column("check")
+    table.add_column("result")
+    for check in ("chain", "positions", "merkle", "signature", "witness"):
+        status = report.checks.get(check, "not reached")
+        colour = "green" if status == "ok" else ("red" if status in {"failed"} else "yellow")
+        table.add_row(check, f"[{colour}]{status}[/]")
+    table.add_row("events", f"{report.size:,} in {report.streams:,} stream(s)")
+    table.add_row("signed up to", str(report.checkpoint_size or "-"))
+    table.add_row("witness holds", str(report.witness_size or "-"))
+    if report.uncovered:
+        table.add_row("not yet signed", f"{report.uncovered:,} (chain-checked; run `tracebound checkpoint`)")
+    console.print(table)
+    if report.damage is not None:
+        d = report.damage
+        console.print(f"[bold red]DAMAGED[/]: {d.kind.value} at position {d.position}: {d.detail}")
+    elif report.ok:
+        console.print("[bold green]OK[/]: the ledger is intact and matches its signed checkpoints.")
+    else:
+        console.print("[yellow]INCOMPLETE[/]: no damage found, but not every check could run.")
+    raise typer.Exit(code)
+
+
+@app.command()
+def prove(
+    position: Annotated[int, typer.Argument(min=1, help="Position of the event to prove.")],
+    store: StoreOpt = None,
+    key: KeyOpt = None,
+    verifier_key: VerifierOpt = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the proof here.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Write an inclusion proof of one event against the newest signed checkpoint."""
+    with handled(as_json):
+        ledger = open_ledger(store, key=key, verifier_key=verifier_key)
+        try:
+            bundle = ledger.prove(position)
+        finally:
+            ledger.close()
+    text = json.dumps(bundle.as_dict(), indent=2, sort_keys=True) + "\n"
+    if output is not None:
+        output.write_text(text, encoding="utf-8")
+    if as_json or output is None:
+        sys.stdout.write(text)
+    else:
+        console.print(f"Inclusion proof of position {position} in a tree of {bundle.tree_size} "
+                      f"written to [bold]{output}[/]. Check it with `tracebound verify-proof`.")
+
+
+@app.command("verify-proof")
+def verify_proof(
+    file: Annotated[Path, typer.Argument(help="Proof file written by `tracebound prove`.")],
+    key: KeyOpt = None,
+    verifier_key: VerifierOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Check an inclusion proof offline, with only the verifier key (no ledger needed)."""
+    with handled(as_json):
+        verifier = try_verifier(verifier_key, key)
+        if verifier is None:
+            raise ConfigError("verify-proof needs --verifier-key (the ledger's public key)")
+        try:
+            data = json.loads(file.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ConfigError(f"cannot read proof {file}: {exc}") from exc
+        bundle = InclusionBundle.from_dict(data)
+        cp = verify_bundle(bundle, verifier)
+    if as_json:
+        emit_json({"ok": True, "position": bundle.position, "tree_size": cp.size,
+                   "origin": cp.origin, "root": cp.root.hex()})
+    else:
+        console.print(f"[bold green]OK[/]: position {bundle.position} is in {cp.origin} "
+                      f"(signed tree of {cp.size} events).")
+
+
+@app.command()
+def demo(
+    workdir: Annotated[
+        Path | None, typer.Option("--dir", help="Where to write the demo. Default: a temp dir.")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Record a small pipeline run, sign and verify it, then tamper a copy and catch it."""
+    from tracebound.cli.demo import run_demo  # noqa: PLC0415 - keeps startup fast
+
+    with handled(as_json):
+        result = run_demo(workdir, console=None if as_json else console)
+    if as_json:
+        emit_json(result)
+    if not result["ok"]:
+        raise typer.Exit(EXIT_DAMAGED)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
+
+

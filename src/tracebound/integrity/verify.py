@@ -1,0 +1,337 @@
+"""Verification of a stored log: chain, positions, indexes, Merkle root, checkpoints.
+
+The log is checked in *chunks* of consecutive positions. A :class:`ChunkVerifier` checks
+everything that can be checked inside its chunk: each record hashes to its stored hash,
+the store's columns agree with the hashed bytes, positions are consecutive, and records of
+one stream link to each other. It also builds the chunk's Merkle subtrees. The
+:class:`LogAssembler` then stitches chunks in order: it links each stream's first record in
+a chunk to that stream's last record before it, and merges the Merkle subtrees into the
+roots the signed checkpoints claim.
+
+One code path serves a single-threaded verify (one chunk after another) and a parallel
+one (chunks hashed in worker processes, assembled here), so both report the same damage.
+Nothing here does I/O: callers feed records and checkpoints in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import orjson
+from blake3 import blake3
+
+from tracebound.canonical import canonical_bytes
+from tracebound.errors import DamageKind, LedgerDamaged
+from tracebound.events.record import RawRecord
+from tracebound.integrity.chain import GENESIS
+from tracebound.integrity.merkle import MerkleAccumulator, leaf_hash
+from tracebound.integrity.note import Checkpoint
+
+__all__ = [
+    "ChunkResult",
+    "ChunkVerifier",
+    "LogAssembler",
+    "VerifiedLog",
+    "check_against_checkpoints",
+    "verify_records",
+]
+
+
+@dataclass(slots=True)
+class _StreamSpan:
+    """What a chunk saw of one stream: how it starts (to link back) and how it ends."""
+
+    first_position: int
+    first_version: int
+    first_prev: bytes
+    last_version: int
+    last_hash: bytes
+
+
+@dataclass(slots=True)
+class ChunkResult:
+    """The outcome of checking positions ``start .. start+size-1``.
+
+    ``damage`` is the first damage inside the chunk, if any; everything else describes the
+    records before it. ``subtrees`` are the chunk's Merkle subtrees (root, leaf count) in
+    order; ``snapshots`` holds the same at each requested size inside the chunk.
+    """
+
+    start: int
+    size: int
+    streams: dict[str, _StreamSpan]
+    subtrees: list[tuple[bytes, int]]
+    snapshots: dict[int, list[tuple[bytes, int]]] = field(default_factory=dict)
+    damage: LedgerDamaged | None = None
+
+
+def _subtrees(tree: MerkleAccumulator) -> list[tuple[bytes, int]]:
+    """The accumulator's perfect subtrees as (root, leaf count), leftmost first."""
+    size, peaks = tree.state()
+    sizes = [1 << b for b in range(size.bit_length() - 1, -1, -1) if (size >> b) & 1]
+    return list(zip(peaks, sizes, strict=True))
+
+
+def _diagnose(record: RawRecord, reason: str) -> LedgerDamaged:
+    """Explain why a record's columns disagree with its bytes: moved, or altered."""
+    try:
+        said = orjson.loads(record.body)
+        said_position = said.get("position")
+    except orjson.JSONDecodeError:
+        return LedgerDamaged(DamageKind.MALFORMED, record.position, "record is not valid JSON")
+    if isinstance(said_position, int) and said_position != record.position:
+        return LedgerDamaged(
+            DamageKind.REORDER,
+            record.position,
+            f"the record stored here was written at position {said_position}",
+        )
+    return LedgerDamaged(DamageKind.TAMPER, record.position, reason)
+
+
+class ChunkVerifier:
+    """Checks one run of consecutive records; see the module docstring."""
+
+    def __init__(self, start: int, *, snapshot_sizes: Iterable[int] = ()) -> None:
+        self.start = start
+        self._expected = start
+        self._streams: dict[str, _StreamSpan] = {}
+        self._sid_json: dict[str, bytes] = {}
+        self._tree = MerkleAccumulator()
+        self._want = sorted(s for s in snapshot_sizes if s >= start)
+        self._snapshots: dict[int, list[tuple[bytes, int]]] = {}
+        self._damage: LedgerDamaged | None = None
+
+    def feed_all(self, records: Iterable[RawRecord]) -> ChunkResult:
+        for record in records:
+            if not self.feed(record):
+                break
+        return self.result()
+
+    def feed(self, r: RawRecord) -> bool:
+        """Check one record; False once damage is found (later records are not checked)."""
+        if self._damage is not None:
+            return False
+        try:
+            damage = self._check(r)
+        except (TypeError, ValueError, AttributeError, OverflowError) as exc:
+            # A column of the wrong type or shape: the store was edited by hand.
+            position = r.position if isinstance(r.position, int) else self._expected
+            damage = LedgerDamaged(DamageKind.MALFORMED, position, f"unreadable record: {exc}")
+        if damage is not None:
+            self._damage = damage
+            return False
+        self._tree.append_leaf_hash(leaf_hash(r.hash))
+        self._expected += 1
+        while self._want and self._want[0] == self._expected - 1:
+            self._snapshots[self._want.pop(0)] = _subtrees(self._tree)
+        return True
+
+    def _check(self, r: RawRecord) -> LedgerDamaged | None:
+        if r.position != self._expected:
+            if r.position > self._expected:
+                return LedgerDamaged(
+                    DamageKind.GAP,
+                    self._expected,
+                    f"position {self._expected} is missing (next stored is {r.position})",
+                )
+            return LedgerDamaged(DamageKind.REORDER, r.position, "position is stored twice")
+        h = blake3(r.prev_hash)
+        h.update(r.body)
+        if h.digest() != r.hash:
+            return _diagnose(r, "the record's bytes do not hash to its stored hash")
+        sid = r.stream_id
+        sid_json = self._sid_json.get(sid)
+        if sid_json is None:
+            sid_json = self._sid_json[sid] = canonical_bytes(sid)
+        suffix = (
+            b',"position":%d,"prev_hash":"%s","schema_version":%d,"stream_id":%s,'
+            b'"stream_version":%d,"timestamp":"%s","workflow_id":%s}'
+            % (
+                r.position,
+                r.prev_hash.hex().encode(),
+                r.schema_version,
+                sid_json,
+                r.stream_version,
+                r.timestamp.encode(),
+                b"null" if r.workflow_id is None else canonical_bytes(r.workflow_id),
+            )
+        )
+        if not r.body.endswith(suffix):
+            return _diagnose(r, "the store's index columns disagree with the hashed record")
+        span = self._streams.get(sid)
+        if span is None:
+            self._streams[sid] = _StreamSpan(
+                r.position, r.stream_version, r.prev_hash, r.stream_version, r.hash
+            )
+            return None
+        damage = link_damage(sid, span.last_version, span.last_hash, r)
+        if damage is None:
+            span.last_version = r.stream_version
+            span.last_hash = r.hash
+        return damage
+
+    def result(self) -> ChunkResult:
+        return ChunkResult(
+            start=self.start,
+            size=self._expected - self.start,
+            streams=self._streams,
+            subtrees=_subtrees(self._tree),
+            snapshots=self._snapshots,
+            damage=self._damage,
+        )
+
+
+def link_damage(
+    stream_id: str, last_version: int, last_hash: bytes, r: RawRecord
+) -> LedgerDamaged | None:
+    """Does ``r`` continue its stream, whose newest record is (last_version, last_hash)?"""
+    if r.stream_version == last_version + 1 and r.prev_hash == last_hash:
+        return None
+    if r.stream_version > last_version + 1:
+        return LedgerDamaged(
+            DamageKind.GAP,
+            r.position,
+            f"stream {stream_id!r} jumps from version {last_version} to {r.stream_version}: "
+            "an event was removed",
+        )
+    if r.stream_version <= last_version:
+        return LedgerDamaged(
+            DamageKind.REORDER,
+            r.position,
+            f"stream {stream_id!r} version {r.stream_version} comes after version {last_version}",
+        )
+    return LedgerDamaged(
+        DamageKind.TAMPER,
+        r.position,
+        f"stream {stream_id!r} version {r.stream_version} does not link to version {last_version}",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class VerifiedLog:
+    """A log whose records all check out: its size, Merkle root and roots at asked sizes."""
+
+    size: int
+    root: bytes
+    streams: int
+    roots: dict[int, bytes]
+
+
+class LogAssembler:
+    """Stitches chunk results, in position order, into one verified log."""
+
+    def __init__(self, *, root_sizes: Iterable[int] = ()) -> None:
+        self._heads: dict[str, tuple[int, bytes]] = {}
+        self._tree = MerkleAccumulator()
+        self._root_sizes = set(root_sizes)
+        self._roots: dict[int, bytes] = {}
+        if 0 in self._root_sizes:
+            self._roots[0] = self._tree.root()
+
+    @property
+    def size(self) -> int:
+        return self._tree.size
+
+    def add(self, chunk: ChunkResult) -> None:
+        """Fold in the next chunk; raise the first damage, in position order."""
+        if chunk.start != self._tree.size + 1:
+            raise LedgerDamaged(
+                DamageKind.GAP, self._tree.size + 1, "chunks were not assembled in order"
+            )
+        firsts = sorted(chunk.streams.items(), key=lambda kv: kv[1].first_position)
+        for sid, span in firsts:
+            if chunk.damage is not None and span.first_position >= (chunk.damage.position or 0):
+                break
+            last_version, last_hash = self._heads.get(sid, (0, GENESIS))
+            probe = RawRecord(
+                span.first_position,
+                sid,
+                span.first_version,
+                "",
+                None,
+                "",
+                0,
+                span.first_prev,
+                b"",
+                b"",
+            )
+            damage = link_damage(sid, last_version, last_hash, probe)
+            if damage is not None:
+                raise damage
+        if chunk.damage is not None:
+            raise chunk.damage
+        for size, subtrees in chunk.snapshots.items():
+            if size in self._root_sizes:
+                probe_tree = self._tree.copy()
+                for root, count in subtrees:
+                    probe_tree.append_subtree(root, count)
+                self._roots[size] = probe_tree.root()
+        for root, count in chunk.subtrees:
+            self._tree.append_subtree(root, count)
+        for sid, span in chunk.streams.items():
+            self._heads[sid] = (span.last_version, span.last_hash)
+
+    def result(self) -> VerifiedLog:
+        return VerifiedLog(
+            size=self._tree.size,
+            root=self._tree.root(),
+            streams=len(self._heads),
+            roots=dict(self._roots),
+        )
+
+
+def verify_records(records: Iterable[RawRecord], *, root_sizes: Iterable[int] = ()) -> VerifiedLog:
+    """Verify a whole log from position 1 in this thread (small logs, tests)."""
+    sizes = list(root_sizes)
+    assembler = LogAssembler(root_sizes=sizes)
+    assembler.add(ChunkVerifier(1, snapshot_sizes=sizes).feed_all(records))
+    return assembler.result()
+
+
+def check_against_checkpoints(
+    log: VerifiedLog,
+    checkpoints: Sequence[Checkpoint],
+    witness: Checkpoint | None,
+) -> None:
+    """Compare a verified log with its signed checkpoints and the witness's newest one.
+
+    Checkpoints must already be signature-checked by the caller (a bad signature is
+    reported as FORGED_SIGNATURE there). ``log.roots`` must hold a root for every
+    checkpoint size not beyond ``log.size``.
+
+    Raises:
+        LedgerDamaged: ROLLBACK, TRUNCATION, or TAMPER (with the first suspect position).
+    """
+    newest = max((c.size for c in checkpoints), default=0)
+    if newest > log.size:
+        raise LedgerDamaged(
+            DamageKind.TRUNCATION,
+            log.size + 1,
+            f"a signed checkpoint covers {newest} events but the log ends at {log.size}: "
+            f"events {log.size + 1}..{newest} were removed",
+        )
+    if witness is not None and witness.size > log.size:
+        raise LedgerDamaged(
+            DamageKind.ROLLBACK,
+            log.size + 1,
+            f"the witness holds a checkpoint of {witness.size} events but the store has only "
+            f"{log.size}: the store was rolled back to an older state",
+        )
+    if witness is not None and witness.size > newest:
+        raise LedgerDamaged(
+            DamageKind.ROLLBACK,
+            newest + 1,
+            f"the witness holds a checkpoint of {witness.size} events, newer than any in the "
+            f"store (newest {newest}): the store's checkpoints were rolled back",
+        )
+    good = 0
+    for cp in sorted([*checkpoints, *([witness] if witness else [])], key=lambda c: c.size):
+        if log.roots.get(cp.size) != cp.root:
+            raise LedgerDamaged(
+                DamageKind.TAMPER,
+                good + 1,
+                f"the log's Merkle root at size {cp.size} differs from the signed checkpoint; "
+                f"the log was rewritten somewhere in positions {good + 1}..{cp.size}",
+            )
+        good = cp.size

@@ -1,0 +1,436 @@
+"""The ledger: a store plus the keys, witness and checks that make it tamper-evident.
+
+:class:`Ledger` is what the CLI and the pipeline use. It turns payloads into events with the
+injected clock and id source, appends them, signs checkpoints (C2SP signed notes over the
+RFC 6962 root), keeps the witness up to date, verifies the whole log, and produces inclusion
+proofs a third party can check offline.
+
+Trust model: whoever holds the store's files may change them at will. They do not hold the
+signing key (kept outside the store directory) or the witness (also outside). ``verify``
+therefore trusts nothing read from the store: not the hashes, not the indexes, not the
+checkpoints until their signatures verify against a key given from outside.
+"""
+
+from __future__ import annotations
+
+import base64
+import multiprocessing
+import os
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from tracebound.errors import (
+    CheckpointError,
+    ConfigError,
+    DamageKind,
+    LedgerDamaged,
+    ProofError,
+    SignatureInvalid,
+    TraceboundError,
+)
+from tracebound.events.envelope import Event, Payload, RecordedEvent
+from tracebound.integrity.chain import chain_hash
+from tracebound.integrity.keys import NoteSigner, NoteVerifier
+from tracebound.integrity.merkle import (
+    consistency_proof,
+    inclusion_proof,
+    leaf_hash,
+    root_of,
+    verify_inclusion,
+)
+from tracebound.integrity.note import Checkpoint, open_checkpoint, sign_checkpoint
+from tracebound.integrity.verify import (
+    ChunkResult,
+    ChunkVerifier,
+    LogAssembler,
+    VerifiedLog,
+    check_against_checkpoints,
+)
+from tracebound.sources import Clock, IdSource
+from tracebound.store.port import ANY_VERSION, LedgerStore
+from tracebound.store.url import open_store
+from tracebound.store.witness import Witness
+
+__all__ = ["CHUNK", "InclusionBundle", "Ledger", "VerifyReport", "verify_bundle"]
+
+CHUNK: Final = 1 << 16  # positions per verify chunk: aligned, so chunk roots merge exactly
+ORIGIN_KEY: Final = "origin"
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass
+class VerifyReport:
+    """What `verify` found. ``ok`` only when every check below passed."""
+
+    size: int = 0
+    root: str = ""
+    streams: int = 0
+    checkpoint_size: int | None = None
+    witness_size: int | None = None
+    uncovered: int = 0  # events after the newest signed checkpoint (chain-checked only)
+    checks: dict[str, str] = field(default_factory=dict)
+    damage: LedgerDamaged | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.damage is None and all(v == "ok" for v in self.checks.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "size": self.size,
+            "root": self.root,
+            "streams": self.streams,
+            "checkpoint_size": self.checkpoint_size,
+            "witness_size": self.witness_size,
+            "uncovered": self.uncovered,
+            "checks": self.checks,
+            "damage": None
+            if self.damage is None
+            else {
+                "kind": self.damage.kind.value,
+                "position": self.damage.position,
+                "detail": self.damage.detail,
+            },
+        }
+
+
+@dataclass(frozen=True)
+class InclusionBundle:
+    """Everything needed to check offline that one event is in a signed log."""
+
+    position: int
+    stream_id: str
+    prev_hash: bytes
+    hash: bytes
+    body: bytes
+    tree_size: int
+    proof: list[bytes]
+    checkpoint: str  # the signed note
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "format": "tracebound-inclusion/1",
+            "position": self.position,
+            "stream_id": self.stream_id,
+            "prev_hash": self.prev_hash.hex(),
+            "hash": self.hash.hex(),
+            "record": base64.b64encode(self.body).decode(),
+            "tree_size": self.tree_size,
+            "proof": [p.hex() for p in self.proof],
+            "checkpoint": self.checkpoint,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> InclusionBundle:
+        try:
+            if d.get("format") != "tracebound-inclusion/1":
+                raise ProofError(f"not a tracebound inclusion proof (format={d.get('format')!r})")
+            return cls(
+                position=int(d["position"]),
+                stream_id=str(d["stream_id"]),
+                prev_hash=bytes.fromhex(d["prev_hash"]),
+                hash=bytes.fromhex(d["hash"]),
+                body=base64.b64decode(d["record"], validate=True),
+                tree_size=int(d["tree_size"]),
+                proof=[bytes.fromhex(p) for p in d["proof"]],
+                checkpoint=str(d["checkpoint"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ProofError(f"malformed inclusion proof: {exc}") from exc
+
+
+def verify_bundle(bundle: InclusionBundle, verifier: NoteVerifier) -> Checkpoint:
+    """Check an inclusion bundle offline: record hash, Merkle path, checkpoint signature.
+
+    Raises:
+        SignatureInvalid: the checkpoint is not signed by ``verifier``'s key.
+        ProofError: the record or the path does not match the signed root.
+    """
+    checkpoint = open_checkpoint(bundle.checkpoint, verifier)
+    if checkpoint.size != bundle.tree_size:
+        raise ProofError(
+            f"the proof is for a tree of {bundle.tree_size} events but the checkpoint "
+            f"covers {checkpoint.size}"
+        )
+    if chain_hash(bundle.prev_hash, bundle.body) != bundle.hash:
+        raise ProofError("the record's bytes do not hash to the claimed event hash")
+    verify_inclusion(
+        leaf_hash(bundle.hash), bundle.position - 1, bundle.tree_size, bundle.proof, checkpoint.root
+    )
+    return checkpoint
+
+
+def _verify_chunk(url: str, start: int, stop: int, snapshot_sizes: list[int]) -> ChunkResult:
+    """Worker-process entry point: verify positions ``start..stop`` of the store at ``url``."""
+    store = open_store(url)
+    try:
+        verifier = ChunkVerifier(start, snapshot_sizes=snapshot_sizes)
+        return verifier.feed_all(store.read_raw(start=start, stop=stop))
+    finally:
+        store.close()
+
+
+class Ledger:
+    """A store made tamper-evident by signed checkpoints and an outside witness."""
+
+    def __init__(
+        self,
+        store: LedgerStore,
+        *,
+        clock: Clock,
+        ids: IdSource,
+        signer: NoteSigner | None = None,
+        verifier: NoteVerifier | None = None,
+        witness: Witness | None = None,
+        origin: str | None = None,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.ids = ids
+        self.signer = signer
+        self.verifier = verifier or (signer.verifier if signer else None)
+        self.witness = witness
+        self._origin = origin
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def origin(self) -> str:
+        """The checkpoint origin line: a stable name for this log."""
+        if self._origin is None:
+            get_meta = getattr(self.store, "get_meta", None)
+            stored = get_meta(ORIGIN_KEY) if get_meta else None
+            if stored is None:
+                raise ConfigError("this store has no origin; run `tracebound init`")
+            self._origin = stored
+        return self._origin
+
+    # -- writing -------------------------------------------------------------------------
+
+    def event(
+        self,
+        payload: Payload,
+        *,
+        workflow_id: str | None = None,
+        correlation_id: str | None = None,
+    ) -> Event:
+        """Wrap a payload in an envelope with a fresh id and the current time."""
+        return Event.create(
+            payload,
+            event_id=self.ids.new_id(),
+            timestamp=self.clock.now(),
+            workflow_id=workflow_id,
+            correlation_id=correlation_id,
+        )
+
+    def record(
+        self,
+        stream_id: str,
+        payloads: Sequence[Payload],
+        *,
+        workflow_id: str | None = None,
+        correlation_id: str | None = None,
+        expected_version: int | None = ANY_VERSION,
+    ) -> list[RecordedEvent]:
+        """Append payloads to a stream as events; durable when this returns."""
+        events = [
+            self.event(p, workflow_id=workflow_id, correlation_id=correlation_id)
+            for p in payloads
+        ]
+        return self.store.append(stream_id, events, expected_version=expected_version)
+
+    # -- checkpoints ---------------------------------------------------------------------
+
+    def checkpoint(self, *, progress: Progress | None = None) -> Checkpoint:
+        """Sign the current log head, keep it in the store and hand it to the witness.
+
+        The log is verified first: a checkpoint must never vouch for damage.
+
+        Raises:
+            ConfigError: no signing key was given.
+            LedgerDamaged: the log is damaged; nothing is signed.
+        """
+        if self.signer is None:
+            raise ConfigError("checkpoint needs the signing key; run `tracebound keys init`")
+        report = self.verify(progress=progress, require_signed=False)
+        if report.damage is not None:
+            raise report.damage
+        size = report.size
+        root = bytes.fromhex(report.root)
+        note = sign_checkpoint(Checkpoint(origin=self.origin, size=size, root=root), self.signer)
+        self.store.save_checkpoint(size, note)
+        if self.witness is not None:
+            held = self.witness.latest(self.signer.verifier)
+            proof = [] if held is None else self.consistency_proof(held.size, size)
+            self.witness.update(note, self.signer.verifier, proof)
+        return open_checkpoint(note, self.signer.verifier)
+
+    # -- proofs --------------------------------------------------------------------------
+
+    def _subtree_root(self, start: int, end: int) -> bytes:
+        """MTH of leaves [start, end) (0-based), streamed from the store."""
+        return root_of([leaf_hash(r.hash) for r in self.store.read_raw(start=start + 1, stop=end)])
+
+    def consistency_proof(self, size1: int, size2: int) -> list[bytes]:
+        return consistency_proof(size1, size2, self._subtree_root)
+
+    def prove(self, position: int) -> InclusionBundle:
+        """An inclusion proof for ``position`` against the newest signed checkpoint.
+
+        Raises:
+            CheckpointError: no checkpoint covers the position yet.
+        """
+        note = self.store.latest_checkpoint()
+        if note is None:
+            raise CheckpointError("no checkpoint yet; run `tracebound checkpoint` first")
+        if self.verifier is None:
+            raise ConfigError("proving needs the verifier key to read the checkpoint")
+        cp = open_checkpoint(note, self.verifier)
+        if not 1 <= position <= cp.size:
+            raise CheckpointError(
+                f"position {position} is not covered by the newest checkpoint (1..{cp.size}); "
+                "run `tracebound checkpoint`"
+            )
+        (raw,) = self.store.read_raw(start=position, stop=position)
+        proof = inclusion_proof(position - 1, cp.size, self._subtree_root)
+        bundle = InclusionBundle(
+            position=position,
+            stream_id=raw.stream_id,
+            prev_hash=raw.prev_hash,
+            hash=raw.hash,
+            body=raw.body,
+            tree_size=cp.size,
+            proof=proof,
+            checkpoint=note,
+        )
+        verify_bundle(bundle, self.verifier)  # never hand out a proof that does not verify
+        return bundle
+
+    # -- verification --------------------------------------------------------------------
+
+    def _signed_checkpoints(self, report: VerifyReport) -> list[Checkpoint] | None:
+        notes = self.store.checkpoints()
+        if not notes:
+            report.checks["signature"] = "no checkpoint yet"
+            return []
+        if self.verifier is None:
+            report.checks["signature"] = "no verifier key given"
+            return None
+        out: list[Checkpoint] = []
+        for size, note in notes:
+            try:
+                cp = open_checkpoint(note, self.verifier)
+            except (SignatureInvalid, CheckpointError) as exc:
+                report.damage = LedgerDamaged(
+                    DamageKind.FORGED_SIGNATURE,
+                    size,
+                    f"the checkpoint stored for size {size} does not verify: {exc}",
+                )
+                report.checks["signature"] = "failed"
+                return None
+            if cp.size != size or cp.origin != self.origin:
+                report.damage = LedgerDamaged(
+                    DamageKind.FORGED_SIGNATURE,
+                    size,
+                    f"the checkpoint stored for size {size} is for {cp.origin!r} size {cp.size}",
+                )
+                report.checks["signature"] = "failed"
+                return None
+            out.append(cp)
+        report.checks["signature"] = "ok"
+        return out
+
+    def _witnessed(self, report: VerifyReport) -> Checkpoint | None:
+        if self.witness is None:
+            report.checks["witness"] = "no witness configured"
+            return None
+        if self.verifier is None:
+            report.checks["witness"] = "no verifier key given"
+            return None
+        try:
+            held = self.witness.latest(self.verifier)
+        except TraceboundError as exc:
+            report.checks["witness"] = f"unreadable: {exc}"
+            return None
+        if held is None:
+            report.checks["witness"] = "witness holds no checkpoint yet"
+            return None
+        report.witness_size = held.size
+        report.checks["witness"] = "ok"
+        return held
+
+    def _chunks(self, size: int, sizes: list[int], workers: int) -> Iterator[ChunkResult]:
+        spans = [(s, min(s + CHUNK - 1, size)) for s in range(1, size + 1, CHUNK)]
+        if workers <= 1 or len(spans) <= 1:
+            for start, stop in spans:
+                verifier = ChunkVerifier(start, snapshot_sizes=sizes)
+                yield verifier.feed_all(self.store.read_raw(start=start, stop=stop))
+            return
+        # spawn, not fork: a forked child would inherit this process's SQLite handles.
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+            futures = [
+                pool.submit(_verify_chunk, self.store.url, a, b, [s for s in sizes if a <= s <= b])
+                for a, b in spans
+            ]
+            for fut in futures:
+                yield fut.result()
+
+    def verify(
+        self,
+        *,
+        progress: Progress | None = None,
+        workers: int | None = None,
+        require_signed: bool = True,
+    ) -> VerifyReport:
+        """Check chain, positions, indexes, Merkle roots, signatures and the witness.
+
+        Never raises for damage: the report names the first bad position and the kind.
+        ``workers`` > 1 hashes chunks in that many processes (default: CPU count, for
+        logs larger than one chunk).
+        """
+        report = VerifyReport()
+        checkpoints = self._signed_checkpoints(report)
+        if report.damage is not None:
+            return report
+        witness = self._witnessed(report) if require_signed else None
+        sizes = sorted({c.size for c in checkpoints or []} | ({witness.size} if witness else set()))
+        size = self.store.size()
+        nworkers = workers if workers is not None else (os.cpu_count() or 1)
+        assembler = LogAssembler(root_sizes=sizes)
+        try:
+            for chunk in self._chunks(size, sizes, nworkers):
+                assembler.add(chunk)
+                if progress is not None:
+                    progress(assembler.size, size)
+            log: VerifiedLog = assembler.result()
+        except LedgerDamaged as damage:
+            report.damage = damage
+            report.checks["chain"] = "failed"
+            return report
+        report.checks["chain"] = "ok"
+        report.checks["positions"] = "ok"
+        report.size, report.root, report.streams = log.size, log.root.hex(), log.streams
+        if checkpoints:
+            report.checkpoint_size = max(c.size for c in checkpoints)
+        report.uncovered = log.size - max(report.checkpoint_size or 0, report.witness_size or 0)
+        try:
+            check_against_checkpoints(log, checkpoints or [], witness)
+        except LedgerDamaged as damage:
+            report.damage = damage
+            report.checks["merkle"] = "failed"
+            return report
+        report.checks["merkle"] = "ok"
+        return report

@@ -1,0 +1,58 @@
+"""Where time, ids and randomness come from: Protocols, injected everywhere.
+
+No module calls ``datetime.now()`` or ``uuid4()`` itself; it is handed a :class:`Clock`
+and an :class:`IdSource`. Production code passes :mod:`tracebound.system`'s; tests and
+replay pass :class:`FixedClock` and :class:`SequentialIds`, so a recorded run replays to
+identical bytes.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+from uuid import UUID
+
+__all__ = ["Clock", "FixedClock", "IdSource", "SequentialIds"]
+
+
+class Clock(Protocol):
+    def now(self) -> datetime:
+        """The current time, timezone-aware, UTC."""
+        ...
+
+
+class IdSource(Protocol):
+    def new_id(self) -> UUID:
+        """A fresh, unique id."""
+        ...
+
+
+class FixedClock:
+    """A clock that starts at ``start`` and advances by ``step`` on every reading."""
+
+    def __init__(
+        self,
+        start: datetime = datetime(2026, 1, 1, tzinfo=UTC),
+        step: timedelta = timedelta(milliseconds=1),
+    ) -> None:
+        if start.tzinfo is None:
+            raise ValueError("FixedClock needs a timezone-aware start")
+        self._next = start.astimezone(UTC)
+        self._step = step
+
+    def now(self) -> datetime:
+        current = self._next
+        self._next = current + self._step
+        return current
+
+
+class SequentialIds:
+    """Deterministic UUIDs: a namespace prefix and a counter, for tests and replay."""
+
+    def __init__(self, namespace: int = 0) -> None:
+        self._namespace = namespace
+        self._counter = 0
+
+    def new_id(self) -> UUID:
+        self._counter += 1
+        return UUID(int=(self._namespace << 64) | self._counter)

@@ -1,0 +1,377 @@
+"""The embedded SQLite backend: one file, WAL, every append durable before it returns.
+
+Positions are ``max(position) + 1`` inside a ``BEGIN IMMEDIATE`` transaction, which takes
+SQLite's single write lock; so positions are gap-free and writers in several processes
+serialise instead of corrupting each other. ``synchronous=FULL`` makes COMMIT wait for the
+WAL's fsync, so an acknowledged append survives power loss.
+
+The costly work, canonicalising payloads, happens before the lock is taken; under the lock
+the store only formats a short suffix, hashes and inserts (see `events/record.py`).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Final
+
+from tracebound.canonical import canonical_bytes
+from tracebound.errors import (
+    ConcurrencyConflict,
+    ConfigError,
+    DamageKind,
+    LedgerDamaged,
+    StorageError,
+    StoreClosed,
+    StoreNotFound,
+)
+from tracebound.events.envelope import Event, RecordedEvent
+from tracebound.events.record import LedgerFields, decode_record, event_prefix, record_suffix
+from tracebound.integrity.chain import GENESIS, chain_hash
+from tracebound.ids import ChainHead, StreamId, StreamVersion
+from tracebound.store.port import ANY_VERSION, AppendRequest, RawRecord, StreamHead
+
+__all__ = ["DB_FILENAME", "SCHEMA_VERSION", "SQLiteStore"]
+
+DB_FILENAME: Final = "ledger.db"
+SCHEMA_VERSION: Final = 1
+_PAGE = 1000  # rows per keyset page: bounded memory, short read transactions
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS events (
+    position       INTEGER PRIMARY KEY,
+    stream_id      TEXT    NOT NULL,
+    stream_version INTEGER NOT NULL,
+    event_type     TEXT    NOT NULL,
+    workflow_id    TEXT,
+    timestamp      TEXT    NOT NULL,
+    schema_version INTEGER NOT NULL,
+    prev_hash      BLOB    NOT NULL,
+    hash           BLOB    NOT NULL,
+    body           BLOB    NOT NULL,
+    UNIQUE (stream_id, stream_version)
+);
+CREATE INDEX IF NOT EXISTS events_by_workflow ON events (workflow_id, position);
+CREATE TABLE IF NOT EXISTS checkpoints (
+    size INTEGER PRIMARY KEY,
+    note TEXT    NOT NULL
+);
+"""
+
+_COLUMNS = (
+    "position, stream_id, stream_version, event_type, workflow_id, timestamp, "
+    "schema_version, prev_hash, hash, body"
+)
+# Reads CAST the hashed columns: if someone rewrote a BLOB as TEXT, verify must see the
+# bytes (and judge them), not crash on a str.
+_RAW_SELECT = (
+    "position, stream_id, stream_version, event_type, workflow_id, timestamp, "
+    "schema_version, CAST(prev_hash AS BLOB), CAST(hash AS BLOB), CAST(body AS BLOB)"
+)
+
+
+@contextmanager
+def _translated(what: str) -> Iterator[None]:
+    """Turn sqlite3 errors into StorageError: no backend exception escapes the API."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise StorageError(f"sqlite {what} failed: {exc}") from exc
+
+
+class _Prepared:
+    """An event's writer-side work, done before the lock: canonical prefix and fields."""
+
+    __slots__ = ("event", "fields", "prefix")
+
+    def __init__(self, event: Event) -> None:
+        self.event = event
+        self.prefix = event_prefix(event)
+        self.fields = LedgerFields(event)
+
+
+class SQLiteStore:
+    """A ledger in one SQLite file. Safe to share between threads and processes.
+
+    Args:
+        path: the database file, or a directory that holds ``ledger.db``.
+        create: create the file (and directory, mode 0700) if it does not exist.
+        synchronous: SQLite's ``synchronous`` setting. ``FULL`` (the default) is what
+            makes an acknowledged append durable; ``NORMAL`` is faster and may lose the
+            last commits on power loss (never on a process crash).
+        busy_timeout: seconds a writer waits for another process's write lock.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        create: bool = True,
+        synchronous: str = "FULL",
+        busy_timeout: float = 60.0,
+    ) -> None:
+        p = Path(path)
+        if p.is_dir() or (not p.suffix and not p.exists()):
+            p = p / DB_FILENAME
+        if synchronous.upper() not in {"FULL", "EXTRA", "NORMAL"}:
+            raise ConfigError(f"synchronous must be FULL, EXTRA or NORMAL, not {synchronous!r}")
+        if not p.exists():
+            if not create:
+                raise StoreNotFound(f"no ledger at {p}; run `tracebound init` first")
+            p.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.path = p
+        self.url = f"sqlite:///{p}"
+        self._synchronous = synchronous.upper()
+        self._busy_timeout = busy_timeout
+        self._write_lock = threading.Lock()
+        self._local = threading.local()
+        self._closed = False
+        self._connections: list[sqlite3.Connection] = []
+        self._connections_lock = threading.Lock()
+        with _translated("open"):
+            conn = self._conn()
+            # WAL lets readers run beside the one writer and makes commits a single append.
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("BEGIN IMMEDIATE")
+            for statement in filter(None, (s.strip() for s in _SCHEMA.split(";"))):
+                conn.execute(statement)
+            conn.execute(
+                "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)",
+                (str(SCHEMA_VERSION),),
+            )
+            conn.execute("COMMIT")
+
+    # -- connections ---------------------------------------------------------------------
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._closed:
+            raise StoreClosed(f"{self.url} is closed")
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(
+                self.path,
+                isolation_level=None,  # we issue BEGIN/COMMIT ourselves
+                check_same_thread=False,
+                timeout=self._busy_timeout,
+            )
+            conn.execute(f"PRAGMA synchronous={self._synchronous}")
+            conn.execute("PRAGMA foreign_keys=ON")
+            self._local.conn = conn
+            with self._connections_lock:
+                self._connections.append(conn)
+        return conn
+
+    def close(self) -> None:
+        with self._connections_lock:
+            for conn in self._connections:
+                conn.close()
+            self._connections.clear()
+        self._closed = True
+
+    def __enter__(self) -> SQLiteStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- appends -------------------------------------------------------------------------
+
+    def append(
+        self,
+        stream_id: str,
+        events: Sequence[Event],
+        *,
+        expected_version: int | None = ANY_VERSION,
+    ) -> list[RecordedEvent]:
+        return self.append_batch([AppendRequest(StreamId(stream_id), events, expected_version)])
+
+    def append_batch(self, requests: Sequence[AppendRequest]) -> list[RecordedEvent]:
+        prepared = [(r, [_Prepared(e) for e in r.events]) for r in requests]
+        with self._write_lock, _translated("append"):
+            conn = self._conn()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                rows, recorded = self._rows_for(conn, prepared)
+                conn.executemany(
+                    f"INSERT INTO events ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)", rows
+                )
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        return recorded
+
+    def _rows_for(
+        self,
+        conn: sqlite3.Connection,
+        prepared: Sequence[tuple[AppendRequest, list[_Prepared]]],
+    ) -> tuple[list[tuple[Any, ...]], list[RecordedEvent]]:
+        (last,) = conn.execute("SELECT COALESCE(MAX(position), 0) FROM events").fetchone()
+        position = int(last)
+        heads: dict[str, tuple[int, bytes]] = {}
+        rows: list[tuple[Any, ...]] = []
+        recorded: list[RecordedEvent] = []
+        for request, items in prepared:
+            sid = request.stream_id
+            if sid not in heads:
+                head = self._head(conn, sid)
+                heads[sid] = (0, GENESIS) if head is None else (head.version, head.head)
+            version, prev = heads[sid]
+            if request.expected_version is not None and request.expected_version != version:
+                raise ConcurrencyConflict(sid, request.expected_version, version)
+            sid_json = canonical_bytes(sid)
+            for item in items:
+                position += 1
+                version += 1
+                body = item.prefix + record_suffix(
+                    item.fields,
+                    position=position,
+                    prev_hash=prev,
+                    stream_id_json=sid_json,
+                    stream_version=version,
+                )
+                digest = chain_hash(prev, body)
+                ev = item.event
+                rows.append(
+                    (
+                        position,
+                        sid,
+                        version,
+                        ev.event_type,
+                        ev.workflow_id,
+                        item.fields.timestamp[1:-1].decode(),
+                        ev.schema_version,
+                        prev,
+                        digest,
+                        body,
+                    )
+                )
+                recorded.append(
+                    RecordedEvent.model_construct(
+                        **dict(ev),
+                        stream_id=StreamId(sid),
+                        stream_version=StreamVersion(version),
+                        position=position,
+                        prev_hash=ChainHead(prev),
+                        hash=digest,
+                    )
+                )
+                prev = digest
+            heads[sid] = (version, prev)
+        return rows, recorded
+
+    @staticmethod
+    def _head(conn: sqlite3.Connection, stream_id: str) -> StreamHead | None:
+        row = conn.execute(
+            "SELECT stream_version, hash FROM events WHERE stream_id = ? "
+            "ORDER BY stream_version DESC LIMIT 1",
+            (stream_id,),
+        ).fetchone()
+        return None if row is None else StreamHead(StreamVersion(row[0]), ChainHead(row[1]))
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def stream_head(self, stream_id: str) -> StreamHead | None:
+        with _translated("read"):
+            return self._head(self._conn(), stream_id)
+
+    def size(self) -> int:
+        with _translated("read"):
+            (last,) = self._conn().execute("SELECT COALESCE(MAX(position), 0) FROM events").fetchone()
+            return int(last)
+
+    def read_raw(self, *, start: int = 1, stop: int | None = None) -> Iterator[RawRecord]:
+        # Keyset pages: each page is one short read transaction, so a long reader neither
+        # holds the WAL back nor grows in memory.
+        upper = stop if stop is not None else (1 << 62)
+        cursor = start
+        while cursor <= upper:
+            with _translated("read"):
+                page = self._conn().execute(
+                    f"SELECT {_RAW_SELECT} FROM events WHERE position >= ? AND position <= ? "
+                    "ORDER BY position LIMIT ?",
+                    (cursor, upper, _PAGE),
+                ).fetchall()
+            if not page:
+                return
+            for row in page:
+                yield RawRecord(*row)
+            cursor = page[-1][0] + 1
+
+    def read_log(self, *, start: int = 1, stop: int | None = None) -> Iterator[RecordedEvent]:
+        for raw in self.read_raw(start=start, stop=stop):
+            event = decode_record(raw.body, raw.hash)
+            if event.position != raw.position:
+                raise LedgerDamaged(
+                    DamageKind.REORDER,
+                    raw.position,
+                    f"the record stored here says it is position {event.position}",
+                )
+            yield event
+
+    def read_stream(
+        self, stream_id: str, *, from_version: int = 1, to_version: int | None = None
+    ) -> Iterator[RecordedEvent]:
+        upper = to_version if to_version is not None else (1 << 62)
+        cursor = from_version
+        while cursor <= upper:
+            with _translated("read"):
+                page = self._conn().execute(
+                    "SELECT position, stream_version, CAST(hash AS BLOB), CAST(body AS BLOB) FROM events "
+                    "WHERE stream_id = ? AND stream_version >= ? AND stream_version <= ? "
+                    "ORDER BY stream_version LIMIT ?",
+                    (stream_id, cursor, upper, _PAGE),
+                ).fetchall()
+            if not page:
+                return
+            for position, version, digest, body in page:
+                event = decode_record(body, digest)
+                if event.stream_id != stream_id or event.stream_version != version:
+                    raise LedgerDamaged(
+                        DamageKind.TAMPER,
+                        position,
+                        f"indexed as {stream_id!r} v{version}, but the record says "
+                        f"{event.stream_id!r} v{event.stream_version}",
+                    )
+                yield event
+            cursor = page[-1][1] + 1
+
+    # -- checkpoints ---------------------------------------------------------------------
+
+    def save_checkpoint(self, size: int, note: str) -> None:
+        with self._write_lock, _translated("checkpoint"):
+            self._conn().execute(
+                "INSERT OR REPLACE INTO checkpoints (size, note) VALUES (?, ?)", (size, note)
+            )
+
+    def latest_checkpoint(self) -> str | None:
+        with _translated("read"):
+            row = self._conn().execute(
+                "SELECT note FROM checkpoints ORDER BY size DESC LIMIT 1"
+            ).fetchone()
+        return None if row is None else str(row[0])
+
+    def checkpoints(self) -> list[tuple[int, str]]:
+        with _translated("read"):
+            rows = self._conn().execute("SELECT size, note FROM checkpoints ORDER BY size").fetchall()
+        return [(int(s), str(n)) for s, n in rows]
+
+    # -- metadata ------------------------------------------------------------------------
+
+    def get_meta(self, key: str) -> str | None:
+        with _translated("read"):
+            row = self._conn().execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_meta(self, key: str, value: str) -> None:
+        with self._write_lock, _translated("write"):
+            self._conn().execute(
+                "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value)
+            )

@@ -1,0 +1,254 @@
+"""One conformance suite for every ledger backend (CONVENTIONS #4).
+
+A backend's test module subclasses :class:`LedgerStoreSuite` and provides a ``store``
+fixture (and ``reopen`` to open a second handle on the same store, for multi-process and
+restart tests). A new backend passes this suite unchanged.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import tracemalloc
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any, ClassVar, Literal
+from uuid import UUID
+
+import pytest
+
+from tracebound.canonical import canonical_bytes
+from tracebound.errors import ConcurrencyConflict, StoreClosed, TraceboundError
+from tracebound.events import Event, Payload, default_registry
+from tracebound.events.record import record_dict
+from tracebound.integrity.chain import GENESIS, chain_hash
+from tracebound.store.port import NO_STREAM, AppendRequest, LedgerStore
+
+
+class ConformanceNote(Payload):
+    """A payload type only the suite uses; registered like any user type."""
+
+    kind: Literal["conformance_note"] = "conformance_note"
+    text: str
+    n: int
+    tags: tuple[str, ...] = ()
+
+
+if "conformance_note" not in default_registry():
+    default_registry().register(ConformanceNote)
+
+_T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+def note(n: int, text: str = "hello", *, workflow: str | None = "wf-1") -> Event:
+    return Event.create(
+        ConformanceNote(text=text, n=n, tags=("a", "ü", "\U0001f600")),
+        event_id=UUID(int=n + 1),
+        timestamp=_T0 + timedelta(microseconds=n),
+        workflow_id=workflow,
+    )
+
+
+def _writer(factory: Callable[[], LedgerStore], worker: int, count: int, shared: str) -> int:
+    """Runs in a child process: own stream appends plus contended appends to ``shared``."""
+    store = factory()
+    conflicts = 0
+    try:
+        for i in range(count):
+            store.append(f"own-{worker}", [note(worker * 100_000 + i)])
+            while True:  # optimistic-concurrency loop on the shared stream
+                head = store.stream_head(shared)
+                version = 0 if head is None else head.version
+                try:
+                    store.append(shared, [note(i, f"w{worker}")], expected_version=version)
+                    break
+                except ConcurrencyConflict:
+                    conflicts += 1
+    finally:
+        store.close()
+    return conflicts
+
+
+class LedgerStoreSuite:
+    """The behaviour every backend must have."""
+
+    # A picklable zero-argument callable that opens the same store in another process.
+    factory: ClassVar[Any]
+
+    @pytest.fixture
+    def store(self) -> Iterator[LedgerStore]:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    @pytest.fixture
+    def reopen(self) -> Callable[[], LedgerStore]:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    # -- appends ---------------------------------------------------------------------------
+
+    def test_first_append_starts_chain_at_genesis(self, store: LedgerStore) -> None:
+        (rec,) = store.append("s", [note(1)])
+        assert (rec.position, rec.stream_version, rec.prev_hash) == (1, 1, GENESIS)
+        body = canonical_bytes(record_dict(rec))
+        assert rec.hash == chain_hash(GENESIS, body)
+
+    def test_stored_bytes_equal_slow_canonical_form(self, store: LedgerStore) -> None:
+        store.append("s", [note(1), note(2)])
+        store.append("t", [note(3, workflow=None)])
+        for raw, rec in zip(store.read_raw(), store.read_log(), strict=True):
+            assert raw.body == canonical_bytes(record_dict(rec))
+            assert raw.hash == chain_hash(raw.prev_hash, raw.body)
+
+    def test_positions_are_gap_free_across_streams(self, store: LedgerStore) -> None:
+        for i in range(30):
+            store.append(f"s{i % 4}", [note(i)])
+        positions = [e.position for e in store.read_log()]
+        assert positions == list(range(1, 31))
+        assert store.size() == 30
+
+    def test_stream_chain_links_each_event_to_previous(self, store: LedgerStore) -> None:
+        store.append("a", [note(1)])
+        store.append("b", [note(2)])
+        store.append("a", [note(3), note(4)])
+        events = list(store.read_stream("a"))
+        assert [e.stream_version for e in events] == [1, 2, 3]
+        assert events[0].prev_hash == GENESIS
+        assert events[1].prev_hash == events[0].hash
+        assert events[2].prev_hash == events[1].hash
+        head = store.stream_head("a")
+        assert head is not None
+        assert (head.version, head.head) == (3, events[2].hash)
+        assert store.stream_head("missing") is None
+
+    def test_round_trip_preserves_event(self, store: LedgerStore) -> None:
+        ev = note(7, "ümlaut \u2028 \x01")
+        (rec,) = store.append("s", [ev])
+        (back,) = store.read_stream("s")
+        assert back.payload == ev.payload
+        assert back.event_id == ev.event_id
+        assert back.timestamp == ev.timestamp
+        assert back.workflow_id == ev.workflow_id
+        assert back.hash == rec.hash
+
+    def test_expected_version_conflict_is_typed_and_writes_nothing(
+        self, store: LedgerStore
+    ) -> None:
+        store.append("s", [note(1)], expected_version=NO_STREAM)
+        with pytest.raises(ConcurrencyConflict) as info:
+            store.append("s", [note(2)], expected_version=NO_STREAM)
+        assert (info.value.expected, info.value.actual, info.value.stream_id) == (0, 1, "s")
+        store.append("s", [note(2)], expected_version=1)
+        with pytest.raises(ConcurrencyConflict):
+            store.append("s", [note(3)], expected_version=5)
+        assert store.size() == 2
+
+    def test_batch_is_atomic(self, store: LedgerStore) -> None:
+        store.append("b", [note(1)])
+        with pytest.raises(ConcurrencyConflict):
+            store.append_batch(
+                [
+                    AppendRequest("a", [note(2), note(3)], NO_STREAM),  # type: ignore[arg-type]
+                    AppendRequest("b", [note(4)], NO_STREAM),  # type: ignore[arg-type]
+                ]
+            )
+        assert store.size() == 1
+        assert store.stream_head("a") is None
+        out = store.append_batch(
+            [
+                AppendRequest("a", [note(2), note(3)], NO_STREAM),  # type: ignore[arg-type]
+                AppendRequest("b", [note(4)], 1),  # type: ignore[arg-type]
+                AppendRequest("a", [note(5)]),  # type: ignore[arg-type]
+            ]
+        )
+        assert [(e.stream_id, e.stream_version, e.position) for e in out] == [
+            ("a", 1, 2),
+            ("a", 2, 3),
+            ("b", 2, 4),
+            ("a", 3, 5),
+        ]
+        assert out[3].prev_hash == out[1].hash
+
+    def test_large_batch(self, store: LedgerStore) -> None:
+        out = store.append("big", [note(i) for i in range(2500)])
+        assert [e.position for e in out] == list(range(1, 2501))
+        assert sum(1 for _ in store.read_stream("big")) == 2500
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def test_read_ranges(self, store: LedgerStore) -> None:
+        store.append("s", [note(i) for i in range(10)])
+        assert [e.position for e in store.read_log(start=3, stop=5)] == [3, 4, 5]
+        assert [e.stream_version for e in store.read_stream("s", from_version=9)] == [9, 10]
+        assert [e.stream_version for e in store.read_stream("s", to_version=2)] == [1, 2]
+        assert list(store.read_log(start=11)) == []
+
+    def test_reads_stream_in_constant_memory(self, store: LedgerStore) -> None:
+        for chunk in range(12):
+            store.append("m", [note(chunk * 1000 + i, "x" * 200) for i in range(1000)])
+
+        def peak(limit: int) -> int:
+            tracemalloc.start()
+            for i, _ in enumerate(store.read_raw()):
+                if i >= limit:
+                    break
+            _, top = tracemalloc.get_traced_memory()
+            tracemalloc.stop()
+            return top
+
+        small, large = peak(1500), peak(12000)
+        # A reader that loaded everything would need ~8x more for 8x the rows.
+        assert large < small * 2, (small, large)
+
+    # -- concurrency ---------------------------------------------------------------------
+
+    def test_threads_append_concurrently(self, store: LedgerStore) -> None:
+        errors: list[BaseException] = []
+
+        def work(t: int) -> None:
+            try:
+                for i in range(50):
+                    store.append(f"t{t}", [note(t * 1000 + i)])
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(6)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        assert not errors
+        assert [e.position for e in store.read_log()] == list(range(1, 301))
+
+    def test_processes_append_concurrently(
+        self, store: LedgerStore, reopen: Callable[[], LedgerStore]
+    ) -> None:
+        workers, count = 4, 60
+        ctx = multiprocessing.get_context("spawn")
+        with ctx.Pool(workers) as pool:
+            conflicts = pool.starmap(_writer, [(reopen, w, count, "shared") for w in range(workers)])
+        total = workers * count * 2
+        assert store.size() == total
+        assert [e.position for e in store.read_log()] == list(range(1, total + 1))
+        shared = list(store.read_stream("shared"))
+        assert [e.stream_version for e in shared] == list(range(1, workers * count + 1))
+        prev = GENESIS
+        for raw in store.read_raw():
+            assert raw.hash == chain_hash(raw.prev_hash, raw.body)
+        for e in shared:
+            assert e.prev_hash == prev
+            prev = e.hash
+
+    # -- checkpoints and lifecycle -------------------------------------------------------
+
+    def test_checkpoints_are_kept_in_order(self, store: LedgerStore) -> None:
+        assert store.latest_checkpoint() is None
+        store.save_checkpoint(5, "note-5\n")
+        store.save_checkpoint(2, "note-2\n")
+        assert store.latest_checkpoint() == "note-5\n"
+        assert store.checkpoints() == [(2, "note-2\n"), (5, "note-5\n")]
+
+    def test_use_after_close_is_typed(self, store: LedgerStore) -> None:
+        store.close()
+        with pytest.raises(StoreClosed):
+            store.size()
+        with pytest.raises(TraceboundError):
+            store.append("s", [note(1)])
