@@ -11,6 +11,7 @@ from typing import NewType
 from uuid import UUID
 
 __all__ = [
+    "AdapterId",
     "AdvisoryId",
     "AttemptId",
     "ChainHead",
@@ -18,12 +19,14 @@ __all__ = [
     "EventId",
     "EventType",
     "GateId",
+    "PatchDigest",
     "PluginId",
     "Position",
     "PromptDigest",
     "RagRecordId",
     "ResponseDigest",
     "RunId",
+    "SandboxRunId",
     "Sha256Digest",
     "StepId",
     "StreamId",
@@ -51,3 +54,8 @@ ChainHead = NewType("ChainHead", bytes)  # 32 raw bytes of BLAKE3
 PromptDigest = NewType("PromptDigest", str)  # hex BLAKE3 of the exact prompt bytes
 ResponseDigest = NewType("ResponseDigest", str)  # hex BLAKE3 of the exact response bytes
 Sha256Digest = NewType("Sha256Digest", str)  # "sha256:<64 hex>"
+
+# Added with the built-in event catalog (ADR-0034's AdapterDegraded, ADR-0002's AttemptSummary).
+AdapterId = NewType("AdapterId", str)  # a code-intelligence adapter, e.g. "scip", "tree-sitter"
+SandboxRunId = NewType("SandboxRunId", str)  # the sandbox run whose gate verdict a retry follows
+PatchDigest = NewType("PatchDigest", str)  # hex BLAKE3 of the exact patch bytes a transform built

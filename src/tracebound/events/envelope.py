@@ -92,7 +92,10 @@ class Event(BaseModel):
             raw = data["payload"]
             kind = raw.get("kind", data.get("event_type"))
             version = data.get("schema_version", 1)
-            data = {**data, "payload": default_registry().decode_payload(kind, version, raw)}
+            decoded = default_registry().decode_payload(kind, version, raw)
+            # The in-memory event describes the payload it holds, which is now current;
+            # the stored bytes (what the chain verifies) keep the version they were written at.
+            data = {**data, "payload": decoded, "schema_version": type(decoded).SCHEMA_VERSION}
         return data
 
     @model_validator(mode="after")
@@ -110,6 +113,11 @@ class RecordedEvent(Event):
     ``hash = blake3(prev_hash || canonical_json(record without hash))`` (ADR-0005), where the
     record is this model's fields in RFC 8785 form (see :mod:`tracebound.events.record`).
     """
+
+    # Hashes are raw bytes in Python and lower-case hex in JSON.
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", ser_json_bytes="hex", val_json_bytes="hex"
+    )
 
     stream_id: StreamId
     stream_version: StreamVersion

@@ -163,7 +163,7 @@ def decode_record(
             correlation_id=None
             if d["correlation_id"] is None
             else CorrelationId(d["correlation_id"]),
-            schema_version=d["schema_version"],
+            schema_version=type(payload).SCHEMA_VERSION,
             stream_id=StreamId(d["stream_id"]),
             stream_version=StreamVersion(d["stream_version"]),
             position=Position(d["position"]),

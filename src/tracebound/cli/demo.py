@@ -1,0 +1,197 @@
+"""`tracebound demo`: a small pipeline run, recorded, signed, verified, then tampered.
+
+It shows the promise in one minute: a run is written to the ledger, a checkpoint is signed
+and handed to the witness, `verify` agrees with everything, and a copy of the store with one
+changed dollar amount is caught at the exact position.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import tempfile
+from datetime import timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from tracebound.events.catalog import (
+    CostEstimate,
+    CostIncurred,
+    LeafInvoked,
+    LeafReturned,
+    MergeOutcome,
+    PluginResolved,
+    RetryRequested,
+    StepRecorded,
+    TrustGateFailed,
+    TrustGatePassed,
+    Validations,
+)
+from tracebound.events.envelope import Payload
+from tracebound.ledger import Ledger
+from tracebound.store.keyfile import generate_keypair, load_signer
+from tracebound.store.sqlite import SQLiteStore
+from tracebound.store.witness import FileWitness
+from tracebound.system import RandomIds, SystemClock
+
+__all__ = ["run_demo"]
+
+ORIGIN = "tracebound.demo/pipeline"
+WORKFLOW = "wf-demo-0001"
+
+
+def _script(ledger: Ledger) -> list[tuple[str, Payload]]:
+    """The run: plan, a failing attempt, a retry that passes, review, merge."""
+    ids, now = ledger.ids, ledger.clock.now()
+    attempt_1, attempt_2 = ids.new_id(), ids.new_id()
+    digest = "sha256:" + "ab" * 32
+
+    def step(step_id: str, role: Any, status: Any, parent: str | None, ms: int) -> StepRecorded:
+        return StepRecorded(
+            run_id="run-demo-0001",
+            step_id=step_id,
+            parent_step_id=parent,
+            role=role,
+            timestamp_start=now,
+            timestamp_end=now + timedelta(milliseconds=ms),
+            duration_ms=ms,
+            artifact_hash=digest,
+            status=status,
+            error_origin=step_id if status == "error" else None,
+            cost_est=CostEstimate(prompt_tokens=1200, compute_usd_est=Decimal("0.02")),
+            latency_ms=ms,
+            validations=Validations(ran=("schema-validation",)),
+            storage="db",
+        )
+
+    return [
+        ("run-demo/planner", step("plan-1", "Planner", "success", None, 640)),
+        ("run-demo/planner", PluginResolved(
+            plugin_id="python-deps", extends_chain=("generic",), matched_scope="pyproject",
+            fallback_used=False)),
+        ("run-demo/attempts", LeafInvoked(
+            attempt_id=attempt_1, attempt_index=0, model="gpt-demo",
+            prompt_digest_blake3="1f" * 32)),
+        ("run-demo/attempts", LeafReturned(
+            attempt_id=attempt_1, attempt_index=0, model="gpt-demo", tokens_in=1800,
+            response_digest_blake3="2e" * 32,
+            tokens_out=420, cached_input_tokens=1024, reasoning_tokens=128)),
+        ("run-demo/costs", CostIncurred(
+            tier="direct", amount_usd=Decimal("0.0231"), source="llm", tokens_in=1800,
+            tokens_out=420, cached_input_tokens=1024, reasoning_tokens=128, model="gpt-demo",
+            role="Executor")),
+        ("run-demo/executor", step("exec-1", "Executor", "error", "plan-1", 2100)),
+        ("run-demo/gates", TrustGateFailed(
+            gate="tests", failing_signals=("test_upgrade_keeps_api",), score=4200, retry_count=0)),
+        ("run-demo/attempts", RetryRequested(
+            attempt_id=attempt_1, attempt_index=0, gate="tests", sandbox_run_id="sbx-1",
+            failing_signals=("test_upgrade_keeps_api",), summary_pointer=digest)),
+        ("run-demo/attempts", LeafReturned(
+            attempt_id=attempt_2, attempt_index=1, model="gpt-demo", tokens_in=2300,
+            response_digest_blake3="3d" * 32,
+            tokens_out=510, cached_input_tokens=1536, reasoning_tokens=256)),
+        ("run-demo/costs", CostIncurred(
+            tier="direct", amount_usd=Decimal("0.0274"), source="llm", tokens_in=2300,
+            tokens_out=510, cached_input_tokens=1536, reasoning_tokens=256, model="gpt-demo",
+            role="Executor")),
+        ("run-demo/executor", step("exec-2", "Executor", "success", "plan-1", 1900)),
+        ("run-demo/gates", TrustGatePassed(gate="tests", signals={"tests": "pass"}, score=9600)),
+        ("run-demo/critic", step("critic-1", "Critic", "success", "exec-2", 450)),
+        ("run-demo/merge", MergeOutcome(
+            pr_url="https://git.example/demo/pull/1", decision="merged", reviewer="alice")),
+    ]
+
+
+def _tamper(store_dir: Path) -> int:
+    """Raise the first recorded cost tenfold, as someone editing the file would."""
+    conn = sqlite3.connect(store_dir / "ledger.db")
+    with conn:
+        (position,) = conn.execute(
+            "SELECT MIN(position) FROM events WHERE event_type = 'cost_incurred'"
+        ).fetchone()
+        conn.execute(
+            "UPDATE events SET body = CAST(replace(CAST(body AS TEXT), "
+            "'\"amount_usd\":\"0.0231\"', '\"amount_usd\":\"0.2310\"') AS BLOB) "
+            "WHERE position = ?",
+            (position,),
+        )
+    conn.close()
+    return int(position)
+
+
+def run_demo(workdir: Path | None, *, console: Console | None) -> dict[str, Any]:
+    """Run the demo in ``workdir`` (a fresh temporary directory by default)."""
+    root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="tracebound-demo-"))
+    store_dir, key_path = root / "store", root / "keys" / "demo.key"
+    witness_path = root / "witness" / "demo.note"
+    if store_dir.exists():
+        shutil.rmtree(store_dir)
+    if not key_path.exists():
+        generate_keypair("tracebound-demo", path=key_path, store_dir=store_dir)
+    signer = load_signer(key_path, store_dir=store_dir)
+    witness_path.unlink(missing_ok=True)
+
+    def open_ledger(path: Path) -> Ledger:
+        return Ledger(
+            SQLiteStore(path),
+            clock=SystemClock(),
+            ids=RandomIds(),
+            signer=signer,
+            witness=FileWitness(witness_path, origin=ORIGIN),
+            origin=ORIGIN,
+        )
+
+    with open_ledger(store_dir) as ledger:
+        written = [
+            ledger.record(stream, [payload], workflow_id=WORKFLOW)[0]
+            for stream, payload in _script(ledger)
+        ]
+        checkpoint = ledger.checkpoint()
+        report = ledger.verify()
+
+    tampered_dir = root / "store-tampered"
+    if tampered_dir.exists():
+        shutil.rmtree(tampered_dir)
+    shutil.copytree(store_dir, tampered_dir)
+    changed = _tamper(tampered_dir)
+    with open_ledger(tampered_dir) as ledger:
+        tampered = ledger.verify()
+
+    caught = tampered.damage is not None and tampered.damage.position == changed
+    result = {
+        "ok": report.ok and caught,
+        "workdir": str(root),
+        "events": len(written),
+        "checkpoint": {"size": checkpoint.size, "root": checkpoint.root.hex()},
+        "verify": report.as_dict(),
+        "tampered": {"changed_position": changed, **tampered.as_dict()},
+    }
+    if console is not None:
+        _show(console, written, result, tampered.damage is not None and caught)
+    return result
+
+
+def _show(console: Console, written: list[Any], result: dict[str, Any], caught: bool) -> None:
+    table = Table(title=f"pipeline run {WORKFLOW}: {len(written)} events")
+    for col in ("pos", "stream", "event", "hash"):
+        table.add_column(col)
+    for e in written:
+        table.add_row(str(e.position), e.stream_id, e.event_type, e.hash.hex()[:16])
+    console.print(table)
+    cp = result["checkpoint"]
+    console.print(f"Signed checkpoint over {cp['size']} events, root {cp['root'][:16]}…, "
+                  "handed to the witness.")
+    status = "[bold green]OK[/]" if result["verify"]["ok"] else "[bold red]FAILED[/]"
+    console.print(f"verify (original): {status}")
+    damage = result["tampered"]["damage"] or {}
+    console.print(
+        f"verify (copy with one cost raised tenfold at position "
+        f"{result['tampered']['changed_position']}): "
+        + (f"[bold red]DAMAGED[/] {damage.get('kind')} at position {damage.get('position')}"
+           if caught else "[bold red]NOT DETECTED[/]")
+    )
+    console.print(f"Files are in [bold]{result['workdir']}[/] (store/, keys/, witness/).")

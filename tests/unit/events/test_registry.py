@@ -1,0 +1,305 @@
+"""EventRegistry: registration rules, unknown kinds, upcasting, and user-defined types."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any, ClassVar, Literal
+from uuid import UUID
+
+import pytest
+from pydantic import BaseModel
+
+import tracebound.events.registry as registry_module
+from tracebound.errors import (
+    ContractError,
+    EventTypeError,
+    UnknownEventType,
+    UpcastError,
+    ValidationFailed,
+)
+from tracebound.events import Event, EventRegistry, Payload, default_registry, register_event
+from tracebound.events.anchor import Money
+from tracebound.events.catalog import BUILTIN_PAYLOAD_TYPES, BlobErased
+from tracebound.events.record import event_prefix
+
+T0 = datetime(2026, 5, 18, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def isolated_default_registry(monkeypatch: pytest.MonkeyPatch) -> EventRegistry:
+    """A default registry holding only the built-ins, restored after the test.
+
+    ``Event`` resolves dict payloads through the default registry, so a user-type test has
+    to register there; this keeps that registration from leaking into other tests.
+    """
+    fresh = EventRegistry()
+    for cls in BUILTIN_PAYLOAD_TYPES:
+        fresh.register(cls)
+    monkeypatch.setattr(registry_module, "_DEFAULT", fresh)  # monkeypatch restores it
+    return fresh
+
+
+class TicketV1(Payload):
+    kind: Literal["ticket_opened"] = "ticket_opened"
+    title: str
+
+
+class TicketV2(Payload):
+    """v2 split ``title`` into ``summary`` and added a required ``priority``."""
+
+    SCHEMA_VERSION: ClassVar[int] = 2
+
+    kind: Literal["ticket_opened"] = "ticket_opened"
+    summary: str
+    priority: int
+
+
+class TicketV3(Payload):
+    SCHEMA_VERSION: ClassVar[int] = 3
+
+    kind: Literal["ticket_opened"] = "ticket_opened"
+    summary: str
+    priority: int
+    budget_usd: Money
+
+
+def _v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
+    return {"kind": data["kind"], "summary": data["title"], "priority": 3}
+
+
+def _v2_to_v3(data: dict[str, Any]) -> dict[str, Any]:
+    return {**data, "budget_usd": "0"}
+
+
+# --- registration -------------------------------------------------------------------------
+
+
+def test_register_returns_the_class_and_is_idempotent_for_the_same_class() -> None:
+    reg = EventRegistry()
+    assert reg.register(TicketV1) is TicketV1
+    assert reg.register(TicketV1) is TicketV1
+    assert reg.kinds() == ["ticket_opened"]
+    assert "ticket_opened" in reg
+    assert reg.get("ticket_opened") is TicketV1
+
+
+def test_a_second_class_for_a_kind_is_refused() -> None:
+    reg = EventRegistry()
+    reg.register(TicketV1)
+    with pytest.raises(EventTypeError, match="already registered"):
+        reg.register(TicketV2)
+    assert reg.get("ticket_opened") is TicketV1
+
+
+def test_a_user_type_cannot_take_a_builtin_kind() -> None:
+    class FakeErasure(Payload):
+        kind: Literal["blob_erased"] = "blob_erased"
+        digest: str
+
+    with pytest.raises(EventTypeError):
+        default_registry().register(FakeErasure)
+    assert default_registry().get("blob_erased") is BlobErased
+
+
+class _Score(BaseModel):
+    value: float
+
+
+class _WithFloat(Payload):
+    kind: Literal["with_float"] = "with_float"
+    score: float
+
+
+class _WithOptionalFloat(Payload):
+    kind: Literal["with_optional_float"] = "with_optional_float"
+    score: float | None = None
+
+
+class _WithNestedFloat(Payload):
+    kind: Literal["with_nested_float"] = "with_nested_float"
+    scores: list[_Score]
+
+
+class _WithFloatMap(Payload):
+    kind: Literal["with_float_map"] = "with_float_map"
+    scores: dict[str, float]
+
+
+@pytest.mark.parametrize(
+    "cls",
+    [_WithFloat, _WithOptionalFloat, _WithNestedFloat, _WithFloatMap],
+    ids=lambda c: c.__name__,
+)
+def test_float_bearing_payloads_are_refused(cls: type[Payload]) -> None:
+    reg = EventRegistry()
+    with pytest.raises(EventTypeError, match="floats"):
+        reg.register(cls)
+    assert reg.kinds() == []
+
+
+def test_decimal_money_is_accepted_because_it_serialises_as_a_string() -> None:
+    reg = EventRegistry()
+    reg.register(TicketV3)
+    assert reg.kinds() == ["ticket_opened"]
+
+
+def test_a_payload_without_a_kind_default_is_refused() -> None:
+    class NoKind(Payload):
+        title: str
+
+    class EmptyKind(Payload):
+        kind: Literal[""] = ""
+
+    for cls in (NoKind, EmptyKind):
+        with pytest.raises(EventTypeError, match="kind"):
+            EventRegistry().register(cls)
+
+
+def test_registry_errors_are_contract_errors() -> None:
+    assert issubclass(UnknownEventType, EventTypeError)
+    assert issubclass(EventTypeError, ContractError)
+    assert issubclass(UpcastError, ContractError)
+    assert issubclass(ValidationFailed, ContractError)
+
+
+# --- lookup and decoding -------------------------------------------------------------------
+
+
+def test_unknown_kind_raises() -> None:
+    reg = EventRegistry()
+    with pytest.raises(UnknownEventType, match="nope"):
+        reg.get("nope")
+    with pytest.raises(UnknownEventType):
+        reg.decode_payload("nope", 1, {"kind": "nope"})
+    with pytest.raises(UnknownEventType):
+        default_registry().decode_payload("no_such_builtin", 1, {})
+
+
+def test_invalid_payload_data_is_a_typed_error_naming_the_field() -> None:
+    reg = EventRegistry()
+    reg.register(TicketV2)
+    with pytest.raises(ValidationFailed) as info:
+        reg.decode_payload("ticket_opened", 2, {"kind": "ticket_opened", "summary": "s"})
+    assert info.value.field == "ticket_opened.priority"
+
+
+def test_upcaster_chain_brings_v1_data_to_the_current_version() -> None:
+    reg = EventRegistry()
+    reg.register(TicketV3)
+    reg.register_upcaster("ticket_opened", 1, _v1_to_v2)
+    reg.register_upcaster("ticket_opened", 2, _v2_to_v3)
+    v1 = TicketV1(title="disk full").model_dump(mode="json")
+    assert reg.decode_payload("ticket_opened", 1, v1) == TicketV3(
+        summary="disk full", priority=3, budget_usd=Decimal(0)
+    )
+    v2 = TicketV2(summary="cpu hot", priority=1).model_dump(mode="json")
+    assert reg.decode_payload("ticket_opened", 2, v2) == TicketV3(
+        summary="cpu hot", priority=1, budget_usd=Decimal(0)
+    )
+    current = {"kind": "ticket_opened", "summary": "s", "priority": 2, "budget_usd": "1.5"}
+    assert reg.decode_payload("ticket_opened", 3, current).budget_usd == Decimal("1.5")  # type: ignore[attr-defined]
+
+
+def test_upcasting_does_not_mutate_the_callers_data() -> None:
+    reg = EventRegistry()
+    reg.register(TicketV2)
+    reg.register_upcaster("ticket_opened", 1, _v1_to_v2)
+    data = {"kind": "ticket_opened", "title": "t"}
+    reg.decode_payload("ticket_opened", 1, data)
+    assert data == {"kind": "ticket_opened", "title": "t"}
+
+
+def test_a_missing_upcaster_is_an_upcast_error() -> None:
+    reg = EventRegistry()
+    reg.register(TicketV3)
+    reg.register_upcaster("ticket_opened", 1, _v1_to_v2)  # but no v2 -> v3
+    with pytest.raises(UpcastError, match="v2 -> v3"):
+        reg.decode_payload("ticket_opened", 1, {"kind": "ticket_opened", "title": "t"})
+
+
+def test_a_newer_version_than_the_reader_knows_is_an_upcast_error() -> None:
+    reg = EventRegistry()
+    reg.register(TicketV2)
+    with pytest.raises(UpcastError, match="newer"):
+        reg.decode_payload("ticket_opened", 3, {"kind": "ticket_opened"})
+
+
+def test_a_failing_upcaster_is_reported_as_an_upcast_error() -> None:
+    reg = EventRegistry()
+    reg.register(TicketV2)
+    reg.register_upcaster("ticket_opened", 1, _v1_to_v2)
+    with pytest.raises(UpcastError, match="failed") as info:
+        reg.decode_payload("ticket_opened", 1, {"kind": "ticket_opened"})  # no "title"
+    assert isinstance(info.value.__cause__, KeyError)
+
+
+def test_an_upcaster_is_registered_once() -> None:
+    reg = EventRegistry()
+    reg.register_upcaster("ticket_opened", 1, _v1_to_v2)
+    with pytest.raises(EventTypeError, match="already"):
+        reg.register_upcaster("ticket_opened", 1, _v1_to_v2)
+
+
+# --- user types through the envelope ----------------------------------------------------------
+
+
+def test_user_type_round_trips_through_event_model_validate(
+    isolated_default_registry: EventRegistry,
+) -> None:
+    @register_event
+    class DeployRequested(Payload):
+        kind: Literal["deploy_requested"] = "deploy_requested"
+        service: str
+        replicas: int
+        cost_usd: Money
+
+    assert isolated_default_registry.get("deploy_requested") is DeployRequested
+    event = Event.create(
+        DeployRequested(service="api", replicas=3, cost_usd=Decimal("12.50")),
+        event_id=UUID(int=7),
+        timestamp=T0,
+        workflow_id="wf-9",
+    )
+    again = Event.model_validate(event.model_dump(mode="json"))
+    assert again == event
+    assert isinstance(again.payload, DeployRequested)
+    assert again.payload.cost_usd == Decimal("12.50")
+    assert b'"cost_usd":"12.50"' in event_prefix(event)
+
+
+def test_user_type_upcasts_through_event_model_validate(
+    isolated_default_registry: EventRegistry,
+) -> None:
+    register_event(TicketV2)
+    isolated_default_registry.register_upcaster("ticket_opened", 1, _v1_to_v2)
+    stored = {
+        "event_id": str(UUID(int=1)),
+        "event_type": "ticket_opened",
+        "timestamp": "2026-05-18T12:00:00.000000Z",
+        "payload": {"kind": "ticket_opened", "title": "old"},
+        "schema_version": 1,
+    }
+    event = Event.model_validate(stored)
+    assert event.payload == TicketV2(summary="old", priority=3)
+
+
+def test_an_upcast_event_survives_a_second_round_trip(
+    isolated_default_registry: EventRegistry,
+) -> None:
+    register_event(TicketV2)
+    isolated_default_registry.register_upcaster("ticket_opened", 1, _v1_to_v2)
+    stored = {
+        "event_id": str(UUID(int=1)),
+        "event_type": "ticket_opened",
+        "timestamp": "2026-05-18T12:00:00.000000Z",
+        "payload": {"kind": "ticket_opened", "title": "old"},
+        "schema_version": 1,
+    }
+    event = Event.model_validate(stored)
+    assert Event.model_validate(event.model_dump(mode="json")) == event
+    assert event.schema_version == TicketV2.SCHEMA_VERSION
+
+
+def test_isolation_fixture_leaves_the_real_default_registry_alone() -> None:
+    assert "deploy_requested" not in default_registry()

@@ -1,0 +1,64 @@
+"""One exception root, five branches; backend errors never escape untranslated."""
+
+from __future__ import annotations
+
+import pickle
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from tracebound import errors as E
+from tracebound.store.sqlite import SQLiteStore
+
+TREE = {
+    E.IntegrityError: {
+        E.LedgerDamaged, E.AuditChainCorrupted, E.LedgerAttemptOutOfOrder, E.ProofError,
+        E.CheckpointError,
+    },
+    E.ConcurrencyError: {E.ConcurrencyConflict},
+    E.ContractError: {E.CanonicalizationError, E.EventTypeError, E.UpcastError,
+                      E.ValidationFailed},
+    E.PolicyError: {E.PolicyUnusable, E.GateRequired, E.BudgetExceeded, E.AttemptRefusedError},
+    E.StorageError: {E.ConfigError, E.StoreNotFound, E.StoreClosed, E.SigningKeyError},
+}  # fmt: skip
+
+
+def test_branches_hang_from_one_root() -> None:
+    for branch, leaves in TREE.items():
+        assert branch.__bases__ == (E.TraceboundError,)
+        for leaf in leaves:
+            assert issubclass(leaf, branch), leaf
+    assert E.SignatureInvalid.__bases__ == (E.CheckpointError,)
+    assert E.UnknownEventType.__bases__ == (E.EventTypeError,)
+
+
+def test_every_exported_error_is_in_the_tree() -> None:
+    classes = {getattr(E, n) for n in E.__all__ if isinstance(getattr(E, n), type)}
+    classes -= {E.DamageKind}
+    for cls in classes:
+        assert issubclass(cls, E.TraceboundError), cls
+        assert not issubclass(cls, (ValueError, KeyError, OSError)), cls
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        E.LedgerDamaged(E.DamageKind.GAP, 12, "position 12 is missing"),
+        E.ConcurrencyConflict("s", 3, 5),
+        E.ValidationFailed("payload.x", "too short"),
+    ],
+)
+def test_structured_errors_survive_pickling(exc: E.TraceboundError) -> None:
+    back = pickle.loads(pickle.dumps(exc))
+    assert type(back) is type(exc)
+    assert str(back) == str(exc)
+    assert vars(back) == vars(exc)
+
+
+def test_sqlite_errors_are_translated(tmp_path: Path) -> None:
+    bogus = tmp_path / "ledger.db"
+    bogus.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(E.StorageError) as info:
+        SQLiteStore(bogus)
+    assert isinstance(info.value.__cause__, sqlite3.Error)
