@@ -18,7 +18,7 @@ LAYERS: dict[str, int] = {
     "ledger": 2,
     "contract": 3, "pipeline": 3, "projections": 3, "replay": 3,
     "integrations": 4, "export": 4,
-    "cli": 5, "web": 5,
+    "cli": 5, "web": 5, "__main__": 5,
 }  # fmt: skip
 CORE = {name for name, layer in LAYERS.items() if layer == 0}
 
