@@ -1,0 +1,63 @@
+"""The README is tested: its code blocks run, and its command table matches the CLI."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+TEXT = README.read_text(encoding="utf-8")
+
+
+def _blocks(lang: str) -> list[str]:
+    return re.findall(rf"```{lang}\n(.*?)```", TEXT, flags=re.S)
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEBOUND_")}
+    env["HOME"] = str(tmp_path / "home")
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def test_readme_opens_with_the_two_setup_commands() -> None:
+    first = _blocks("bash")[0]
+    assert first.splitlines()[0].startswith("make demo")
+    assert first.splitlines()[1].startswith("make test")
+
+
+@pytest.mark.parametrize("index", range(len(_blocks("python"))))
+def test_python_blocks_run(tmp_path: Path, index: int) -> None:
+    code = _blocks("python")[index]
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=_env(tmp_path),
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_quick_start_runs(tmp_path: Path) -> None:
+    quick = _blocks("bash")[1]
+    assert "tracebound verify-proof" in quick
+    proc = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", quick], cwd=tmp_path, env=_env(tmp_path),
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "OK" in proc.stdout
+
+
+def test_command_table_matches_the_cli() -> None:
+    from typer.main import get_command
+
+    from tracebound.cli.app import app
+
+    group = get_command(app)
+    commands = set(group.commands)  # type: ignore[attr-defined]
+    documented = set(re.findall(r"^\| `tracebound ([a-z-]+)", TEXT, flags=re.M))
+    assert documented == commands
