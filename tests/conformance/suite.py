@@ -201,13 +201,13 @@ class LedgerStoreSuite:
     # -- concurrency ---------------------------------------------------------------------
 
     def test_threads_append_concurrently(self, store: LedgerStore) -> None:
-        errors: list[BaseException] = []
+        errors: list[Exception] = []
 
         def work(t: int) -> None:
             try:
                 for i in range(50):
                     store.append(f"t{t}", [note(t * 1000 + i)])
-            except BaseException as exc:  # pragma: no cover - reported below
+            except Exception as exc:  # noqa: BLE001 - any failure in a thread must reach the test
                 errors.append(exc)
 
         threads = [threading.Thread(target=work, args=(t,)) for t in range(6)]
@@ -224,7 +224,9 @@ class LedgerStoreSuite:
         workers, count = 4, 60
         ctx = multiprocessing.get_context("spawn")
         with ctx.Pool(workers) as pool:
-            conflicts = pool.starmap(_writer, [(reopen, w, count, "shared") for w in range(workers)])
+            pool.starmap(
+                _writer, [(reopen, w, count, "shared") for w in range(workers)]
+            )
         total = workers * count * 2
         assert store.size() == total
         assert [e.position for e in store.read_log()] == list(range(1, total + 1))

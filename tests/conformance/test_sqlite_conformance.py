@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.conformance.suite import LedgerStoreSuite
 from tracebound.store.port import LedgerStore
 from tracebound.store.sqlite import SQLiteStore
-from tests.conformance.suite import LedgerStoreSuite
 
 
 class TestSQLiteStore(LedgerStoreSuite):

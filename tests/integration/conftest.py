@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -51,22 +51,28 @@ def cost(i: int) -> CostIncurred:
 def world(tmp_path: Path) -> World:
     store_dir = tmp_path / "store"
     SQLiteStore(store_dir).close()
-    return World(store_dir, tmp_path / "outside" / "witness.note", NoteSigner("tb-test", bytes(range(32))))
+    return World(
+        store_dir, tmp_path / "outside" / "witness.note", NoteSigner("tb-test", bytes(range(32)))
+    )
 
 
 @pytest.fixture
-def filled(world: World) -> Iterator[Callable[[int], World]]:
+def filled(world: World) -> Callable[[int], World]:
     """Write ``n`` events over three streams and two workflows, then sign a checkpoint."""
 
     def fill(n: int) -> World:
         with world.open() as ledger:
             for i in range(n):
                 stream = f"run-{i % 3}"
-                payload = cost(i) if i % 5 else MergeOutcome(
-                    pr_url=f"https://example.test/pr/{i}", decision="merged", reviewer=None
+                payload = (
+                    cost(i)
+                    if i % 5
+                    else MergeOutcome(
+                        pr_url=f"https://example.test/pr/{i}", decision="merged", reviewer=None
+                    )
                 )
                 ledger.record(stream, [payload], workflow_id=f"wf-{i % 2}")
             ledger.checkpoint()
         return world
 
-    yield fill
+    return fill

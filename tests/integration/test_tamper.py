@@ -13,10 +13,10 @@ from collections.abc import Callable
 import pytest
 from blake3 import blake3
 
+from tests.integration.conftest import ORIGIN, World, cost
 from tracebound.errors import DamageKind, LedgerDamaged
 from tracebound.integrity.keys import NoteSigner
 from tracebound.integrity.note import Checkpoint, sign_checkpoint
-from tests.integration.conftest import ORIGIN, World, cost
 
 
 def sql(world: World, *statements: str) -> None:
@@ -110,8 +110,9 @@ def _rewrite_chain(world: World, position: int) -> None:
     heads: dict[str, bytes] = {}
     renamed: dict[bytes, bytes] = {}
     with conn:
-        for pos, sid, prev, old_hash, body in rows:
+        for pos, sid, prev, old_hash, old_body in rows:
             new_prev = heads.get(sid, prev)
+            body = old_body
             if pos == position:
                 body = body.replace(b'"amount_usd":"0.', b'"amount_usd":"9.')
             body = body.replace(prev.hex().encode(), new_prev.hex().encode())
@@ -233,5 +234,3 @@ def test_inclusion_proof_round_trip(filled: Callable[[int], World]) -> None:
         bad["record"] = bad["record"][:-8] + "AAAAAAA="
         with pytest.raises(ProofError):
             verify_bundle(InclusionBundle.from_dict(bad), world.signer.verifier)
-
-

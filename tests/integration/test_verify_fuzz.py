@@ -8,8 +8,8 @@ never say OK, and must name the mutated position as the first bad one.
 from __future__ import annotations
 
 import shutil
-import tempfile
 import sqlite3
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -59,7 +59,9 @@ def _apply(db: Path, mutation: tuple[object, ...]) -> int:
     with conn:
         if kind == "flip":
             _, column, pos, offset, bit = mutation
-            (value,) = conn.execute(f"SELECT {column} FROM events WHERE position = ?", (pos,)).fetchone()
+            (value,) = conn.execute(
+                f"SELECT {column} FROM events WHERE position = ?", (pos,)
+            ).fetchone()
             data = bytearray(value)
             data[int(offset) % len(data)] ^= 1 << int(bit)  # type: ignore[call-overload]
             conn.execute(f"UPDATE events SET {column} = ? WHERE position = ?", (bytes(data), pos))
@@ -87,7 +89,9 @@ def _apply(db: Path, mutation: tuple[object, ...]) -> int:
     return target
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(mutation=mutations)
 def test_every_mutation_is_reported_at_its_position(
     pristine: World, tmp_path: Path, mutation: tuple[object, ...]

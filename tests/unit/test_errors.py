@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tracebound import errors as E
+from tracebound import errors as E  # noqa: N812 - reads like a namespace in the tree
 from tracebound.store.sqlite import SQLiteStore
 
 TREE = {

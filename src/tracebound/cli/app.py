@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, TextIO
 
@@ -16,7 +15,6 @@ from rich.table import Table
 from tracebound.cli._common import (
     EXIT_DAMAGED,
     EXIT_INCOMPLETE,
-    EXIT_USAGE,
     JsonOpt,
     KeyOpt,
     StoreOpt,
@@ -24,7 +22,6 @@ from tracebound.cli._common import (
     WitnessOpt,
     console,
     emit_json,
-    fail,
     handled,
     open_ledger,
     progress_bar,
@@ -32,10 +29,10 @@ from tracebound.cli._common import (
     store_dir,
     try_verifier,
 )
-from tracebound.errors import ConfigError, IntegrityError, TraceboundError
+from tracebound.errors import ConfigError, DamageKind, LedgerDamaged, TraceboundError
 from tracebound.events.envelope import Event, RecordedEvent
+from tracebound.integrity.chain import GENESIS, chain_hash
 from tracebound.integrity.verify import link_damage
-from tracebound.events.record import RawRecord
 from tracebound.ledger import InclusionBundle, verify_bundle
 from tracebound.store.keyfile import generate_keypair
 from tracebound.store.port import AppendRequest
@@ -52,7 +49,9 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-keys_app = typer.Typer(help="Create and show the Ed25519 checkpoint signing key.", no_args_is_help=True)
+keys_app = typer.Typer(
+    help="Create and show the Ed25519 checkpoint signing key.", no_args_is_help=True
+)
 app.add_typer(keys_app, name="keys")
 
 _APPEND_BATCH = 1000
@@ -136,9 +135,15 @@ def init(
 @keys_app.command("init")
 def keys_init(
     key: KeyOpt = None,
-    name: Annotated[str, typer.Option(help="Key name, shown in signed checkpoints.")] = "tracebound",
-    force: Annotated[bool, typer.Option(help="Replace an existing key (old checkpoints "
-                                               "then need the old public key).")] = False,
+    name: Annotated[
+        str, typer.Option(help="Key name, shown in signed checkpoints.")
+    ] = "tracebound",
+    force: Annotated[
+        bool,
+        typer.Option(
+            help="Replace an existing key (old checkpoints then need the old public key)."
+        ),
+    ] = False,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -148,15 +153,23 @@ def keys_init(
         generated = generate_keypair(name, path=path, store_dir=store_dir(store), force=force)
     verifier = generated.verifier.format()
     if as_json:
-        emit_json({"ok": True, "key": str(path), "public": str(generated.public_path),
-                   "verifier_key": verifier})
+        emit_json(
+            {
+                "ok": True,
+                "key": str(path),
+                "public": str(generated.public_path),
+                "verifier_key": verifier,
+            }
+        )
     else:
         console.print(f"Signing key: [bold]{path}[/] (keep it secret, keep it away from the store)")
         console.print(f"Verifier key (give this to auditors): [cyan]{verifier}[/]")
 
 
 @keys_app.command("show")
-def keys_show(key: KeyOpt = None, verifier_key: VerifierOpt = None, as_json: JsonOpt = False) -> None:
+def keys_show(
+    key: KeyOpt = None, verifier_key: VerifierOpt = None, as_json: JsonOpt = False
+) -> None:
     """Print the public verifier key that checks this ledger's checkpoints."""
     with handled(as_json):
         verifier = try_verifier(verifier_key, key)
@@ -252,10 +265,14 @@ def append(
     first = recorded[0].position if recorded else None
     last = recorded[-1].position if recorded else None
     if as_json:
-        emit_json({"ok": True, "appended": len(recorded), "first_position": first,
-                   "last_position": last})
+        emit_json(
+            {"ok": True, "appended": len(recorded), "first_position": first, "last_position": last}
+        )
     else:
-        console.print(f"Appended {len(recorded)} event(s)" + (f", positions {first}..{last}" if recorded else ""))
+        console.print(
+            f"Appended {len(recorded)} event(s)"
+            + (f", positions {first}..{last}" if recorded else "")
+        )
 
 
 # -- reading ------------------------------------------------------------------------------
@@ -297,8 +314,12 @@ def log_cmd(
 @app.command()
 def tail(
     store: StoreOpt = None,
-    lines: Annotated[int, typer.Option("-n", "--lines", min=1, help="How many of the newest.")] = 20,
-    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new events.")] = False,
+    lines: Annotated[
+        int, typer.Option("-n", "--lines", min=1, help="How many of the newest.")
+    ] = 20,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing new events.")
+    ] = False,
     interval: Annotated[float, typer.Option(help="Seconds between polls with --follow.")] = 0.5,
     as_json: JsonOpt = False,
 ) -> None:
@@ -347,40 +368,49 @@ def inspect(
     as_json: JsonOpt = False,
 ) -> None:
     """Show one stream and re-verify its chain from genesis (every time it runs)."""
-    from tracebound.integrity.chain import GENESIS, chain_hash  # noqa: PLC0415
-
     with handled(as_json):
         backend = open_store(store)
         try:
-            raws: list[RawRecord] = []
-            version, head = 0, GENESIS
-            damage = None
+            events: list[RecordedEvent] = []
+            version, head = 0, bytes(GENESIS)
+            damage: LedgerDamaged | None = None
             for e in backend.read_stream(stream):
+                # Re-hash the stored bytes, not the decoded event: that is what was signed.
                 (raw,) = backend.read_raw(start=e.position, stop=e.position)
                 damage = link_damage(stream, version, head, raw)
                 if damage is None and chain_hash(raw.prev_hash, raw.body) != raw.hash:
-                    damage = IntegrityError(f"position {raw.position}: bytes do not match hash")
+                    damage = LedgerDamaged(
+                        DamageKind.TAMPER, raw.position, "the bytes do not hash to the stored hash"
+                    )
                 if damage is not None:
                     break
                 version, head = raw.stream_version, raw.hash
-                raws.append(raw)
-            events = list(backend.read_stream(stream, to_version=max(version, 0))) if raws else []
+                events.append(e)
         finally:
             backend.close()
         if not events and damage is None:
             raise ConfigError(f"no stream {stream!r} in this ledger")
     if as_json:
-        emit_json({"ok": damage is None, "stream_id": stream, "version": version,
-                   "head": head.hex(), "damage": None if damage is None else str(damage),
-                   "events": [_event_row(e) for e in events]})
+        emit_json(
+            {
+                "ok": damage is None,
+                "stream_id": stream,
+                "version": version,
+                "head": head.hex(),
+                "damage": None if damage is None else str(damage),
+                "events": [_event_row(e) for e in events],
+            }
+        )
     else:
         console.print(_events_table(events, f"stream {stream}"))
         if damage is None:
             console.print(f"[green]chain ok[/]: {version} event(s), head {head.hex()[:16]}…")
         else:
             console.print(f"[bold red]chain broken[/]: {damage}")
-            console.print("Run `tracebound verify` for the whole-ledger report. Do not append "
-                          "to this ledger until the damage is understood.")
+            console.print(
+                "Run `tracebound verify` for the whole-ledger report. Do not append "
+                "to this ledger until the damage is understood."
+            )
     if damage is not None:
         raise typer.Exit(EXIT_DAMAGED)
 
@@ -405,8 +435,9 @@ def checkpoint(
         finally:
             ledger.close()
     if as_json:
-        emit_json({"ok": True, "origin": cp.origin, "size": cp.size, "root": cp.root.hex(),
-                   "note": note})
+        emit_json(
+            {"ok": True, "origin": cp.origin, "size": cp.size, "root": cp.root.hex(), "note": note}
+        )
     else:
         console.print(f"Signed checkpoint: [bold]{cp.size}[/] event(s), root {cp.root.hex()[:16]}…")
         console.print("The witness now holds it; a rollback of the store will be detected.")
@@ -451,7 +482,9 @@ def verify(
     table.add_row("signed up to", str(report.checkpoint_size or "-"))
     table.add_row("witness holds", str(report.witness_size or "-"))
     if report.uncovered:
-        table.add_row("not yet signed", f"{report.uncovered:,} (chain-checked; run `tracebound checkpoint`)")
+        table.add_row(
+            "not yet signed", f"{report.uncovered:,} (chain-checked; run `tracebound checkpoint`)"
+        )
     console.print(table)
     if report.damage is not None:
         d = report.damage
@@ -469,7 +502,9 @@ def prove(
     store: StoreOpt = None,
     key: KeyOpt = None,
     verifier_key: VerifierOpt = None,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the proof here.")] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write the proof here.")
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Write an inclusion proof of one event against the newest signed checkpoint."""
@@ -485,8 +520,10 @@ def prove(
     if as_json or output is None:
         sys.stdout.write(text)
     else:
-        console.print(f"Inclusion proof of position {position} in a tree of {bundle.tree_size} "
-                      f"written to [bold]{output}[/]. Check it with `tracebound verify-proof`.")
+        console.print(
+            f"Inclusion proof of position {position} in a tree of {bundle.tree_size} "
+            f"written to [bold]{output}[/]. Check it with `tracebound verify-proof`."
+        )
 
 
 @app.command("verify-proof")
@@ -508,11 +545,20 @@ def verify_proof(
         bundle = InclusionBundle.from_dict(data)
         cp = verify_bundle(bundle, verifier)
     if as_json:
-        emit_json({"ok": True, "position": bundle.position, "tree_size": cp.size,
-                   "origin": cp.origin, "root": cp.root.hex()})
+        emit_json(
+            {
+                "ok": True,
+                "position": bundle.position,
+                "tree_size": cp.size,
+                "origin": cp.origin,
+                "root": cp.root.hex(),
+            }
+        )
     else:
-        console.print(f"[bold green]OK[/]: position {bundle.position} is in {cp.origin} "
-                      f"(signed tree of {cp.size} events).")
+        console.print(
+            f"[bold green]OK[/]: position {bundle.position} is in {cp.origin} "
+            f"(signed tree of {cp.size} events)."
+        )
 
 
 @app.command()
@@ -536,5 +582,3 @@ def demo(
 def main() -> None:
     """Console-script entry point."""
     app()
-
-

@@ -11,7 +11,6 @@ import shutil
 import sqlite3
 import tempfile
 from datetime import timedelta
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,6 @@ from rich.console import Console
 from rich.table import Table
 
 from tracebound.events.catalog import (
-    CostEstimate,
     CostIncurred,
     LeafInvoked,
     LeafReturned,
@@ -29,7 +27,6 @@ from tracebound.events.catalog import (
     StepRecorded,
     TrustGateFailed,
     TrustGatePassed,
-    Validations,
 )
 from tracebound.events.envelope import Payload
 from tracebound.ledger import Ledger
@@ -42,67 +39,142 @@ __all__ = ["run_demo"]
 
 ORIGIN = "tracebound.demo/pipeline"
 WORKFLOW = "wf-demo-0001"
+DEMO_COST = "0.0231"  # the first recorded cost; the tampered copy raises it tenfold
 
 
 def _script(ledger: Ledger) -> list[tuple[str, Payload]]:
-    """The run: plan, a failing attempt, a retry that passes, review, merge."""
-    ids, now = ledger.ids, ledger.clock.now()
-    attempt_1, attempt_2 = ids.new_id(), ids.new_id()
+    """The run: plan, a failing attempt, a retry that passes, review, merge.
+
+    Payloads are built from plain JSON-like data with ``model_validate``, as they would
+    arrive from an agent framework; validation turns the strings into typed ids.
+    """
+    now = ledger.clock.now()
+    attempt_1, attempt_2 = str(ledger.ids.new_id()), str(ledger.ids.new_id())
     digest = "sha256:" + "ab" * 32
 
-    def step(step_id: str, role: Any, status: Any, parent: str | None, ms: int) -> StepRecorded:
-        return StepRecorded(
-            run_id="run-demo-0001",
-            step_id=step_id,
-            parent_step_id=parent,
-            role=role,
-            timestamp_start=now,
-            timestamp_end=now + timedelta(milliseconds=ms),
-            duration_ms=ms,
-            artifact_hash=digest,
-            status=status,
-            error_origin=step_id if status == "error" else None,
-            cost_est=CostEstimate(prompt_tokens=1200, compute_usd_est=Decimal("0.02")),
-            latency_ms=ms,
-            validations=Validations(ran=("schema-validation",)),
-            storage="db",
+    def step(step_id: str, role: str, status: str, parent: str | None, ms: int) -> Payload:
+        return StepRecorded.model_validate(
+            {
+                "run_id": "run-demo-0001",
+                "step_id": step_id,
+                "parent_step_id": parent,
+                "role": role,
+                "timestamp_start": now,
+                "timestamp_end": now + timedelta(milliseconds=ms),
+                "duration_ms": ms,
+                "artifact_hash": digest,
+                "status": status,
+                "error_origin": step_id if status == "error" else None,
+                "cost_est": {"prompt_tokens": 1200, "compute_usd_est": "0.02"},
+                "latency_ms": ms,
+                "validations": {"ran": ["schema-validation"]},
+                "storage": "db",
+            }
         )
 
+    def leaf(
+        attempt: str, index: int, tokens: tuple[int, int, int, int], digest_byte: str
+    ) -> Payload:
+        return LeafReturned.model_validate(
+            {
+                "attempt_id": attempt,
+                "attempt_index": index,
+                "model": "gpt-demo",
+                "response_digest_blake3": digest_byte * 32,
+                "tokens_in": tokens[0],
+                "tokens_out": tokens[1],
+                "cached_input_tokens": tokens[2],
+                "reasoning_tokens": tokens[3],
+            }
+        )
+
+    def cost(amount: str, tokens: tuple[int, int, int, int]) -> Payload:
+        return CostIncurred.model_validate(
+            {
+                "tier": "direct",
+                "amount_usd": amount,
+                "source": "llm",
+                "model": "gpt-demo",
+                "role": "Executor",
+                "tokens_in": tokens[0],
+                "tokens_out": tokens[1],
+                "cached_input_tokens": tokens[2],
+                "reasoning_tokens": tokens[3],
+            }
+        )
+
+    first, second = (1800, 420, 1024, 128), (2300, 510, 1536, 256)
     return [
         ("run-demo/planner", step("plan-1", "Planner", "success", None, 640)),
-        ("run-demo/planner", PluginResolved(
-            plugin_id="python-deps", extends_chain=("generic",), matched_scope="pyproject",
-            fallback_used=False)),
-        ("run-demo/attempts", LeafInvoked(
-            attempt_id=attempt_1, attempt_index=0, model="gpt-demo",
-            prompt_digest_blake3="1f" * 32)),
-        ("run-demo/attempts", LeafReturned(
-            attempt_id=attempt_1, attempt_index=0, model="gpt-demo", tokens_in=1800,
-            response_digest_blake3="2e" * 32,
-            tokens_out=420, cached_input_tokens=1024, reasoning_tokens=128)),
-        ("run-demo/costs", CostIncurred(
-            tier="direct", amount_usd=Decimal("0.0231"), source="llm", tokens_in=1800,
-            tokens_out=420, cached_input_tokens=1024, reasoning_tokens=128, model="gpt-demo",
-            role="Executor")),
+        (
+            "run-demo/planner",
+            PluginResolved.model_validate(
+                {
+                    "plugin_id": "python-deps",
+                    "extends_chain": ["generic"],
+                    "matched_scope": "pyproject",
+                    "fallback_used": False,
+                }
+            ),
+        ),
+        (
+            "run-demo/attempts",
+            LeafInvoked.model_validate(
+                {
+                    "attempt_id": attempt_1,
+                    "attempt_index": 0,
+                    "model": "gpt-demo",
+                    "prompt_digest_blake3": "1f" * 32,
+                }
+            ),
+        ),
+        ("run-demo/attempts", leaf(attempt_1, 0, first, "2e")),
+        ("run-demo/costs", cost(DEMO_COST, first)),
         ("run-demo/executor", step("exec-1", "Executor", "error", "plan-1", 2100)),
-        ("run-demo/gates", TrustGateFailed(
-            gate="tests", failing_signals=("test_upgrade_keeps_api",), score=4200, retry_count=0)),
-        ("run-demo/attempts", RetryRequested(
-            attempt_id=attempt_1, attempt_index=0, gate="tests", sandbox_run_id="sbx-1",
-            failing_signals=("test_upgrade_keeps_api",), summary_pointer=digest)),
-        ("run-demo/attempts", LeafReturned(
-            attempt_id=attempt_2, attempt_index=1, model="gpt-demo", tokens_in=2300,
-            response_digest_blake3="3d" * 32,
-            tokens_out=510, cached_input_tokens=1536, reasoning_tokens=256)),
-        ("run-demo/costs", CostIncurred(
-            tier="direct", amount_usd=Decimal("0.0274"), source="llm", tokens_in=2300,
-            tokens_out=510, cached_input_tokens=1536, reasoning_tokens=256, model="gpt-demo",
-            role="Executor")),
+        (
+            "run-demo/gates",
+            TrustGateFailed.model_validate(
+                {
+                    "gate": "tests",
+                    "failing_signals": ["test_upgrade_keeps_api"],
+                    "score": 4200,
+                    "retry_count": 0,
+                }
+            ),
+        ),
+        (
+            "run-demo/attempts",
+            RetryRequested.model_validate(
+                {
+                    "attempt_id": attempt_1,
+                    "attempt_index": 0,
+                    "gate": "tests",
+                    "sandbox_run_id": "sbx-1",
+                    "failing_signals": ["test_upgrade_keeps_api"],
+                    "summary_pointer": digest,
+                }
+            ),
+        ),
+        ("run-demo/attempts", leaf(attempt_2, 1, second, "3d")),
+        ("run-demo/costs", cost("0.0274", second)),
         ("run-demo/executor", step("exec-2", "Executor", "success", "plan-1", 1900)),
-        ("run-demo/gates", TrustGatePassed(gate="tests", signals={"tests": "pass"}, score=9600)),
+        (
+            "run-demo/gates",
+            TrustGatePassed.model_validate(
+                {"gate": "tests", "signals": {"tests": "pass"}, "score": 9600}
+            ),
+        ),
         ("run-demo/critic", step("critic-1", "Critic", "success", "exec-2", 450)),
-        ("run-demo/merge", MergeOutcome(
-            pr_url="https://git.example/demo/pull/1", decision="merged", reviewer="alice")),
+        (
+            "run-demo/merge",
+            MergeOutcome.model_validate(
+                {
+                    "pr_url": "https://git.example/demo/pull/1",
+                    "decision": "merged",
+                    "reviewer": "alice",
+                }
+            ),
+        ),
     ]
 
 
@@ -115,7 +187,7 @@ def _tamper(store_dir: Path) -> int:
         ).fetchone()
         conn.execute(
             "UPDATE events SET body = CAST(replace(CAST(body AS TEXT), "
-            "'\"amount_usd\":\"0.0231\"', '\"amount_usd\":\"0.2310\"') AS BLOB) "
+            '\'"amount_usd":"0.0231"\', \'"amount_usd":"0.2310"\') AS BLOB) '
             "WHERE position = ?",
             (position,),
         )
@@ -183,15 +255,20 @@ def _show(console: Console, written: list[Any], result: dict[str, Any], caught: 
         table.add_row(str(e.position), e.stream_id, e.event_type, e.hash.hex()[:16])
     console.print(table)
     cp = result["checkpoint"]
-    console.print(f"Signed checkpoint over {cp['size']} events, root {cp['root'][:16]}…, "
-                  "handed to the witness.")
+    console.print(
+        f"Signed checkpoint over {cp['size']} events, root {cp['root'][:16]}…, "
+        "handed to the witness."
+    )
     status = "[bold green]OK[/]" if result["verify"]["ok"] else "[bold red]FAILED[/]"
     console.print(f"verify (original): {status}")
     damage = result["tampered"]["damage"] or {}
     console.print(
         f"verify (copy with one cost raised tenfold at position "
         f"{result['tampered']['changed_position']}): "
-        + (f"[bold red]DAMAGED[/] {damage.get('kind')} at position {damage.get('position')}"
-           if caught else "[bold red]NOT DETECTED[/]")
+        + (
+            f"[bold red]DAMAGED[/] {damage.get('kind')} at position {damage.get('position')}"
+            if caught
+            else "[bold red]NOT DETECTED[/]"
+        )
     )
     console.print(f"Files are in [bold]{result['workdir']}[/] (store/, keys/, witness/).")

@@ -1,0 +1,293 @@
+"""Signing-key files: generate, store and load the Ed25519 key that signs checkpoints.
+
+Checkpoints only detect tampering by someone who cannot sign, so the private key must not sit
+next to the data it protects (architecture contract 4). This module therefore refuses to write
+or read a key inside the store directory, writes keys owner-only (file 0600, new directories
+0700) with an atomic, fsynced write, and refuses to load a key that group or others can read.
+
+File formats are those of golang.org/x/mod/sumdb/note (see ``tracebound.integrity.keys``):
+
+* ``<dir>/<name>.key``: ``PRIVATE+KEY+<name>+<hash>+<base64 seed>`` and a newline;
+* ``<dir>/<name>.pub``: ``<name>+<hash>+<base64 public key>`` and a newline.
+
+The default directory is ``$TRACEBOUND_KEY_DIR`` or ``~/.config/tracebound/keys``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import os
+import re
+import secrets
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from tracebound.errors import SigningKeyError
+from tracebound.integrity.keys import NoteSigner, NoteVerifier, is_valid_key_name
+
+__all__ = [
+    "KEY_DIR_ENV",
+    "GeneratedKey",
+    "default_key_dir",
+    "default_key_path",
+    "file_stem",
+    "generate_keypair",
+    "load_signer",
+    "load_verifier",
+    "make_private_dir",
+    "public_key_path",
+    "write_file_atomic",
+]
+
+KEY_DIR_ENV = "TRACEBOUND_KEY_DIR"
+"""Environment variable naming the directory for key files."""
+
+_SAFE = re.compile(r"[^A-Za-z0-9._-]")
+_MAX_KEY_FILE = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class GeneratedKey:
+    """Where :func:`generate_keypair` wrote a key, and its public half."""
+
+    private_path: Path
+    public_path: Path
+    verifier: NoteVerifier
+
+
+def file_stem(name: str) -> str:
+    """Map a key name or log origin to a safe file name stem.
+
+    Names such as ``example.com/log`` hold characters a file name cannot. Unsafe characters
+    become ``_``; when anything was replaced, eight hex digits of SHA-256(name) are appended,
+    so two names that differ only in unsafe characters still get different files.
+    """
+    safe = _SAFE.sub("_", name).lstrip(".") or "_"
+    if safe != name:
+        safe = f"{safe}-{hashlib.sha256(name.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
+    return safe
+
+
+def default_key_dir() -> Path:
+    """Return ``$TRACEBOUND_KEY_DIR`` if set, else ``~/.config/tracebound/keys``."""
+    env = os.environ.get(KEY_DIR_ENV)
+    if env:
+        return Path(env).expanduser()
+    return Path.home() / ".config" / "tracebound" / "keys"
+
+
+def default_key_path(name: str) -> Path:
+    """Return the default private key path for key ``name``."""
+    return default_key_dir() / f"{file_stem(name)}.key"
+
+
+def public_key_path(private_path: Path) -> Path:
+    """Return the ``.pub`` path that sits beside a private key file."""
+    return private_path.with_suffix(".pub")
+
+
+def _check_outside_store(path: Path, store_dir: Path | None) -> None:
+    """Refuse a key path inside ``store_dir``, following symlinks on both sides."""
+    if store_dir is None:
+        return
+    key = path.expanduser().resolve()
+    store = store_dir.expanduser().resolve()
+    if key == store or key.is_relative_to(store):
+        raise SigningKeyError(
+            f"refusing to keep the signing key {path} inside the store directory {store_dir}: "
+            "anyone who can change the store could then also re-sign it. Keep it elsewhere "
+            f"(the default is {default_key_dir()}, or set {KEY_DIR_ENV})."
+        )
+
+
+def _fsync_dir(directory: Path) -> None:
+    # Makes the rename itself durable; some platforms cannot open a directory, which is fine.
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def make_private_dir(directory: Path) -> None:
+    """Create ``directory`` (and missing parents) as 0700; existing directories are left as is."""
+    missing: list[Path] = []
+    d = directory
+    while not d.exists():
+        missing.append(d)
+        d = d.parent
+    for created in reversed(missing):
+        try:
+            created.mkdir(mode=0o700)
+        except FileExistsError:
+            continue
+        created.chmod(0o700)  # mkdir's mode is masked by the umask
+
+
+def write_file_atomic(path: Path, data: bytes, *, mode: int, overwrite: bool) -> None:
+    """Write ``data`` to ``path`` atomically and durably, with permission ``mode``.
+
+    The data goes to a temporary file in the same directory, created with ``mode`` from the
+    start (never briefly world-readable), fsynced, then moved into place; the directory is
+    fsynced after the move. Without ``overwrite`` the move is a hard link, which fails if the
+    target exists, so two concurrent writers cannot clobber each other.
+
+    Raises:
+        FileExistsError: ``path`` exists and ``overwrite`` is false.
+        OSError: the write failed; the target is unchanged and no temporary file remains.
+    """
+    directory = path.parent
+    tmp = directory / f".{path.name}.{secrets.token_hex(8)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), mode)
+    try:
+        try:
+            os.fchmod(fd, mode)  # the umask may have narrowed or the platform widened it
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if overwrite:
+            tmp.replace(path)
+        else:
+            try:
+                os.link(tmp, path)
+            except OSError as exc:
+                if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
+                    raise
+                # No hard links on this file system: check, then rename (a small race window).
+                if path.exists():
+                    raise FileExistsError(errno.EEXIST, "file exists", str(path)) from exc
+                tmp.replace(path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+    _fsync_dir(directory)
+
+
+def generate_keypair(
+    name: str,
+    *,
+    path: Path | None = None,
+    store_dir: Path | None = None,
+    force: bool = False,
+    seed: bytes | None = None,
+) -> GeneratedKey:
+    """Create a new Ed25519 signing key and write ``<path>`` (0600) and ``<path>.pub``.
+
+    Args:
+        name: The key name written on signature lines; it should match the log's origin.
+        path: The private key file. Defaults to :func:`default_key_path`.
+        store_dir: The store the key will sign for; the key may not be placed inside it.
+        force: Replace an existing key. Without it an existing key is never overwritten,
+            because losing a signing key orphans every checkpoint it signed.
+        seed: 32 bytes of key material, for deterministic tests; drawn from the OS CSPRNG
+            when omitted.
+
+    Raises:
+        SigningKeyError: bad name or seed, the key already exists, the path is inside the
+            store, or the files could not be written.
+    """
+    if not is_valid_key_name(name):
+        raise SigningKeyError(f"invalid key name {name!r}: no spaces, no '+', not empty")
+    key_path = (path if path is not None else default_key_path(name)).expanduser()
+    _check_outside_store(key_path, store_dir)
+    pub_path = public_key_path(key_path)
+    if key_path.suffix == ".pub":
+        raise SigningKeyError(f"a private key path may not end in .pub: {key_path}")
+    signer = NoteSigner(name, seed if seed is not None else secrets.token_bytes(32))
+    if not force and key_path.exists():
+        raise SigningKeyError(
+            f"a signing key already exists at {key_path}; refusing to overwrite it "
+            "(pass force=True only if every checkpoint it signed may become unverifiable)"
+        )
+    try:
+        make_private_dir(key_path.parent)
+        write_file_atomic(
+            key_path, (signer.format_private() + "\n").encode(), mode=0o600, overwrite=force
+        )
+        write_file_atomic(
+            pub_path, (signer.verifier.format() + "\n").encode(), mode=0o644, overwrite=True
+        )
+    except FileExistsError as exc:
+        raise SigningKeyError(f"a signing key already exists at {key_path}") from exc
+    except OSError as exc:
+        raise SigningKeyError(f"could not write the signing key {key_path}: {exc}") from exc
+    return GeneratedKey(private_path=key_path, public_path=pub_path, verifier=signer.verifier)
+
+
+def _read_small(path: Path, what: str) -> str:
+    try:
+        with path.open("rb") as fh:
+            data = fh.read(_MAX_KEY_FILE + 1)
+    except OSError as exc:
+        raise SigningKeyError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
+    if len(data) > _MAX_KEY_FILE:
+        raise SigningKeyError(f"{what} {path} is too large to be a key file")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SigningKeyError(f"{what} {path} is not UTF-8 text") from exc
+
+
+def load_signer(path: Path, *, store_dir: Path | None = None) -> NoteSigner:
+    """Load a private key file, refusing it if others could read it or it sits in the store.
+
+    Raises:
+        SigningKeyError: the file is missing, not a regular file, owned by another user,
+            readable by group or others, inside ``store_dir``, or malformed.
+    """
+    path = Path(path).expanduser()
+    _check_outside_store(path, store_dir)
+    try:
+        st = path.stat()
+    except FileNotFoundError as exc:
+        raise SigningKeyError(
+            f"no signing key at {path}; create one with `tracebound keys init`"
+        ) from exc
+    except OSError as exc:
+        raise SigningKeyError(f"cannot read signing key {path}: {exc.strerror or exc}") from exc
+    if not stat.S_ISREG(st.st_mode):
+        raise SigningKeyError(f"signing key {path} is not a regular file")
+    if hasattr(os, "geteuid") and st.st_uid != os.geteuid():
+        raise SigningKeyError(f"signing key {path} is owned by another user (uid {st.st_uid})")
+    if st.st_mode & 0o077:
+        raise SigningKeyError(
+            f"signing key {path} is accessible by group or others "
+            f"(mode {stat.S_IMODE(st.st_mode):04o}); fix it with: chmod 600 {path}"
+        )
+    return NoteSigner.parse_private(_read_small(path, "signing key"))
+
+
+def load_verifier(path_or_text: Path | str) -> NoteVerifier:
+    """Load a verifier key from a ``.pub`` file or from the key text itself.
+
+    A ``str`` that parses as a verifier key is taken as the key; any other ``str`` is read as
+    a path. A ``Path`` is always a path.
+
+    Raises:
+        SigningKeyError: the file is missing or unreadable, or the key text is malformed.
+    """
+    if isinstance(path_or_text, str):
+        try:
+            return NoteVerifier.parse(path_or_text)
+        except SigningKeyError:
+            if "\n" in path_or_text.strip() or "\x00" in path_or_text:
+                raise
+        path = Path(path_or_text).expanduser()
+        if not path.exists():
+            raise SigningKeyError(
+                f"{path_or_text!r} is neither a verifier key '<name>+<hash>+<key>' nor a file"
+            )
+    else:
+        path = path_or_text.expanduser()
+    return NoteVerifier.parse(_read_small(path, "verifier key"))

@@ -1,0 +1,186 @@
+"""Key files: where they go, who may read them, and what is refused."""
+
+from __future__ import annotations
+
+import re
+import stat
+from pathlib import Path
+
+import pytest
+
+from tracebound.errors import SigningKeyError
+from tracebound.integrity.keys import NoteSigner, NoteVerifier
+from tracebound.store.keyfile import (
+    KEY_DIR_ENV,
+    default_key_dir,
+    default_key_path,
+    file_stem,
+    generate_keypair,
+    load_signer,
+    load_verifier,
+    write_file_atomic,
+)
+
+SEED = bytes(range(32))
+
+
+@pytest.fixture(autouse=True)
+def fake_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv(KEY_DIR_ENV, raising=False)
+    return home
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_default_location_under_home(fake_home: Path) -> None:
+    assert default_key_dir() == fake_home / ".config" / "tracebound" / "keys"
+    gen = generate_keypair("example.com/log", seed=SEED)
+    assert gen.private_path == default_key_path("example.com/log")
+    assert gen.private_path.parent == default_key_dir()
+    assert gen.private_path.name.endswith(".key")
+    assert "/" not in gen.private_path.name
+    assert _mode(gen.private_path) == 0o600
+    assert _mode(gen.private_path.parent) == 0o700
+    assert _mode(fake_home / ".config" / "tracebound") == 0o700  # created by us: private too
+    assert gen.public_path.read_text() == gen.verifier.format() + "\n"
+    assert not [p for p in gen.private_path.parent.iterdir() if p.name.endswith(".tmp")]
+    signer = load_signer(gen.private_path)
+    assert signer.verifier == gen.verifier == NoteSigner("example.com/log", SEED).verifier
+    assert load_verifier(gen.public_path) == gen.verifier
+    assert load_verifier(str(gen.public_path)) == gen.verifier
+    assert load_verifier(gen.verifier.format()) == gen.verifier
+
+
+def test_env_var_and_explicit_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(KEY_DIR_ENV, str(tmp_path / "envkeys"))
+    gen = generate_keypair("log", seed=SEED)
+    assert gen.private_path == tmp_path / "envkeys" / "log.key"
+    explicit = tmp_path / "explicit" / "mine.key"
+    gen2 = generate_keypair("log", path=explicit, seed=SEED)
+    assert gen2.private_path == explicit
+    assert gen2.public_path == tmp_path / "explicit" / "mine.pub"
+    assert load_signer(explicit).name == "log"
+
+
+def test_refuses_to_overwrite_unless_forced(tmp_path: Path) -> None:
+    path = tmp_path / "k" / "log.key"
+    first = generate_keypair("log", path=path, seed=SEED)
+    with pytest.raises(SigningKeyError, match="already exists"):
+        generate_keypair("log", path=path, seed=bytes(32))
+    assert load_signer(path).verifier == first.verifier  # untouched
+    second = generate_keypair("log", path=path, seed=bytes(32), force=True)
+    assert second.verifier != first.verifier
+    assert load_signer(path).verifier == second.verifier
+    assert load_verifier(second.public_path) == second.verifier
+
+
+def test_refuses_key_inside_store(tmp_path: Path) -> None:
+    store = tmp_path / "project" / ".tracebound"
+    store.mkdir(parents=True)
+    with pytest.raises(SigningKeyError, match="inside the store"):
+        generate_keypair("log", path=store / "keys" / "log.key", store_dir=store, seed=SEED)
+    assert not (store / "keys").exists()
+    # Through a symlink that points into the store.
+    link = tmp_path / "innocent"
+    link.symlink_to(store, target_is_directory=True)
+    with pytest.raises(SigningKeyError, match="inside the store"):
+        generate_keypair("log", path=link / "log.key", store_dir=store, seed=SEED)
+    # And through a symlinked store_dir.
+    store_link = tmp_path / "store-link"
+    store_link.symlink_to(store, target_is_directory=True)
+    with pytest.raises(SigningKeyError):
+        generate_keypair("log", path=store / "log.key", store_dir=store_link, seed=SEED)
+    # Loading enforces it too.
+    outside = generate_keypair("log", path=tmp_path / "ok" / "log.key", seed=SEED)
+    assert load_signer(outside.private_path, store_dir=store).name == "log"
+    (store / "log.key").write_bytes(outside.private_path.read_bytes())
+    (store / "log.key").chmod(0o600)
+    with pytest.raises(SigningKeyError, match="inside the store"):
+        load_signer(store / "log.key", store_dir=store)
+
+
+@pytest.mark.parametrize("mode", [0o640, 0o604, 0o644, 0o660, 0o700, 0o777])
+def test_load_refuses_group_or_other_access(tmp_path: Path, mode: int) -> None:
+    gen = generate_keypair("log", path=tmp_path / "log.key", seed=SEED)
+    gen.private_path.chmod(mode)
+    if mode & 0o077:
+        with pytest.raises(SigningKeyError, match=re.escape(f"chmod 600 {gen.private_path}")):
+            load_signer(gen.private_path)
+    else:
+        assert load_signer(gen.private_path).name == "log"
+
+
+def test_load_errors(tmp_path: Path) -> None:
+    with pytest.raises(SigningKeyError, match="no signing key"):
+        load_signer(tmp_path / "missing.key")
+    with pytest.raises(SigningKeyError, match="regular file"):
+        load_signer(tmp_path)
+    bad = tmp_path / "bad.key"
+    bad.write_text("PRIVATE+KEY+garbage\n")
+    bad.chmod(0o600)
+    with pytest.raises(SigningKeyError):
+        load_signer(bad)
+    binary = tmp_path / "bin.key"
+    binary.write_bytes(b"\xff\xfe")
+    binary.chmod(0o600)
+    with pytest.raises(SigningKeyError, match="UTF-8"):
+        load_signer(binary)
+    big = tmp_path / "big.key"
+    big.write_bytes(b"A" * 10_000)
+    big.chmod(0o600)
+    with pytest.raises(SigningKeyError, match="too large"):
+        load_signer(big)
+    with pytest.raises(SigningKeyError):
+        load_verifier("not a key and not a file")
+    with pytest.raises(SigningKeyError):
+        load_verifier(tmp_path / "missing.pub")
+    garbled = tmp_path / "garbled.pub"
+    garbled.write_text("name+00000000+AAAA\n")
+    with pytest.raises(SigningKeyError):
+        load_verifier(garbled)
+
+
+def test_invalid_names_and_paths(tmp_path: Path) -> None:
+    for name in ["", "a b", "a+b"]:
+        with pytest.raises(SigningKeyError):
+            generate_keypair(name, path=tmp_path / "x.key", seed=SEED)
+    with pytest.raises(SigningKeyError, match=r"\.pub"):
+        generate_keypair("log", path=tmp_path / "x.pub", seed=SEED)
+    with pytest.raises(SigningKeyError):
+        generate_keypair("log", path=tmp_path / "x.key", seed=b"short")
+
+
+def test_generated_keys_are_random_by_default(tmp_path: Path) -> None:
+    a = generate_keypair("log", path=tmp_path / "a.key")
+    b = generate_keypair("log", path=tmp_path / "b.key")
+    assert a.verifier != b.verifier
+    assert isinstance(load_verifier(a.public_path), NoteVerifier)
+
+
+def test_file_stem() -> None:
+    assert file_stem("plain-name_1.0") == "plain-name_1.0"
+    assert file_stem("example.com/log").startswith("example.com_log-")
+    assert file_stem("a/b") != file_stem("a_b")
+    assert file_stem("..") not in {"..", ".", ""}
+    assert "/" not in file_stem("../../etc/passwd")
+
+
+def test_write_file_atomic(tmp_path: Path) -> None:
+    directory = tmp_path / "atomic"
+    directory.mkdir()
+    target = directory / "f"
+    write_file_atomic(target, b"one", mode=0o600, overwrite=False)
+    assert target.read_bytes() == b"one"
+    assert _mode(target) == 0o600
+    with pytest.raises(FileExistsError):
+        write_file_atomic(target, b"two", mode=0o600, overwrite=False)
+    assert target.read_bytes() == b"one"
+    write_file_atomic(target, b"two", mode=0o644, overwrite=True)
+    assert target.read_bytes() == b"two"
+    assert _mode(target) == 0o644
+    assert [p.name for p in directory.iterdir()] == ["f"]  # no temporary file left behind
