@@ -19,7 +19,6 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Final
 
 from tracebound.errors import (
@@ -246,8 +245,7 @@ class Ledger:
     ) -> list[RecordedEvent]:
         """Append payloads to a stream as events; durable when this returns."""
         events = [
-            self.event(p, workflow_id=workflow_id, correlation_id=correlation_id)
-            for p in payloads
+            self.event(p, workflow_id=workflow_id, correlation_id=correlation_id) for p in payloads
         ]
         return self.store.append(stream_id, events, expected_version=expected_version)
 

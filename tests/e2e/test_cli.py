@@ -55,8 +55,12 @@ def _lines(n: int, start: int = 0) -> str:
             {
                 "stream_id": f"run-{i % 2}",
                 "workflow_id": "wf-1",
-                "payload": {"kind": "cost_incurred", "tier": "direct",
-                            "amount_usd": f"0.{i:04d}", "source": "openai"},
+                "payload": {
+                    "kind": "cost_incurred",
+                    "tier": "direct",
+                    "amount_usd": f"0.{i:04d}",
+                    "source": "openai",
+                },
             }
         )
         + "\n"
@@ -120,8 +124,17 @@ def test_bad_input_line_writes_nothing(cli: CLI) -> None:
 
 
 def test_float_in_payload_is_refused_with_line_number(cli: CLI) -> None:
-    line = json.dumps({"stream_id": "x", "payload": {
-        "kind": "cost_incurred", "tier": "direct", "amount_usd": 0.5, "source": "s"}})
+    line = json.dumps(
+        {
+            "stream_id": "x",
+            "payload": {
+                "kind": "cost_incurred",
+                "tier": "direct",
+                "amount_usd": 0.5,
+                "source": "s",
+            },
+        }
+    )
     out = cli.json("append", code=2, stdin=line + "\n")
     assert "line 1" in out["error"]["message"]
 

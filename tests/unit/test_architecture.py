@@ -71,7 +71,9 @@ def test_every_top_level_module_has_a_layer() -> None:
     assert not unknown, f"add these to LAYERS (and ARCHITECTURE/ADR): {unknown}"
 
 
-@pytest.mark.parametrize(("top", "path"), MODULES, ids=[str(p.relative_to(SRC)) for _, p in MODULES])
+@pytest.mark.parametrize(
+    ("top", "path"), MODULES, ids=[str(p.relative_to(SRC)) for _, p in MODULES]
+)
 def test_imports_point_downwards(top: str, path: Path) -> None:
     mine = LAYERS[top]
     for name in _imports(path):
@@ -114,7 +116,9 @@ def _clock_calls(source: str) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize(("top", "path"), MODULES, ids=[str(p.relative_to(SRC)) for _, p in MODULES])
+@pytest.mark.parametrize(
+    ("top", "path"), MODULES, ids=[str(p.relative_to(SRC)) for _, p in MODULES]
+)
 def test_clock_and_ids_are_injected(top: str, path: Path) -> None:
     if top == "system":
         return

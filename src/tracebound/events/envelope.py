@@ -13,9 +13,25 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar, Self
 from uuid import UUID
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, SerializeAsAny, field_validator, model_validator
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    SerializeAsAny,
+    field_validator,
+    model_validator,
+)
 
-from tracebound.ids import ChainHead, CorrelationId, EventId, EventType, Position, StreamId, StreamVersion, WorkflowId
+from tracebound.ids import (
+    ChainHead,
+    CorrelationId,
+    EventId,
+    EventType,
+    Position,
+    StreamId,
+    StreamVersion,
+    WorkflowId,
+)
 
 __all__ = ["Event", "Payload", "RecordedEvent", "format_timestamp"]
 

@@ -65,7 +65,6 @@ class RawRecord(NamedTuple):
     body: bytes
 
 
-
 def _json_str(value: str | None) -> bytes:
     return b"null" if value is None else canonical_bytes(value)
 

@@ -100,7 +100,9 @@ class EventRegistry:
         for version in range(schema_version, current):
             upcaster = self._upcasters.get((kind, version))
             if upcaster is None:
-                raise UpcastError(f"no upcaster registered for {kind!r} v{version} -> v{version + 1}")
+                raise UpcastError(
+                    f"no upcaster registered for {kind!r} v{version} -> v{version + 1}"
+                )
             try:
                 raw = upcaster(raw)
             except Exception as exc:  # an upcaster is user code: report it, typed

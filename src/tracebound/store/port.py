@@ -130,5 +130,3 @@ class LedgerStore(StreamStore, LogStore, CheckpointStore, Protocol):
     def close(self) -> None:
         """Release connections; further use raises StoreClosed."""
         ...
-
-
