@@ -224,9 +224,7 @@ class LedgerStoreSuite:
         workers, count = 4, 60
         ctx = multiprocessing.get_context("spawn")
         with ctx.Pool(workers) as pool:
-            pool.starmap(
-                _writer, [(reopen, w, count, "shared") for w in range(workers)]
-            )
+            pool.starmap(_writer, [(reopen, w, count, "shared") for w in range(workers)])
         total = workers * count * 2
         assert store.size() == total
         assert [e.position for e in store.read_log()] == list(range(1, total + 1))
@@ -254,3 +252,9 @@ class LedgerStoreSuite:
             store.size()
         with pytest.raises(TraceboundError):
             store.append("s", [note(1)])
+
+    def test_metadata_round_trips(self, store: LedgerStore) -> None:
+        assert store.get_meta("origin") is None
+        store.set_meta("origin", "example.com/log")
+        store.set_meta("origin", "example.com/log2")
+        assert store.get_meta("origin") == "example.com/log2"

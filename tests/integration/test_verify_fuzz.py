@@ -77,7 +77,8 @@ def _apply(db: Path, mutation: tuple[object, ...]) -> int:
             conn.execute("DELETE FROM events WHERE position = ?", (mutation[1],))
             target = int(mutation[1])  # type: ignore[call-overload]
         elif kind == "swap":
-            a, b = sorted({int(mutation[1]), int(mutation[2]) + 1})  # type: ignore[call-overload]
+            a = int(mutation[1])  # type: ignore[call-overload]
+            b = a + 1 + int(mutation[2]) % (N - a)  # type: ignore[call-overload]
             conn.execute("UPDATE events SET position = -1 WHERE position = ?", (a,))
             conn.execute("UPDATE events SET position = ? WHERE position = ?", (a, b))
             conn.execute("UPDATE events SET position = ? WHERE position = -1", (b,))

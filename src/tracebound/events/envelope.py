@@ -55,7 +55,12 @@ def format_timestamp(value: datetime) -> str:
     """RFC 3339 in UTC with microseconds: the one textual form of time in hashed data."""
     if value.tzinfo is None:
         raise ValueError("timestamps must be timezone-aware")
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    v = value.astimezone(UTC)
+    # Formatted by hand: strftime("%Y") does not zero-pad years before 1000 on glibc.
+    return (
+        f"{v.year:04d}-{v.month:02d}-{v.day:02d}T"
+        f"{v.hour:02d}:{v.minute:02d}:{v.second:02d}.{v.microsecond:06d}Z"
+    )
 
 
 class Event(BaseModel):

@@ -26,6 +26,7 @@ __all__ = [
     "CheckpointStore",
     "LedgerStore",
     "LogStore",
+    "MetadataStore",
     "RawRecord",
     "StreamHead",
     "StreamStore",
@@ -122,7 +123,20 @@ class CheckpointStore(Protocol):
 
 
 @runtime_checkable
-class LedgerStore(StreamStore, LogStore, CheckpointStore, Protocol):
+class MetadataStore(Protocol):
+    """Small named settings kept with the log (its origin, its format version)."""
+
+    def get_meta(self, key: str) -> str | None:
+        """The value stored under ``key``, or None."""
+        ...
+
+    def set_meta(self, key: str, value: str) -> None:
+        """Store ``value`` under ``key``, replacing any previous value."""
+        ...
+
+
+@runtime_checkable
+class LedgerStore(StreamStore, LogStore, CheckpointStore, MetadataStore, Protocol):
     """Everything the ledger needs from one backend."""
 
     url: str
