@@ -1,0 +1,719 @@
+"""The detectors behind :mod:`tracebound.pipeline.redaction`: where each span comes from.
+
+Every detector answers one question, "which character spans of this text are secret?",
+so the redactor can merge overlaps and replace spans without re-searching for values.
+detect-secrets' plugins answer a different question (they yield secret *values*), so we
+reuse them at the level where they are exact: their compiled ``denylist`` patterns (the
+documented extension point of ``RegexBasedDetector``), their ``is_formally_valid`` JWT
+check, their Shannon-entropy functions and limits, and their heuristic filters. What the
+library has no plugin for (PII, Anthropic and current OpenAI keys, GCP API keys,
+fine-grained GitHub tokens, Bearer headers) is written here. ADR 0005 has the table.
+
+Nothing here performs I/O: we never call ``analyze_line``, which may ask the network to
+verify a secret.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Literal, cast
+
+from detect_secrets.filters.heuristic import (
+    is_potential_uuid,
+    is_prefixed_with_dollar_sign,
+    is_sequential_string,
+    is_templated_secret,
+)
+from detect_secrets.plugins.aws import AWSKeyDetector
+from detect_secrets.plugins.azure_storage_key import AzureStorageKeyDetector
+from detect_secrets.plugins.basic_auth import BasicAuthDetector
+from detect_secrets.plugins.github_token import GitHubTokenDetector
+from detect_secrets.plugins.gitlab_token import GitLabTokenDetector
+from detect_secrets.plugins.high_entropy_strings import (
+    Base64HighEntropyString,
+    HexHighEntropyString,
+)
+from detect_secrets.plugins.jwt import JwtTokenDetector
+from detect_secrets.plugins.npm import NpmDetector
+from detect_secrets.plugins.openai import OpenAIDetector
+from detect_secrets.plugins.private_key import PrivateKeyDetector
+from detect_secrets.plugins.pypi_token import PypiTokenDetector
+from detect_secrets.plugins.sendgrid import SendGridDetector
+from detect_secrets.plugins.slack import SlackDetector
+from detect_secrets.plugins.stripe import StripeDetector
+
+Span = tuple[int, int]
+Source = Literal["detect-secrets", "tracebound"]
+
+# A marker the redactor wrote earlier. Detectors never see inside one (idempotence).
+MARKER_RE = re.compile(r"\[REDACTED:[a-z0-9]+(?:-[a-z0-9]+)*:hmac-sha256:[0-9a-f]{16}\]")
+
+_TOKEN_CHARS = frozenset(string.ascii_letters + string.digits + "_-")
+
+
+@dataclass(frozen=True, slots=True)
+class Detector:
+    """One named detection rule.
+
+    ``priority`` breaks ties between equally long overlapping spans: lower is more
+    specific, so ``password=ghp_…`` is attributed to the GitHub rule, not the keyword rule.
+    """
+
+    name: str
+    reason: str
+    source: Source
+    priority: int
+    find: Callable[[str], Iterator[Span]]
+
+
+# --- helpers ---------------------------------------------------------------------------
+
+
+def _library_patterns(plugin: type[object]) -> tuple[re.Pattern[str], ...]:
+    # ``denylist`` is declared as an abstract property on the base class but every
+    # regex plugin sets it as a class attribute holding compiled patterns.
+    return tuple(cast("tuple[re.Pattern[str], ...]", tuple(plugin.denylist)))  # type: ignore[attr-defined]
+
+
+def _pattern_spans(pattern: re.Pattern[str], text: str) -> Iterator[Span]:
+    """Spans equivalent to what ``RegexBasedDetector.analyze_string`` yields as values.
+
+    The library uses ``findall``: with capture groups it yields every non-empty group,
+    otherwise the whole match. We mirror that with ``finditer`` to keep positions.
+    """
+    for match in pattern.finditer(text):
+        if pattern.groups == 0:
+            if match.end() > match.start():
+                yield match.span()
+            continue
+        for index in range(1, pattern.groups + 1):
+            start, end = match.span(index)
+            if start >= 0 and end > start:
+                yield start, end
+
+
+def _extend_token(text: str, span: Span) -> Span:
+    """Grow a prefix-anchored token match to the end of the token.
+
+    Several library patterns pin a length (Stripe ``{24}``, GitHub ``{36}``) shorter than
+    tokens issued today; redacting only the prefix would leak the tail.
+    """
+    start, end = span
+    while end < len(text) and text[end] in _TOKEN_CHARS:
+        end += 1
+    return start, end
+
+
+def _library_rule(
+    pattern: re.Pattern[str],
+    *,
+    extend: bool = False,
+    valid: Callable[[str], bool] | None = None,
+    skip_prefix: str = "",
+) -> Callable[[str], Iterator[Span]]:
+    def find(text: str) -> Iterator[Span]:
+        for start, end in _pattern_spans(pattern, text):
+            if valid is not None and not valid(text[start:end]):
+                continue
+            begin = start + len(skip_prefix) if text.startswith(skip_prefix, start) else start
+            yield _extend_token(text, (begin, end)) if extend else (begin, end)
+
+    return find
+
+
+def _regex_rule(
+    pattern: re.Pattern[str],
+    *,
+    group: int | str = 0,
+    valid: Callable[[re.Match[str]], bool] | None = None,
+) -> Callable[[str], Iterator[Span]]:
+    def find(text: str) -> Iterator[Span]:
+        for match in pattern.finditer(text):
+            if valid is not None and not valid(match):
+                continue
+            start, end = match.span(group)
+            if end > start:
+                yield start, end
+
+    return find
+
+
+# --- private keys (library trigger, hand-written block extent) -------------------------
+
+_PEM_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----")
+_PUTTY_END = re.compile(r"Private-MAC:[ \t]*[0-9A-Fa-f]+")
+# Body of a key whose END line is missing (a truncated log): base64 lines, possibly with
+# JSON-escaped newlines.
+_KEY_BODY = re.compile(r"(?:[A-Za-z0-9+/=:\- \t\r\n]|\\n|\\r)*")
+_KEY_WINDOW = 16_384  # longest key block we look across; bounds work on hostile input
+
+
+def _private_key_blocks(text: str) -> Iterator[Span]:
+    """The whole key block, from ``-----BEGIN`` to ``-----END … -----``.
+
+    The library's PrivateKeyDetector only says a header is present; the secret is the
+    body, which spans lines, so we take the block around each header it finds.
+    """
+    for pattern in _library_patterns(PrivateKeyDetector):
+        for match in pattern.finditer(text):
+            start = match.start()
+            dashes = text.rfind("-----", max(0, start - 5), start)
+            if dashes != -1:
+                start = dashes
+            is_putty = match.group(0).startswith("PuTTY")
+            closing = _PUTTY_END if is_putty else _PEM_END
+            end_match = closing.search(text, match.end(), match.end() + _KEY_WINDOW)
+            if end_match is not None:
+                yield start, end_match.end()
+                continue
+            tail = text[match.end() : match.end() + _KEY_WINDOW]
+            body = _KEY_BODY.match(tail.removeprefix("-----"))
+            consumed = (5 if tail.startswith("-----") else 0) + (body.end() if body else 0)
+            yield start, match.end() + len(tail[:consumed].rstrip())
+
+
+# --- JWT (library pattern + validity, hand-written signature extent) -------------------
+
+_JWT_SIG_TAIL = re.compile(r"[A-Za-z0-9_\-]*")
+
+
+def _jwts(text: str) -> Iterator[Span]:
+    """JWTs including their signature.
+
+    The library's pattern ends in a lazy ``*?``, so ``finditer`` stops after
+    ``header.payload.``; we keep its match and validity check and add the signature.
+    """
+    (pattern,) = _library_patterns(JwtTokenDetector)
+    for match in pattern.finditer(text):
+        if not JwtTokenDetector.is_formally_valid(match.group(0)):
+            continue
+        end = match.end()
+        if text[end - 1] == ".":
+            tail = _JWT_SIG_TAIL.match(text, end)
+            end = tail.end() if tail else end
+        yield match.start(), end
+
+
+# --- high entropy (library entropy + limits, hand-written tokenisation) ----------------
+
+_B64 = Base64HighEntropyString()
+_HEX = HexHighEntropyString()
+_B64_TOKEN = re.compile(r"[A-Za-z0-9+/_\-]{20,}={0,2}")
+_HEX_TOKEN = re.compile(r"(?<![A-Za-z0-9_])[0-9a-fA-F]{20,}(?![A-Za-z0-9_])")
+# Content addresses: a digest with its algorithm in front (``sha256:…``, SRI ``sha384-…``).
+_DIGEST_PREFIX = re.compile(r"(?i)(?:sha1|sha224|sha256|sha384|sha512|blake2b|blake3|md5)[:\-=]$")
+_DIGEST_TOKEN = re.compile(r"(?i)^(?:sha1|sha224|sha256|sha384|sha512|blake2b|blake3|md5)-")
+# Lengths of common digests in hex: MD5, SHA-1 / git, SHA-224, SHA-256 / BLAKE3, SHA-384,
+# SHA-512. A bare lower- or upper-case hex string of one of these lengths is treated as a
+# content address or commit id, not a secret. See ADR 0005.
+DIGEST_HEX_LENGTHS = frozenset({32, 40, 56, 64, 96, 128})
+
+
+def _after_digest_prefix(text: str, start: int) -> bool:
+    return _DIGEST_PREFIX.search(text, max(0, start - 8), start) is not None
+
+
+def _base64_entropy(text: str) -> Iterator[Span]:
+    """Random-looking base64 runs, whether quoted or not.
+
+    The library's plugin only looks inside quotes unless switched (by mutating the
+    plugin) to eager mode; prompts and logs rarely quote secrets, so we tokenise here
+    and keep the library's entropy function and its 4.5 bit limit. A run must mix upper
+    case, lower case and digits: paths, identifiers and UUIDs do not, random keys do.
+    """
+    for match in _B64_TOKEN.finditer(text):
+        token = match.group(0)
+        if not (
+            any(c.isupper() for c in token)
+            and any(c.islower() for c in token)
+            and any(c.isdigit() for c in token)
+        ):
+            continue
+        if _DIGEST_TOKEN.match(token) or _after_digest_prefix(text, match.start()):
+            continue
+        if is_sequential_string(token) or is_potential_uuid(token):
+            continue
+        if _B64.calculate_shannon_entropy(token) > _B64.entropy_limit:
+            yield match.span()
+
+
+def _hex_entropy(text: str) -> Iterator[Span]:
+    """Random-looking hex runs that are not digests (library entropy, 3.0 bit limit)."""
+    for match in _HEX_TOKEN.finditer(text):
+        token = match.group(0)
+        if not any(c.isdigit() for c in token) or token.isdigit():
+            continue  # words made of a-f, or plain numbers (PII rules handle numbers)
+        single_case = token == token.lower() or token == token.upper()
+        if single_case and len(token) in DIGEST_HEX_LENGTHS:
+            continue
+        if _after_digest_prefix(text, match.start()):
+            continue
+        if _HEX.calculate_shannon_entropy(token) > _HEX.entropy_limit:
+            yield match.span()
+
+
+# --- keyword-assigned secrets (hand-written, library filters) --------------------------
+
+_KEYWORD = (
+    r"(?:password|passwd|passphrase|pwd|secret|token|api[_\-]?key|apikey"
+    r"|access[_\-]?key|secret[_\-]?key|private[_\-]?key|client[_\-]?key|auth[_\-]?key"
+    r"|account[_\-]?key|service[_\-]?key|master[_\-]?key|signing[_\-]?key"
+    r"|encryption[_\-]?key)"
+)
+# The key must END with a keyword: ``db_password`` and ``github_token`` match,
+# ``max_tokens`` and ``token_count`` do not.
+KEY_NAME_RE = re.compile(rf"(?i)^[A-Za-z0-9_.\-]*{_KEYWORD}$")
+_PASSWORDISH = re.compile(r"(?i)(?:password|passwd|passphrase|pwd|secret)$")
+# Found by the keyword, then widened back over the whole key name: anchoring on the keyword
+# is ~10x faster than a pattern that tries a lazy key prefix at every position.
+_KEYWORD_THEN_OPERATOR = re.compile(
+    rf"""(?ix)
+    (?P<kw>{_KEYWORD})
+    ["'\]]{{0,2}}[ \t]*
+    (?P<op>:=|=>|==|=|:)
+    [ \t]*
+    """
+)
+_KEYWORD_THEN_OPERATOR_LOWER = re.compile(
+    _KEYWORD_THEN_OPERATOR.pattern.replace("(?ix)", "(?x)", 1)
+)
+_VALUE = re.compile(
+    r"""(?x)
+    "(?P<dq>(?:[^"\\\n]|\\.){1,512})"
+  | '(?P<sq>[^'\n]{1,512})'
+  | (?P<bare>[^\s"'`]{1,512})
+    """
+)
+_KEY_CHARS = frozenset(string.ascii_letters + string.digits + "_.-")
+_LITERALS = frozenset({"true", "false", "null", "none", "nil", "undefined", "yes", "no"})
+_CODE_LIKE = re.compile(r"[\[\(]")
+# Documentation placeholders: ``sk-...``, ``xxxx``, ``****``, ``your-api-key-here``.
+_PLACEHOLDER = re.compile(r"(?i)(?:\.\.\.|…)$|x{4,}|\*{3,}|^your[_\-]|[_\-]here$")
+
+
+def plausible_secret_value(value: str, key: str, *, quoted: bool, op: str) -> bool:
+    """Whether a value assigned to a secret-sounding key is itself a credential.
+
+    Rejects what config files and code put there instead of secrets: placeholders
+    (``<…>``, ``${…}``, ``$VAR``), literals (``null``), masks (``****``), type annotations
+    and calls (``password: Optional[str]``, ``getenv(…)``), and counters (``token: 3``).
+    An unquoted ``key: value`` is also how prose reads ("Secret: use a vault"), so there
+    the value must contain a digit or symbol, or be a long mixed-case word.
+    """
+    value = value.strip()
+    if _not_a_credential(value, key):
+        return False
+    if quoted:
+        return True
+    if _CODE_LIKE.search(value):
+        return False
+    if op == ":" and value.isalpha():
+        has_upper = any(c.isupper() for c in value)
+        has_lower = any(c.islower() for c in value)
+        capitalised_word = value[0].isupper() and value[1:].islower()
+        return has_upper and has_lower and len(value) >= 8 and not capitalised_word
+    return True
+
+
+def _not_a_credential(value: str, key: str) -> bool:
+    # What stands in a secret's place in configs and docs, quoted or not.
+    return (
+        len(value) < 3
+        or value.lower() in _LITERALS
+        or len(set(value)) == 1
+        or is_templated_secret(value)
+        or is_prefixed_with_dollar_sign(value)
+        or value.startswith(("%(", "{{"))
+        or MARKER_RE.fullmatch(value) is not None
+        or _PLACEHOLDER.search(value) is not None
+        or (value.isdigit() and not _PASSWORDISH.search(key))
+    )
+
+
+def _cut_bare(value: str, op: str) -> str:
+    # Where an unquoted value ends: a query string's ``&``; a YAML/JSON flow's ``,;})]``.
+    stops = "&" if op != ":" else ",;})]&"
+    for index, char in enumerate(value):
+        if char in stops:
+            return value[:index]
+    return value.rstrip(",;")
+
+
+def _keyword_assignments(text: str) -> Iterator[Span]:
+    """``password=…``, ``"api_key": "…"``, ``token: …``: the value, never the key."""
+    # Case-insensitive alternation is ~10x slower in ``re`` than matching the lower-cased
+    # text; lowering keeps positions whenever it keeps the length (it never shrinks text).
+    lowered = text.lower()
+    if len(lowered) == len(text):
+        matches = _KEYWORD_THEN_OPERATOR_LOWER.finditer(lowered)
+    else:
+        matches = _KEYWORD_THEN_OPERATOR.finditer(text)
+    for match in matches:
+        key_start = match.start()
+        while key_start > 0 and text[key_start - 1] in _KEY_CHARS:
+            key_start -= 1
+        key = text[key_start : match.end("kw")]
+        value = _VALUE.match(text, match.end())
+        if value is None:
+            continue
+        op = match.group("op")
+        for name in ("dq", "sq", "bare"):
+            start, end = value.span(name)
+            if start < 0:
+                continue
+            found = text[start:end]
+            if name == "bare":
+                found = _cut_bare(found, op)
+                end = start + len(found)
+            if plausible_secret_value(found, key, quoted=name != "bare", op=op):
+                yield start, end
+
+
+# --- hand-written token rules ----------------------------------------------------------
+
+_NOT_MID_WORD = r"(?<![A-Za-z0-9_\-])"
+_NOT_WORD_NEXT = r"(?![A-Za-z0-9_\-])"
+
+_ANTHROPIC = re.compile(rf"{_NOT_MID_WORD}sk-ant-[a-z]{{2,10}}\d{{0,3}}-[A-Za-z0-9_\-]{{20,}}")
+_OPENAI = re.compile(
+    rf"{_NOT_MID_WORD}sk-(?:(?:proj|svcacct|admin)-[A-Za-z0-9_\-]{{20,}}|[A-Za-z0-9]{{40,}})"
+    rf"{_NOT_WORD_NEXT}"
+)
+_GITHUB_PAT = re.compile(rf"{_NOT_MID_WORD}github_pat_[A-Za-z0-9_]{{22,255}}{_NOT_WORD_NEXT}")
+_GCP_API_KEY = re.compile(rf"{_NOT_MID_WORD}AIza[0-9A-Za-z_\-]{{35}}{_NOT_WORD_NEXT}")
+_AWS_SECRET_ASSIGNED = re.compile(
+    r"(?i)aws_?secret_?(?:access_?)?key[\"']?[ \t]*(?:=|:|=>)[ \t]*[\"']?"
+    r"(?P<v>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+])"
+)
+# ``redis://:pass@host``: an empty user name, which the library's pattern requires.
+_URL_PASSWORD_NO_USER = re.compile(r"://:(?P<v>[^:/?#\[\]@\s]+)@")
+_BEARER = re.compile(r"(?i)\bbearer[ \t]+(?P<v>[A-Za-z0-9\-._~+/]{12,}=*)")
+_BASIC_HEADER = re.compile(
+    r"(?i)\b(?:proxy-)?authorization[\"']?[ \t]*[:=][ \t]*[\"']?basic[ \t]+"
+    r"(?P<v>[A-Za-z0-9+/]{8,}={0,2})"
+)
+
+
+def _credential_like(match: re.Match[str]) -> bool:
+    # "Bearer authentication" is prose; a bearer credential has a digit or mixed case.
+    value = match.group("v")
+    if any(c.isdigit() for c in value):
+        return True
+    return len(value) >= 20 and any(c.isupper() for c in value) and any(c.islower() for c in value)
+
+
+# --- PII (hand-written) ----------------------------------------------------------------
+
+_EMAIL = re.compile(
+    r"(?<![A-Za-z0-9._%+\-/])"
+    r"(?P<local>[A-Za-z0-9_%+\-]+(?:\.[A-Za-z0-9_%+\-]+)*)"
+    r"@(?:[A-Za-z0-9](?:[A-Za-z0-9\-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,24}"
+    r"(?![A-Za-z0-9\-]|\.[A-Za-z0-9])"
+)
+_URL_USERINFO = re.compile(r"://[^\s/@]*$")
+
+
+def _emails(text: str) -> Iterator[Span]:
+    """E-mail addresses, minus the two shapes that merely look like one.
+
+    ``https://user:pass@host`` is a credential (the basic-auth rule takes the password)
+    and ``git@github.com:org/repo`` is an SSH remote, not a person.
+    """
+    for match in _EMAIL.finditer(text):
+        start, end = match.span()
+        if _URL_USERINFO.search(text, max(0, start - 256), start):
+            continue
+        if match.group("local") == "git" and text[end : end + 1] == ":":
+            continue
+        yield start, end
+
+
+_NUMBER_BEFORE = r"(?<![\w+.\-/#])"
+_NUMBER_AFTER = r"(?![\w]|[.\-]\d)"
+_PHONE_INTL = re.compile(
+    rf"{_NUMBER_BEFORE}\+[1-9]\d{{0,3}}(?:[ .\-]?\(?\d{{2,5}}\)?){{1,5}}{_NUMBER_AFTER}"
+)
+_PHONE_NANP = re.compile(
+    rf"{_NUMBER_BEFORE}(?:1[ .\-])?(?:\([2-9]\d{{2}}\)[ ]?|[2-9]\d{{2}}[ .\-])"
+    rf"[2-9]\d{{2}}[ .\-]\d{{4}}{_NUMBER_AFTER}"
+)
+_PHONE_TRUNK = re.compile(rf"{_NUMBER_BEFORE}0\d{{1,4}}[ \-]\d{{3,4}}[ \-]\d{{3,4}}{_NUMBER_AFTER}")
+
+
+def _digit_count_between(low: int, high: int) -> Callable[[re.Match[str]], bool]:
+    def valid(match: re.Match[str]) -> bool:
+        return low <= sum(c.isdigit() for c in match.group(0)) <= high
+
+    return valid
+
+
+_CARD = re.compile(rf"{_NUMBER_BEFORE}\d(?:[ \-]?\d){{12,18}}{_NUMBER_AFTER}")
+
+
+def luhn_ok(digits: str) -> bool:
+    """The Luhn checksum every payment card number carries."""
+    total = 0
+    for index, char in enumerate(reversed(digits)):
+        value = ord(char) - 48
+        if index % 2 == 1:
+            value *= 2
+            if value > 9:
+                value -= 9
+        total += value
+    return total % 10 == 0
+
+
+def _card_brand_fits(digits: str) -> bool:
+    """Issuer prefix and length agree (Visa, Mastercard, Amex, Discover, JCB, Diners, UnionPay).
+
+    Luhn alone passes one random digit run in ten; requiring a real issuer prefix with
+    its lengths keeps ids and timestamps (which mostly start with 1) out.
+    """
+    length = len(digits)
+    two, four = int(digits[:2]), int(digits[:4])
+    three, six = int(digits[:3]), int(digits[:6])
+    checks = (
+        (digits[0] == "4", (13, 16, 19)),
+        (51 <= two <= 55 or 2221 <= four <= 2720, (16,)),
+        (two in {34, 37}, (15,)),
+        (four == 6011 or two == 65 or 644 <= three <= 649 or 622126 <= six <= 622925, (16, 19)),
+        (3528 <= four <= 3589, (16, 17, 18, 19)),
+        (300 <= three <= 305 or two in {36, 38, 39}, (14, 15, 16, 19)),
+        (two == 62, (16, 17, 18, 19)),
+    )
+    return any(prefix and length in lengths for prefix, lengths in checks)
+
+
+def _cards(text: str) -> Iterator[Span]:
+    """Card numbers of 13 to 19 digits, grouped consistently, with a valid Luhn digit and issuer."""
+    for match in _CARD.finditer(text):
+        raw = match.group(0)
+        separators = {c for c in raw if not c.isdigit()}
+        if len(separators) > 1:
+            continue
+        if separators:
+            groups = re.split(r"[ \-]", raw)
+            if any(not 3 <= len(group) <= 6 for group in groups[:-1]) or not groups[-1]:
+                continue
+        digits = "".join(c for c in raw if c.isdigit())
+        if luhn_ok(digits) and _card_brand_fits(digits):
+            yield match.span()
+
+
+# --- the catalogue ---------------------------------------------------------------------
+
+_AWS_KEY_ID, _AWS_SECRET_QUOTED = _library_patterns(AWSKeyDetector)
+_SLACK_TOKEN, _SLACK_WEBHOOK = _library_patterns(SlackDetector)
+
+
+def _library_all(
+    plugin: type[object], *, extend: bool, skip: str = ""
+) -> Callable[[str], Iterator[Span]]:
+    rules = [_library_rule(p, extend=extend, skip_prefix=skip) for p in _library_patterns(plugin)]
+
+    def find(text: str) -> Iterator[Span]:
+        for rule in rules:
+            yield from rule(text)
+
+    return find
+
+
+def _gate(
+    find: Callable[[str], Iterator[Span]], *needles: str, ignore_case: bool = False
+) -> Callable[[str], Iterator[Span]]:
+    """Run ``find`` only if the text contains one of ``needles``.
+
+    Each needle is a literal every match of the rule must contain, so the gate changes
+    no result; it turns most rules into a substring test on ordinary text.
+    """
+    wanted = tuple(n.lower() for n in needles) if ignore_case else needles
+
+    def gated(text: str) -> Iterator[Span]:
+        haystack = text.lower() if ignore_case else text
+        if any(needle in haystack for needle in wanted):
+            yield from find(text)
+
+    return gated
+
+
+def _d(
+    name: str, reason: str, source: Source, priority: int, find: Callable[[str], Iterator[Span]]
+) -> Detector:
+    return Detector(name=name, reason=reason, source=source, priority=priority, find=find)
+
+
+_LIB: Source = "detect-secrets"
+_OURS: Source = "tracebound"
+
+DETECTORS: tuple[Detector, ...] = (
+    _d(
+        "private-key",
+        "private key block",
+        _LIB,
+        0,
+        _gate(_private_key_blocks, "PRIVATE KEY", "PuTTY-User-Key-File"),
+    ),
+    _d(
+        "aws-access-key",
+        "AWS access key id",
+        _LIB,
+        10,
+        _gate(_library_rule(_AWS_KEY_ID, extend=True), "A3T", "ABIA", "ACCA", "AKIA", "ASIA"),
+    ),
+    _d(
+        "aws-secret-key",
+        "AWS secret access key",
+        _LIB,
+        10,
+        _gate(_library_rule(_AWS_SECRET_QUOTED), "aws", ignore_case=True),
+    ),
+    _d(
+        "aws-secret-key",
+        "AWS secret access key",
+        _OURS,
+        10,
+        _gate(_regex_rule(_AWS_SECRET_ASSIGNED, group="v"), "aws", ignore_case=True),
+    ),
+    _d(
+        "azure-storage-key",
+        "Azure storage account key",
+        _LIB,
+        10,
+        _gate(
+            _library_all(AzureStorageKeyDetector, extend=False, skip="AccountKey="), "AccountKey="
+        ),
+    ),
+    _d("gcp-api-key", "Google Cloud API key", _OURS, 10, _gate(_regex_rule(_GCP_API_KEY), "AIza")),
+    _d(
+        "github-token",
+        "GitHub token",
+        _LIB,
+        10,
+        _gate(
+            _library_all(GitHubTokenDetector, extend=True), "ghp_", "gho_", "ghu_", "ghs_", "ghr_"
+        ),
+    ),
+    _d(
+        "github-token",
+        "GitHub fine-grained token",
+        _OURS,
+        10,
+        _gate(_regex_rule(_GITHUB_PAT), "github_pat_"),
+    ),
+    _d(
+        "gitlab-token",
+        "GitLab token",
+        _LIB,
+        10,
+        _gate(_library_all(GitLabTokenDetector, extend=True), "gl", "GR1348941"),
+    ),
+    _d(
+        "slack-token",
+        "Slack token",
+        _LIB,
+        10,
+        _gate(_library_rule(_SLACK_TOKEN, extend=True), "xox", ignore_case=True),
+    ),
+    _d(
+        "slack-webhook",
+        "Slack webhook URL",
+        _LIB,
+        10,
+        _gate(_library_rule(_SLACK_WEBHOOK), "hooks.slack.com", ignore_case=True),
+    ),
+    _d(
+        "stripe-key",
+        "Stripe live key",
+        _LIB,
+        10,
+        _gate(_library_all(StripeDetector, extend=True), "k_live_"),
+    ),
+    _d("anthropic-key", "Anthropic API key", _OURS, 5, _gate(_regex_rule(_ANTHROPIC), "sk-ant-")),
+    _d(
+        "openai-key",
+        "OpenAI API key",
+        _LIB,
+        10,
+        _gate(_library_all(OpenAIDetector, extend=True), "T3BlbkFJ"),
+    ),
+    _d("openai-key", "OpenAI API key", _OURS, 10, _gate(_regex_rule(_OPENAI), "sk-")),
+    _d(
+        "sendgrid-key",
+        "SendGrid API key",
+        _LIB,
+        10,
+        _gate(_library_all(SendGridDetector, extend=True), "SG."),
+    ),
+    _d(
+        "pypi-token",
+        "PyPI upload token",
+        _LIB,
+        10,
+        _gate(_library_all(PypiTokenDetector, extend=True), "pypi-"),
+    ),
+    _d(
+        "npm-token",
+        "npm auth token",
+        _LIB,
+        10,
+        _gate(_library_all(NpmDetector, extend=False), ":_authToken="),
+    ),
+    _d("jwt", "JSON Web Token", _LIB, 20, _gate(_jwts, "eyJ")),
+    _d(
+        "basic-auth",
+        "password in URL",
+        _LIB,
+        20,
+        _gate(_library_all(BasicAuthDetector, extend=False), "://"),
+    ),
+    _d(
+        "basic-auth",
+        "password in URL",
+        _OURS,
+        20,
+        _gate(_regex_rule(_URL_PASSWORD_NO_USER, group="v"), "://:"),
+    ),
+    _d(
+        "bearer-token",
+        "bearer credential",
+        _OURS,
+        30,
+        _gate(_regex_rule(_BEARER, group="v", valid=_credential_like), "bearer", ignore_case=True),
+    ),
+    _d(
+        "basic-auth-header",
+        "HTTP Basic credential",
+        _OURS,
+        30,
+        _gate(_regex_rule(_BASIC_HEADER, group="v"), "authorization", ignore_case=True),
+    ),
+    _d(
+        "secret-keyword",
+        "value assigned to a secret-named key",
+        _OURS,
+        40,
+        _gate(_keyword_assignments, "=", ":"),
+    ),
+    _d("high-entropy-base64", "high-entropy base64 string", _LIB, 50, _base64_entropy),
+    _d("high-entropy-hex", "high-entropy hex string", _LIB, 50, _hex_entropy),
+    _d("email", "email address", _OURS, 60, _gate(_emails, "@")),
+    _d(
+        "phone",
+        "phone number",
+        _OURS,
+        60,
+        _gate(_regex_rule(_PHONE_INTL, valid=_digit_count_between(8, 15)), "+"),
+    ),
+    _d("phone", "phone number", _OURS, 60, _regex_rule(_PHONE_NANP)),
+    _d(
+        "phone",
+        "phone number",
+        _OURS,
+        60,
+        _gate(_regex_rule(_PHONE_TRUNK, valid=_digit_count_between(9, 12)), "0"),
+    ),
+    _d("payment-card", "payment card number", _OURS, 60, _cards),
+)

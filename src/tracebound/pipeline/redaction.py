@@ -1,0 +1,494 @@
+"""Redaction before write: secrets and PII never reach the ledger, blobs, evidence or logs.
+
+The design records require that prompts and logs are scrubbed *before* any write, and that
+each redaction leaves a digest and a ``redaction_reason``. A bare hash of a low-entropy
+value (a phone number, a card number) is reversible by enumeration, so the digest here is
+an HMAC keyed with a per-ledger secret the caller supplies: an analyst holding the ledger
+can see that two redactions hide the same value, but cannot recover the value.
+
+Each redacted span becomes a marker such as
+``[REDACTED:aws-access-key:hmac-sha256:1a2b3c4d5e6f7a8b]`` (the first 16 hex digits of the
+HMAC) and one :class:`Redaction` record with the full digest. Markers are inert: redacting
+redacted text changes nothing, so a value may safely pass through several layers that each
+redact before writing.
+
+In structures (dicts, lists, tuples) only values are scanned; dict keys are kept as they
+are, because keys are the schema consumers index by. A secret used as a dict key is not
+found: do not do that. A secret-sounding key (``api_key``, ``db_password``,
+``Authorization``) does, however, make its string value count as a secret.
+
+Which detector comes from detect-secrets and which is written here is recorded in
+``docs/adr/0005-redaction-detectors.md``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import re
+import threading
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict
+
+from tracebound.errors import ValidationFailed
+from tracebound.pipeline._redaction_detectors import (
+    DETECTORS,
+    KEY_NAME_RE,
+    MARKER_RE,
+    Detector,
+    Source,
+    plausible_secret_value,
+)
+
+__all__ = [
+    "MAX_DEPTH",
+    "MIN_KEY_BYTES",
+    "DetectorInfo",
+    "Redaction",
+    "RedactionResult",
+    "RedactionStats",
+    "Redactor",
+    "detectors",
+]
+
+MIN_KEY_BYTES = 16
+"""Shortest HMAC key accepted: 128 bits, so digests cannot be forged or enumerated."""
+
+MAX_DEPTH = 256
+"""Deepest nesting :meth:`Redactor.redact` walks; deeper input is refused, not skipped."""
+
+_DOMAIN = b"tracebound/redaction/v1\x00"  # separates these HMACs from any other use of the key
+_MARKER_HEX = 16
+# Re-scans per string before giving up (fail closed). Real text settles in one or two;
+# each pass removes at least one secret, so only adversarial input gets near this.
+_MAX_PASSES = 32
+_AUTH_HEADER_KEYS = frozenset({"authorization", "proxy-authorization"})
+_AUTH_SCHEME = re.compile(r"^\s*[A-Za-z][A-Za-z0-9_\-]*\s+(?=\S)")
+
+T = TypeVar("T")
+
+
+class Redaction(BaseModel):
+    """One redacted span: what kind of secret it was, where, and its keyed digest.
+
+    ``start``/``end`` index the *original* string (code points, end exclusive); ``path``
+    is the JSONPath of that string inside a structure, ``None`` for plain text. When
+    detectors overlap, the spans are merged and attributed to the longest one;
+    ``also_detected`` names the others so metrics and audits lose nothing.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    detector: str
+    redaction_reason: str
+    digest: str  # "hmac-sha256:<64 hex>"
+    marker: str
+    path: str | None
+    start: int
+    end: int
+    also_detected: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RedactionResult(Generic[T]):
+    """The scrubbed value and what was taken out of it, in document order."""
+
+    value: T
+    redactions: tuple[Redaction, ...]
+
+    @property
+    def redacted(self) -> bool:
+        """Whether anything was redacted (callers annotate the event only then)."""
+        return bool(self.redactions)
+
+
+class RedactionStats:
+    """In-memory counters of redactions, read later by a metrics exporter.
+
+    Kept free of any telemetry dependency: an exporter polls :meth:`snapshot`. One
+    instance may be shared by several redactors and threads.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_detector: Counter[str] = Counter()
+        self._by_reason: Counter[str] = Counter()
+        self._values_scanned = 0
+        self._values_redacted = 0
+
+    def record(self, redactions: Sequence[Redaction], *, values_scanned: int) -> None:
+        """Count one redaction call: how many strings it scanned and what it found."""
+        with self._lock:
+            self._values_scanned += values_scanned
+            self._values_redacted += len({r.path for r in redactions})
+            for redaction in redactions:
+                self._by_detector[redaction.detector] += 1
+                self._by_reason[redaction.redaction_reason] += 1
+
+    @property
+    def total(self) -> int:
+        """Redactions counted so far."""
+        with self._lock:
+            return sum(self._by_detector.values())
+
+    @property
+    def values_scanned(self) -> int:
+        """Strings scanned so far (the denominator of a redaction rate)."""
+        with self._lock:
+            return self._values_scanned
+
+    @property
+    def values_redacted(self) -> int:
+        """Strings in which at least one span was redacted."""
+        with self._lock:
+            return self._values_redacted
+
+    def by_detector(self) -> dict[str, int]:
+        """A copy of the counts per detector name."""
+        with self._lock:
+            return dict(self._by_detector)
+
+    def by_reason(self) -> dict[str, int]:
+        """A copy of the counts per ``redaction_reason``."""
+        with self._lock:
+            return dict(self._by_reason)
+
+    def snapshot(self) -> dict[str, Any]:
+        """Every counter at one instant, for an exporter to read without races."""
+        with self._lock:
+            return {
+                "total": sum(self._by_detector.values()),
+                "values_scanned": self._values_scanned,
+                "values_redacted": self._values_redacted,
+                "by_detector": dict(self._by_detector),
+                "by_reason": dict(self._by_reason),
+            }
+
+
+@dataclass(frozen=True, slots=True)
+class DetectorInfo:
+    """A detector's public description (for documentation and audits)."""
+
+    name: str
+    reason: str
+    source: Source
+
+
+def detectors() -> tuple[DetectorInfo, ...]:
+    """Every detection rule the redactor applies, with where it comes from.
+
+    The last two apply only inside structures, where a dict key names its value.
+    """
+    rules = (*DETECTORS, _KEY_HINT_DETECTOR, _AUTH_HINT_DETECTOR)
+    return tuple(DetectorInfo(d.name, d.reason, d.source) for d in rules)
+
+
+@dataclass(slots=True)
+class _Hit:
+    start: int
+    end: int
+    detector: Detector
+
+
+class Redactor:
+    """Scrubs secrets and PII out of text and JSON-like values before they are written.
+
+    Args:
+        key: The per-ledger HMAC key (at least :data:`MIN_KEY_BYTES` bytes). The same
+            secret under the same key always yields the same digest, so occurrences can
+            be correlated; without the key the digest reveals nothing.
+        stats: Counters to update; a fresh :class:`RedactionStats` if omitted.
+
+    Raises:
+        ValidationFailed: the key is not bytes or is too short.
+    """
+
+    def __init__(self, key: bytes, *, stats: RedactionStats | None = None) -> None:
+        if not isinstance(key, bytes | bytearray):
+            raise ValidationFailed("key", f"expected bytes, got {type(key).__name__}")
+        if len(key) < MIN_KEY_BYTES:
+            raise ValidationFailed(
+                "key", f"an HMAC key needs at least {MIN_KEY_BYTES} bytes, got {len(key)}"
+            )
+        self._key = bytes(key)
+        self.stats = stats if stats is not None else RedactionStats()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(key=<{len(self._key)} bytes>)"  # never the key itself
+
+    def digest(self, secret: str) -> str:
+        """The keyed digest recorded for ``secret``: ``hmac-sha256:<64 hex>``."""
+        data = secret.encode("utf-8", "surrogatepass")
+        return "hmac-sha256:" + hmac.new(self._key, _DOMAIN + data, hashlib.sha256).hexdigest()
+
+    def redact_text(self, text: str) -> RedactionResult[str]:
+        """Redact one string.
+
+        Raises:
+            ValidationFailed: ``text`` is not a ``str``.
+        """
+        if not isinstance(text, str):
+            raise ValidationFailed("text", f"expected str, got {type(text).__name__}")
+        found: list[Redaction] = []
+        value = self._redact_string(text, None, None, found)
+        self.stats.record(found, values_scanned=1)
+        return RedactionResult(value, tuple(found))
+
+    def redact(self, value: object) -> RedactionResult[Any]:
+        """Redact a JSON-like value: ``str``, ``int``, ``float``, ``bool``, ``None``, and
+        dicts, lists and tuples of them, to any depth up to :data:`MAX_DEPTH`.
+
+        The result has the same shape (same keys in the same order, same lengths, tuples
+        stay tuples); only strings change, except that an ``int`` found to be a secret
+        (say, a card number) becomes its marker string.
+
+        Raises:
+            ValidationFailed: an unsupported type, or nesting deeper than MAX_DEPTH. Both
+                fail closed: nothing is returned that was not scanned.
+        """
+        found: list[Redaction] = []
+        counter = [0]
+        result = self._walk(value, "$", key_hint=None, depth=0, found=found, counter=counter)
+        self.stats.record(found, values_scanned=counter[0])
+        return RedactionResult(result, tuple(found))
+
+    # --- internals ---------------------------------------------------------------------
+
+    def _walk(
+        self,
+        value: object,
+        path: str,
+        *,
+        key_hint: str | None,
+        depth: int,
+        found: list[Redaction],
+        counter: list[int],
+    ) -> Any:
+        if depth > MAX_DEPTH:
+            raise ValidationFailed(path, f"nesting deeper than {MAX_DEPTH} levels")
+        if isinstance(value, str):
+            counter[0] += 1
+            return self._redact_string(value, path, key_hint, found)
+        if value is None or isinstance(value, bool | float):
+            return value
+        if isinstance(value, int):
+            counter[0] += 1
+            before = len(found)
+            text = self._redact_string(str(value), path, key_hint, found)
+            return value if len(found) == before else text
+        if isinstance(value, Mapping):
+            return {
+                key: self._walk(
+                    item,
+                    _child_path(path, key),
+                    key_hint=key if isinstance(key, str) else None,
+                    depth=depth + 1,
+                    found=found,
+                    counter=counter,
+                )
+                for key, item in value.items()
+            }
+        if isinstance(value, list | tuple):
+            items = [
+                self._walk(
+                    item,
+                    f"{path}[{index}]",
+                    key_hint=None,
+                    depth=depth + 1,
+                    found=found,
+                    counter=counter,
+                )
+                for index, item in enumerate(value)
+            ]
+            return tuple(items) if isinstance(value, tuple) else items
+        raise ValidationFailed(path, f"cannot redact a value of type {type(value).__name__}")
+
+    def _redact_string(
+        self, text: str, path: str | None, key_hint: str | None, found: list[Redaction]
+    ) -> str:
+        """Redact until a re-scan of the output finds nothing.
+
+        Replacing a span changes its neighbours' context: in ``(212) 555-0199(212) 555-0199``
+        the second number follows a digit, so it is not a phone number until the first
+        one has become ``…]``. One pass would leak it and would not be idempotent, so we
+        re-scan the output (markers masked) and redact again until it is clean. Spans in
+        records always index the original ``text``.
+        """
+        # The output as pieces: ``(start, end)`` is original text, ``str`` a new marker.
+        pieces: list[tuple[int, int] | str] = [(0, len(text))]
+        current = text
+        for _ in range(_MAX_PASSES):
+            groups = _merge(_hits(current, key_hint))
+            if not groups:
+                return current
+            pieces = self._apply(text, pieces, groups, path, found)
+            current = "".join(p if isinstance(p, str) else text[p[0] : p[1]] for p in pieces)
+        raise ValidationFailed(
+            path or "text", f"redaction did not settle after {_MAX_PASSES} passes"
+        )
+
+    def _apply(
+        self,
+        text: str,
+        pieces: list[tuple[int, int] | str],
+        groups: list[tuple[int, int, list[_Hit]]],
+        path: str | None,
+        found: list[Redaction],
+    ) -> list[tuple[int, int] | str]:
+        # Markers are masked before detection, so every group lies inside one
+        # original-text piece; map it back to original offsets through that piece.
+        out: list[tuple[int, int] | str] = []
+        position = 0
+        pending = iter(groups)
+        group = next(pending, None)
+        for piece in pieces:
+            if isinstance(piece, str):
+                out.append(piece)
+                position += len(piece)
+                continue
+            first, last = piece
+            cursor = first
+            piece_end = position + (last - first)
+            while group is not None and group[0] < piece_end:
+                g_start, g_end, hits = group
+                assert position <= g_start, "a hit crossed a marker"
+                assert g_end <= piece_end, "a hit crossed a marker"
+                start, end = first + (g_start - position), first + (g_end - position)
+                if start > cursor:
+                    out.append((cursor, start))
+                out.append(
+                    self._record(text, start=start, end=end, hits=hits, path=path, found=found)
+                )
+                cursor = end
+                group = next(pending, None)
+            if cursor < last:
+                out.append((cursor, last))
+            position = piece_end
+        return out
+
+    def _record(
+        self,
+        text: str,
+        *,
+        start: int,
+        end: int,
+        hits: list[_Hit],
+        path: str | None,
+        found: list[Redaction],
+    ) -> str:
+        winner = max(hits, key=lambda h: (h.end - h.start, -h.detector.priority))
+        digest = self.digest(text[start:end])
+        short = digest.removeprefix("hmac-sha256:")[:_MARKER_HEX]
+        marker = f"[REDACTED:{winner.detector.name}:hmac-sha256:{short}]"
+        found.append(
+            Redaction(
+                detector=winner.detector.name,
+                redaction_reason=winner.detector.reason,
+                digest=digest,
+                marker=marker,
+                path=path,
+                start=start,
+                end=end,
+                also_detected=tuple(
+                    sorted({h.detector.name for h in hits} - {winner.detector.name})
+                ),
+            )
+        )
+        return marker
+
+
+_KEY_HINT_DETECTOR = Detector(
+    name="secret-keyword",
+    reason="value assigned to a secret-named key",
+    source="tracebound",
+    priority=40,
+    find=lambda _text: iter(()),
+)
+_AUTH_HINT_DETECTOR = Detector(
+    name="auth-header",
+    reason="HTTP Authorization credential",
+    source="tracebound",
+    priority=30,
+    find=lambda _text: iter(()),
+)
+
+
+def _child_path(path: str, key: object) -> str:
+    if isinstance(key, str) and key.isidentifier():
+        return f"{path}.{key}"
+    return f"{path}[{json.dumps(key if isinstance(key, str) else str(key))}]"
+
+
+def _outside(start: int, end: int, markers: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The parts of ``[start, end)`` not inside an existing marker."""
+    parts = [(start, end)]
+    for m_start, m_end in markers:
+        if m_end <= start or m_start >= end:
+            continue
+        next_parts = []
+        for p_start, p_end in parts:
+            if m_end <= p_start or m_start >= p_end:
+                next_parts.append((p_start, p_end))
+                continue
+            if p_start < m_start:
+                next_parts.append((p_start, m_start))
+            if m_end < p_end:
+                next_parts.append((m_end, p_end))
+        parts = next_parts
+    return parts
+
+
+def _trim(text: str, start: int, end: int) -> tuple[int, int]:
+    while start < end and text[start].isspace():
+        start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return start, end
+
+
+def _hits(text: str, key_hint: str | None) -> list[_Hit]:
+    markers = [m.span() for m in MARKER_RE.finditer(text)]
+    raw: list[tuple[int, int, Detector]] = [
+        (start, end, detector) for detector in DETECTORS for start, end in detector.find(text)
+    ]
+    if key_hint is not None:
+        raw.extend(_key_hint_hits(text, key_hint))
+    hits: list[_Hit] = []
+    for start, end, detector in raw:
+        for p_start, p_end in _outside(start, end, markers) if markers else [(start, end)]:
+            t_start, t_end = _trim(text, p_start, p_end)
+            if any(c.isalnum() for c in text[t_start:t_end]):
+                hits.append(_Hit(t_start, t_end, detector))
+    return hits
+
+
+def _key_hint_hits(text: str, key: str) -> list[tuple[int, int, Detector]]:
+    """A string under a secret-named key is a secret as a whole (``{"api_key": "…"}``)."""
+    if key.lower() in _AUTH_HEADER_KEYS:
+        scheme = _AUTH_SCHEME.match(text)
+        start = scheme.end() if scheme else 0
+        if len(text[start:].strip()) >= 3 and not MARKER_RE.fullmatch(text[start:].strip()):
+            return [(start, len(text), _AUTH_HINT_DETECTOR)]
+        return []
+    if KEY_NAME_RE.match(key) and plausible_secret_value(text, key, quoted=True, op="="):
+        return [(0, len(text), _KEY_HINT_DETECTOR)]
+    return []
+
+
+def _merge(hits: list[_Hit]) -> list[tuple[int, int, list[_Hit]]]:
+    """Overlapping hits become one span covering all of them (never a partial leak)."""
+    hits.sort(key=lambda h: (h.start, -h.end))
+    groups: list[tuple[int, int, list[_Hit]]] = []
+    for hit in hits:
+        if groups and hit.start < groups[-1][1]:
+            start, end, members = groups[-1]
+            members.append(hit)
+            groups[-1] = (start, max(end, hit.end), members)
+        else:
+            groups.append((hit.start, hit.end, [hit]))
+    return groups
