@@ -61,3 +61,14 @@ def test_command_table_matches_the_cli() -> None:
     commands = set(group.commands)  # type: ignore[attr-defined]
     documented = set(re.findall(r"^\| `tracebound ([a-z-]+)", TEXT, flags=re.M))
     assert documented == commands
+
+
+def test_examples_run(tmp_path: Path) -> None:
+    examples = sorted((README.parent / "examples").glob("*.py"))
+    assert examples, "examples/ is empty"
+    for example in examples:
+        proc = subprocess.run(
+            [sys.executable, str(example)], cwd=tmp_path, env=_env(tmp_path),
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert proc.returncode == 0, f"{example.name}: {proc.stderr}"
