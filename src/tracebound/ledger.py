@@ -14,11 +14,11 @@ checkpoints until their signatures verify against a key given from outside.
 from __future__ import annotations
 
 import base64
-import multiprocessing
 import os
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
+from multiprocessing import get_context
 from typing import Any, Final
 
 from tracebound.errors import (
@@ -164,14 +164,28 @@ def verify_bundle(bundle: InclusionBundle, verifier: NoteVerifier) -> Checkpoint
     return checkpoint
 
 
+_WORKER_STORES: dict[str, LedgerStore] = {}
+"""A verify worker's open stores, by URL: a worker checks many chunks, and opening a store
+takes SQLite's write lock (schema check), which would make workers queue behind each other."""
+
+
+def _verify_span(
+    store: LedgerStore, start: int, stop: int, snapshot_sizes: Sequence[int]
+) -> ChunkResult:
+    """Verify positions ``start..stop`` of ``store``, in pages when the store offers them."""
+    verifier = ChunkVerifier(start, snapshot_sizes=snapshot_sizes)
+    read_pages = getattr(store, "read_raw_pages", None)
+    if read_pages is not None:
+        return verifier.feed_pages(read_pages(start=start, stop=stop))
+    return verifier.feed_all(store.read_raw(start=start, stop=stop))
+
+
 def _verify_chunk(url: str, start: int, stop: int, snapshot_sizes: list[int]) -> ChunkResult:
     """Worker-process entry point: verify positions ``start..stop`` of the store at ``url``."""
-    store = open_store(url)
-    try:
-        verifier = ChunkVerifier(start, snapshot_sizes=snapshot_sizes)
-        return verifier.feed_all(store.read_raw(start=start, stop=stop))
-    finally:
-        store.close()
+    store = _WORKER_STORES.get(url)
+    if store is None:
+        store = _WORKER_STORES[url] = open_store(url)
+    return _verify_span(store, start, stop, snapshot_sizes)
 
 
 class Ledger:
@@ -209,8 +223,7 @@ class Ledger:
     def origin(self) -> str:
         """The checkpoint origin line: a stable name for this log."""
         if self._origin is None:
-            get_meta = getattr(self.store, "get_meta", None)
-            stored = get_meta(ORIGIN_KEY) if get_meta else None
+            stored = self.store.get_meta(ORIGIN_KEY)
             if stored is None:
                 raise ConfigError("this store has no origin; run `tracebound init`")
             self._origin = stored
@@ -370,21 +383,49 @@ class Ledger:
         return held
 
     def _chunks(self, size: int, sizes: list[int], workers: int) -> Iterator[ChunkResult]:
+        """Chunk results in position order, hashed by ``workers`` processes in all.
+
+        This process is one of the workers: it hashes chunks itself whenever it is not
+        waiting on an in-order result, so ``workers=2`` keeps two cores busy with one helper
+        process, and no core waits while a helper is still starting (spawning takes a few
+        hundred milliseconds). Chunks are claimed in position order by whoever is free, so
+        the results held for in-order assembly stay few, and memory flat.
+        """
         spans = [(s, min(s + CHUNK - 1, size)) for s in range(1, size + 1, CHUNK)]
+
+        def local(start: int, stop: int) -> ChunkResult:
+            return _verify_span(self.store, start, stop, [s for s in sizes if start <= s <= stop])
+
         if workers <= 1 or len(spans) <= 1:
             for start, stop in spans:
-                verifier = ChunkVerifier(start, snapshot_sizes=sizes)
-                yield verifier.feed_all(self.store.read_raw(start=start, stop=stop))
+                yield local(start, stop)
             return
+        helpers = workers - 1
+        window = 2 * helpers  # queued per helper: one running, one ready to start
         # spawn, not fork: a forked child would inherit this process's SQLite handles.
-        ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-            futures = [
-                pool.submit(_verify_chunk, self.store.url, a, b, [s for s in sizes if a <= s <= b])
-                for a, b in spans
-            ]
-            for fut in futures:
-                yield fut.result()
+        pool = ProcessPoolExecutor(max_workers=helpers, mp_context=get_context("spawn"))
+        try:
+            remote: dict[int, Future[ChunkResult]] = {}
+            done_here: dict[int, ChunkResult] = {}
+            claimed = emitted = 0
+            while emitted < len(spans):
+                while claimed < len(spans) and sum(not f.done() for f in remote.values()) < window:
+                    a, b = spans[claimed]
+                    remote[claimed] = pool.submit(
+                        _verify_chunk, self.store.url, a, b, [s for s in sizes if a <= s <= b]
+                    )
+                    claimed += 1
+                if emitted in done_here:
+                    yield done_here.pop(emitted)
+                elif emitted in remote and (remote[emitted].done() or claimed == len(spans)):
+                    yield remote.pop(emitted).result()
+                else:
+                    done_here[claimed] = local(*spans[claimed])
+                    claimed += 1
+                    continue
+                emitted += 1
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
 
     def verify(
         self,

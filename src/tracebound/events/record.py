@@ -37,6 +37,7 @@ from tracebound.ids import (
 )
 
 __all__ = [
+    "SUFFIX_FORMAT",
     "LedgerFields",
     "RawRecord",
     "decode_record",
@@ -69,32 +70,55 @@ def _json_str(value: str | None) -> bytes:
     return b"null" if value is None else canonical_bytes(value)
 
 
+_TYPE_JSON: dict[str, bytes] = {}
+"""Canonical bytes of each event type seen: a handful of distinct strings, one per event."""
+
+
 def event_prefix(event: Event) -> bytes:
     """Canonical bytes of the record up to and including the payload (no closing brace)."""
-    payload = canonical_bytes(event.payload.model_dump(mode="json"))
-    return b"".join(
-        (
-            b'{"correlation_id":',
-            _json_str(event.correlation_id),
-            b',"event_id":"',
-            str(event.event_id).encode(),
-            b'","event_type":',
-            canonical_bytes(event.event_type),
-            b',"payload":',
-            payload,
-        )
+    event_type = event.event_type
+    type_json = _TYPE_JSON.get(event_type)
+    if type_json is None:
+        type_json = canonical_bytes(event_type)
+        if type(event_type) is str:  # cache only plain str keys: "1" never meets 1 or 1.0
+            _TYPE_JSON[event_type] = type_json
+    correlation_id = event.correlation_id
+    return b'{"correlation_id":%s,"event_id":"%s","event_type":%s,"payload":%s' % (
+        b"null" if correlation_id is None else canonical_bytes(correlation_id),
+        str(event.event_id).encode(),
+        type_json,
+        canonical_bytes(event.payload.model_dump(mode="json")),
     )
 
 
-class LedgerFields:
-    """The per-event values a store formats into the suffix; cached per event prefix."""
+def _timestamp_json(value: datetime) -> bytes:
+    """``canonical_bytes(format_timestamp(value))``: an RFC 3339 string needs no escaping."""
+    return b'"%s"' % format_timestamp(value).encode()
 
-    __slots__ = ("schema_version", "timestamp", "workflow_id")
+
+class LedgerFields:
+    """The per-event values a store formats into the suffix; cached per event prefix.
+
+    ``timestamp`` is canonical JSON (quoted); ``timestamp_text`` is the same without quotes,
+    for a store's timestamp column.
+    """
+
+    __slots__ = ("schema_version", "timestamp", "timestamp_text", "workflow_id")
 
     def __init__(self, event: Event) -> None:
-        self.timestamp = canonical_bytes(format_timestamp(event.timestamp))
+        self.timestamp = _timestamp_json(event.timestamp)
+        self.timestamp_text = self.timestamp[1:-1].decode()
         self.workflow_id = _json_str(event.workflow_id)
         self.schema_version = event.schema_version
+
+
+SUFFIX_FORMAT = (
+    b',"position":%d,"prev_hash":"%s","schema_version":%d,"stream_id":%s,'
+    b'"stream_version":%d,"timestamp":%s,"workflow_id":%s}'
+)
+"""The record after the payload, as one ``%`` format: position, prev_hash (hex bytes),
+schema_version, stream_id (canonical JSON), stream_version, timestamp and workflow_id
+(both canonical JSON). Stores that format many suffixes use it directly."""
 
 
 def record_suffix(
@@ -106,20 +130,13 @@ def record_suffix(
     stream_version: int,
 ) -> bytes:
     """The rest of the record after the payload. ``stream_id_json`` is already canonical."""
-    return b"%s%d%s%s%s%d%s%s%s%d%s%s%s%s}" % (
-        b',"position":',
+    return SUFFIX_FORMAT % (
         position,
-        b',"prev_hash":"',
         prev_hash.hex().encode(),
-        b'","schema_version":',
         fields.schema_version,
-        b',"stream_id":',
         stream_id_json,
-        b',"stream_version":',
         stream_version,
-        b',"timestamp":',
         fields.timestamp,
-        b',"workflow_id":',
         fields.workflow_id,
     )
 

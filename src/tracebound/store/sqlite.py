@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+from binascii import hexlify
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final
+
+from blake3 import blake3
 
 from tracebound.canonical import canonical_bytes
 from tracebound.errors import (
@@ -29,9 +32,10 @@ from tracebound.errors import (
     StoreNotFound,
 )
 from tracebound.events.envelope import Event, RecordedEvent
-from tracebound.events.record import LedgerFields, decode_record, event_prefix, record_suffix
-from tracebound.integrity.chain import GENESIS, chain_hash
+from tracebound.events.record import SUFFIX_FORMAT, LedgerFields, decode_record, event_prefix
 from tracebound.ids import ChainHead, StreamId, StreamVersion
+from tracebound.integrity.chain import GENESIS
+from tracebound.integrity.verify import PAGE
 from tracebound.store.port import ANY_VERSION, AppendRequest, RawRecord, StreamHead
 
 __all__ = ["DB_FILENAME", "SCHEMA_VERSION", "SQLiteStore"]
@@ -39,6 +43,7 @@ __all__ = ["DB_FILENAME", "SCHEMA_VERSION", "SQLiteStore"]
 DB_FILENAME: Final = "ledger.db"
 SCHEMA_VERSION: Final = 1
 _PAGE = 1000  # rows per keyset page: bounded memory, short read transactions
+_VERIFY_PAGE = PAGE  # verify's pages: a power of two, so each page is one Merkle subtree
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -75,6 +80,12 @@ _RAW_SELECT = (
     "position, stream_id, stream_version, event_type, workflow_id, timestamp, "
     "schema_version, CAST(prev_hash AS BLOB), CAST(hash AS BLOB), CAST(body AS BLOB)"
 )
+# Built from the constant column lists above, never from input; values are always bound.
+_INSERT: Final = f"INSERT INTO events ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)"  # noqa: S608
+_SELECT_RAW: Final = (
+    f"SELECT {_RAW_SELECT} FROM events "  # noqa: S608 - constant columns, bound values
+    "WHERE position >= ? AND position <= ? ORDER BY position LIMIT ?"
+)
 
 
 @contextmanager
@@ -89,12 +100,47 @@ def _translated(what: str) -> Iterator[None]:
 class _Prepared:
     """An event's writer-side work, done before the lock: canonical prefix and fields."""
 
-    __slots__ = ("event", "fields", "prefix")
+    __slots__ = ("fields", "prefix", "values")
 
     def __init__(self, event: Event) -> None:
-        self.event = event
+        self.values = event.__dict__  # the validated field values, in field order
         self.prefix = event_prefix(event)
         self.fields = LedgerFields(event)
+
+
+_RECORDED_FIELDS: Final = tuple(RecordedEvent.model_fields)
+_new_object = object.__new__
+_set = object.__setattr__
+
+
+def _recorded_fast(values: dict[str, Any]) -> RecordedEvent:
+    """``RecordedEvent.model_construct(**values)`` for values that name every field in order.
+
+    model_construct walks every field looking for aliases and defaults, which costs more than
+    the chain hash; the store always passes every field, so only the assignments it would
+    make remain. Used only while the model has no post-init hook and no private attributes
+    (checked below), which is when these four assignments are all that model_construct does.
+    """
+    obj = _new_object(RecordedEvent)
+    _set(obj, "__dict__", values)
+    _set(obj, "__pydantic_fields_set__", set(_RECORDED_FIELDS))
+    _set(obj, "__pydantic_extra__", None)
+    _set(obj, "__pydantic_private__", None)
+    return obj
+
+
+def _recorded_slow(values: dict[str, Any]) -> RecordedEvent:
+    return RecordedEvent.model_construct(**values)
+
+
+_recorded = (
+    _recorded_fast
+    if RecordedEvent.__pydantic_post_init__ is None
+    and not RecordedEvent.__private_attributes__
+    and not RecordedEvent.__pydantic_root_model__
+    and RecordedEvent.model_config.get("extra") != "allow"
+    else _recorded_slow
+)
 
 
 class SQLiteStore:
@@ -199,9 +245,7 @@ class SQLiteStore:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 rows, recorded = self._rows_for(conn, prepared)
-                conn.executemany(
-                    f"INSERT INTO events ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)", rows
-                )
+                conn.executemany(_INSERT, rows)
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")
@@ -213,11 +257,17 @@ class SQLiteStore:
         conn: sqlite3.Connection,
         prepared: Sequence[tuple[AppendRequest, list[_Prepared]]],
     ) -> tuple[list[tuple[Any, ...]], list[RecordedEvent]]:
+        # This loop runs under the write lock, once per event: everything costly was done
+        # in _Prepared, and what is left is kept to local names and one `%` per suffix.
         (last,) = conn.execute("SELECT COALESCE(MAX(position), 0) FROM events").fetchone()
         position = int(last)
         heads: dict[str, tuple[int, bytes]] = {}
         rows: list[tuple[Any, ...]] = []
         recorded: list[RecordedEvent] = []
+        add_row = rows.append
+        add_recorded = recorded.append
+        suffix = SUFFIX_FORMAT
+        b3 = blake3
         for request, items in prepared:
             sid = request.stream_id
             if sid not in heads:
@@ -230,37 +280,42 @@ class SQLiteStore:
             for item in items:
                 position += 1
                 version += 1
-                body = item.prefix + record_suffix(
-                    item.fields,
-                    position=position,
-                    prev_hash=prev,
-                    stream_id_json=sid_json,
-                    stream_version=version,
+                fields = item.fields
+                body = item.prefix + suffix % (
+                    position,
+                    hexlify(prev),
+                    fields.schema_version,
+                    sid_json,
+                    version,
+                    fields.timestamp,
+                    fields.workflow_id,
                 )
-                digest = chain_hash(prev, body)
-                ev = item.event
-                rows.append(
+                digest = b3(prev).update(body).digest()  # chain_hash, without the call
+                ev = item.values
+                add_row(
                     (
                         position,
                         sid,
                         version,
-                        ev.event_type,
-                        ev.workflow_id,
-                        item.fields.timestamp[1:-1].decode(),
-                        ev.schema_version,
+                        ev["event_type"],
+                        ev["workflow_id"],
+                        fields.timestamp_text,
+                        fields.schema_version,
                         prev,
                         digest,
                         body,
                     )
                 )
-                recorded.append(
-                    RecordedEvent.model_construct(
-                        **dict(ev),
-                        stream_id=StreamId(sid),
-                        stream_version=StreamVersion(version),
-                        position=position,
-                        prev_hash=ChainHead(prev),
-                        hash=digest,
+                add_recorded(
+                    _recorded(
+                        {
+                            **ev,
+                            "stream_id": sid,
+                            "stream_version": version,
+                            "position": position,
+                            "prev_hash": prev,
+                            "hash": digest,
+                        }
                     )
                 )
                 prev = digest
@@ -284,7 +339,9 @@ class SQLiteStore:
 
     def size(self) -> int:
         with _translated("read"):
-            (last,) = self._conn().execute("SELECT COALESCE(MAX(position), 0) FROM events").fetchone()
+            (last,) = (
+                self._conn().execute("SELECT COALESCE(MAX(position), 0) FROM events").fetchone()
+            )
             return int(last)
 
     def read_raw(self, *, start: int = 1, stop: int | None = None) -> Iterator[RawRecord]:
@@ -294,15 +351,36 @@ class SQLiteStore:
         cursor = start
         while cursor <= upper:
             with _translated("read"):
-                page = self._conn().execute(
-                    f"SELECT {_RAW_SELECT} FROM events WHERE position >= ? AND position <= ? "
-                    "ORDER BY position LIMIT ?",
-                    (cursor, upper, _PAGE),
-                ).fetchall()
+                page = (
+                    self._conn()
+                    .execute(
+                        _SELECT_RAW,
+                        (cursor, upper, _PAGE),
+                    )
+                    .fetchall()
+                )
             if not page:
                 return
             for row in page:
                 yield RawRecord(*row)
+            cursor = page[-1][0] + 1
+
+    def read_raw_pages(
+        self, *, start: int = 1, stop: int | None = None, page_size: int = _VERIFY_PAGE
+    ) -> Iterator[list[tuple[Any, ...]]]:
+        """:meth:`read_raw` as pages of plain tuples in :class:`RawRecord` field order.
+
+        The bulk reader behind ``verify``: building a named tuple per record costs more than
+        SQLite takes to read it. Each page is its own short read transaction, as above.
+        """
+        upper = stop if stop is not None else (1 << 62)
+        cursor = start
+        while cursor <= upper:
+            with _translated("read"):
+                page = self._conn().execute(_SELECT_RAW, (cursor, upper, page_size)).fetchall()
+            if not page:
+                return
+            yield page
             cursor = page[-1][0] + 1
 
     def read_log(self, *, start: int = 1, stop: int | None = None) -> Iterator[RecordedEvent]:
@@ -323,12 +401,17 @@ class SQLiteStore:
         cursor = from_version
         while cursor <= upper:
             with _translated("read"):
-                page = self._conn().execute(
-                    "SELECT position, stream_version, CAST(hash AS BLOB), CAST(body AS BLOB) FROM events "
-                    "WHERE stream_id = ? AND stream_version >= ? AND stream_version <= ? "
-                    "ORDER BY stream_version LIMIT ?",
-                    (stream_id, cursor, upper, _PAGE),
-                ).fetchall()
+                page = (
+                    self._conn()
+                    .execute(
+                        "SELECT position, stream_version, CAST(hash AS BLOB), CAST(body AS BLOB) "
+                        "FROM events "
+                        "WHERE stream_id = ? AND stream_version >= ? AND stream_version <= ? "
+                        "ORDER BY stream_version LIMIT ?",
+                        (stream_id, cursor, upper, _PAGE),
+                    )
+                    .fetchall()
+                )
             if not page:
                 return
             for position, version, digest, body in page:
@@ -353,14 +436,18 @@ class SQLiteStore:
 
     def latest_checkpoint(self) -> str | None:
         with _translated("read"):
-            row = self._conn().execute(
-                "SELECT note FROM checkpoints ORDER BY size DESC LIMIT 1"
-            ).fetchone()
+            row = (
+                self._conn()
+                .execute("SELECT note FROM checkpoints ORDER BY size DESC LIMIT 1")
+                .fetchone()
+            )
         return None if row is None else str(row[0])
 
     def checkpoints(self) -> list[tuple[int, str]]:
         with _translated("read"):
-            rows = self._conn().execute("SELECT size, note FROM checkpoints ORDER BY size").fetchall()
+            rows = (
+                self._conn().execute("SELECT size, note FROM checkpoints ORDER BY size").fetchall()
+            )
         return [(int(s), str(n)) for s, n in rows]
 
     # -- metadata ------------------------------------------------------------------------
