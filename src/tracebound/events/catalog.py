@@ -71,12 +71,14 @@ from tracebound.ids import (
 __all__ = [
     "BUILTIN_PAYLOAD_TYPES",
     "PHASE4_ATTEMPT_TYPES",
+    "RUNTIME_PAYLOAD_TYPES",
     "AdapterDegraded",
     "ApprovalRecorded",
     "AttemptAnchorRecorded",
     "AttemptCompleted",
     "AttemptPayload",
     "AttemptRefused",
+    "BlameAssigned",
     "BlobErased",
     "BudgetPrecharged",
     "BudgetPrechecked",
@@ -87,6 +89,7 @@ __all__ = [
     "CostSource",
     "CostTier",
     "FallbackTierName",
+    "GateRequested",
     "LeafInvoked",
     "LeafReturned",
     "MergeOutcome",
@@ -99,16 +102,23 @@ __all__ = [
     "RagDegraded",
     "RagHit",
     "RagMiss",
+    "RatioText",
+    "RepairAttempted",
     "RetryRequested",
     "Role",
+    "RouteChosen",
+    "RunFinished",
+    "RunStarted",
     "SignalKind",
     "SignalValue",
+    "SloAlertRaised",
     "SolutionFound",
     "StepRecorded",
     "StepStatus",
     "TransformBuilt",
     "TrustGateFailed",
     "TrustGatePassed",
+    "ValidationRecorded",
     "Validations",
 ]
 
@@ -565,6 +575,133 @@ class BlobErased(Payload):
     reason: _Text
 
 
+
+# --- pipeline runtime (TPC + ARL record: runs, gates, blame, repair, routing, SLOs) --------
+
+RatioText: TypeAlias = Annotated[str, Field(pattern=r"^(0(\.[0-9]+)?|1(\.0+)?)$")]
+"""A ratio in [0, 1] as a decimal string (hashed data holds no floats: docs/adr/0003)."""
+
+
+class RunStarted(Payload):
+    """A pipeline run began; ``pipeline_ref`` lets `resume` and `replay --rerun` re-import it."""
+
+    kind: Literal["run_started"] = "run_started"
+    run_id: _RunId
+    pipeline: _Text
+    pipeline_type: _Text
+    critical: StrictBool
+    pipeline_ref: _Text | None = None
+    inputs_digest: _Sha256
+    inputs_pointer: _Text
+
+
+class RunFinished(Payload):
+    """A run stopped: completed, failed (with the failing step), paused at a gate, or rejected."""
+
+    kind: Literal["run_finished"] = "run_finished"
+    run_id: _RunId
+    status: Literal["completed", "failed", "gated", "rejected"]
+    failed_step: _StepId | None = None
+    reason: _Text | None = None
+
+
+class GateRequested(Payload):
+    """A step matched the policy and waits for a named human; ``owners`` may approve it."""
+
+    kind: Literal["gate_requested"] = "gate_requested"
+    run_id: _RunId
+    step_id: _StepId
+    role: Role
+    reasons: Annotated[tuple[_Text, ...], Field(min_length=1)]
+    paths: tuple[_Text, ...] = ()
+    owners: tuple[_Text, ...] = ()
+
+
+class ValidationRecorded(Payload):
+    """One required validation the Executor ran: a registered validator or a test command.
+
+    Raw command output never enters the ledger; only the digest of its redacted copy does.
+    """
+
+    kind: Literal["validation_recorded"] = "validation_recorded"
+    run_id: _RunId
+    step_id: _StepId
+    name: _Text
+    check: Literal["validator", "command"]
+    passed: StrictBool
+    exit_code: StrictInt | None = None
+    duration_ms: Count
+    output_digest: _Sha256 | None = None
+    detail: _Text | None = None
+
+
+class BlameAssigned(Payload):
+    """A failure was traced to the step that caused it, or could not be (origin None).
+
+    ``detected_by`` is the Critic step that found it, or the failed step itself when the
+    runtime caught the failure (an exception, a contract violation, a failed validation).
+    A failure with no origin counts towards ``unresolved_origin(failed_role)``.
+    """
+
+    kind: Literal["blame_assigned"] = "blame_assigned"
+    run_id: _RunId
+    detected_by: _StepId
+    failed_step_id: _StepId
+    failed_role: Role
+    origin_step_id: _StepId | None
+    origin_role: Role | None
+    reason: _Text
+    harmful: StrictBool
+
+
+class RepairAttempted(Payload):
+    """A failed step was re-run to repair it; ``succeeded`` says whether the repair held."""
+
+    kind: Literal["repair_attempted"] = "repair_attempted"
+    run_id: _RunId
+    origin_step_id: _StepId
+    repair_step_id: _StepId
+    attempt: Count
+    succeeded: StrictBool
+
+
+class RouteChosen(Payload):
+    """A Router picked one alternative from ledger metrics, and says why."""
+
+    kind: Literal["route_chosen"] = "route_chosen"
+    run_id: _RunId
+    step_id: _StepId
+    chosen: _Text
+    alternatives: Annotated[tuple[_Text, ...], Field(min_length=1)]
+    reason: _Text
+
+
+class SloAlertRaised(Payload):
+    """A critical pipeline broke its SLO: harm_rate > 0 or unresolved_origin > 0."""
+
+    kind: Literal["slo_alert_raised"] = "slo_alert_raised"
+    pipeline: _Text
+    pipeline_type: _Text
+    metric: Literal["harm_rate", "unresolved_origin"]
+    role: Role | None = None
+    value: _Text
+    threshold: _Text
+    run_id: _RunId | None = None
+
+
+RUNTIME_PAYLOAD_TYPES: tuple[type[Payload], ...] = (
+    RunStarted,
+    RunFinished,
+    GateRequested,
+    ValidationRecorded,
+    BlameAssigned,
+    RepairAttempted,
+    RouteChosen,
+    SloAlertRaised,
+)
+"""The pipeline runtime's events (registered below)."""
+
+
 # --- the union and registration ---------------------------------------------------------------
 
 BuiltinPayload: TypeAlias = Annotated[
@@ -618,6 +755,6 @@ PHASE4_ATTEMPT_TYPES: tuple[type[Payload], ...] = (
 )
 """Phase 4's per-attempt events in emission order; the anchor is always last."""
 
-for _cls in BUILTIN_PAYLOAD_TYPES:
+for _cls in (*BUILTIN_PAYLOAD_TYPES, *RUNTIME_PAYLOAD_TYPES):
     default_registry().register(_cls)
 del _cls

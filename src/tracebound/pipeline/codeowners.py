@@ -1,0 +1,75 @@
+"""CODEOWNERS: who may approve a gated change to which paths.
+
+GitHub's rules: one pattern and its owners per line, ``#`` comments, gitignore-style
+patterns, and the LAST matching line wins. An approver must own every touched path; a
+path no line matches has no owner, so nobody can approve it (fail closed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tracebound.errors import PolicyError, PolicyUnusable
+from tracebound.pipeline.policy import glob_match
+
+__all__ = ["CodeOwners", "NotAnOwner"]
+
+
+class NotAnOwner(PolicyError):
+    """The named approver does not own every path the gated step touches."""
+
+
+def _norm(owner: str) -> str:
+    return owner.lstrip("@").lower()
+
+
+@dataclass(frozen=True)
+class CodeOwners:
+    rules: tuple[tuple[str, tuple[str, ...]], ...]
+
+    @classmethod
+    def parse(cls, text: str, *, source: str = "CODEOWNERS") -> CodeOwners:
+        rules = []
+        for number, raw in enumerate(text.splitlines(), start=1):
+            line = raw.split("#", 1)[0].strip()
+            if not line:
+                continue
+            pattern, *owners = line.split()
+            if not owners:
+                raise PolicyUnusable(f"{source}:{number}: {pattern!r} names no owner")
+            rules.append((pattern, tuple(owners)))
+        if not rules:
+            raise PolicyUnusable(f"{source} names no owners; nobody could approve anything")
+        return cls(tuple(rules))
+
+    @classmethod
+    def load(cls, path: str | Path) -> CodeOwners:
+        p = Path(path)
+        try:
+            return cls.parse(p.read_text(encoding="utf-8"), source=str(p))
+        except (OSError, UnicodeDecodeError) as exc:
+            raise PolicyUnusable(f"cannot read CODEOWNERS {p}: {exc}") from exc
+
+    def owners_of(self, path: str) -> tuple[str, ...]:
+        """The owners of ``path``: the last matching line's, or () if none matches."""
+        owners: tuple[str, ...] = ()
+        for pattern, names in self.rules:
+            if glob_match(pattern, path):
+                owners = names
+        return owners
+
+    def owners_for(self, paths: Iterable[str]) -> tuple[str, ...]:
+        """Everyone who owns at least one of ``paths``."""
+        return tuple(dict.fromkeys(o for p in paths for o in self.owners_of(p)))
+
+    def check_approver(self, approver: str, paths: Iterable[str]) -> None:
+        """Raise NotAnOwner unless ``approver`` owns every path."""
+        who = _norm(approver)
+        missing = [p for p in paths if who not in {_norm(o) for o in self.owners_of(p)}]
+        if missing:
+            raise NotAnOwner(
+                f"{approver} is not a CODEOWNER of {', '.join(missing)}; owners: "
+                + "; ".join(f"{p}: {' '.join(self.owners_of(p)) or 'nobody'}" for p in missing)
+            )

@@ -1,0 +1,212 @@
+"""Blame, repair and harm metrics, plus cost and latency per step, computed from the ledger.
+
+Nothing here is kept in memory between calls: every number is a fold over recorded events
+(``RunStarted``, ``StepRecorded``, ``BlameAssigned``, ``RepairAttempted``,
+``CostIncurred``), so two readers of the same ledger always agree.
+
+* ``repair_rate(role)`` = repaired failures / failures, for failures of steps of that role;
+  a failure is repaired when a later ``RepairAttempted`` for its origin succeeded.
+* ``harm_rate(role)`` = harmful failures / outputs; harmful means the output broke a
+  constraint or introduced a regression (a failed test), not merely that the step crashed.
+* ``unresolved_origin(role)`` = failures of that role's steps with no attributed origin.
+* SLO guardrails: a *critical* pipeline with harm_rate > 0 or unresolved_origin > 0 is in
+  violation (:func:`slo_violations`).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from tracebound.events.catalog import (
+    BlameAssigned,
+    CostIncurred,
+    RepairAttempted,
+    RunStarted,
+    StepRecorded,
+)
+from tracebound.events.envelope import RecordedEvent
+
+__all__ = ["GroupMetrics", "RunMetrics", "SloViolation", "compute_metrics", "slo_violations"]
+
+
+@dataclass
+class GroupMetrics:
+    """Counters for one group of steps (a role, a pipeline type, or everything)."""
+
+    outputs: int = 0
+    failures: int = 0
+    repaired: int = 0
+    harmful: int = 0
+    unresolved: int = 0
+    cost_est_usd: Decimal = Decimal(0)
+    cost_usd: Decimal = Decimal(0)
+    latencies_ms: list[int] = field(default_factory=list)
+
+    @property
+    def repair_rate(self) -> Decimal | None:
+        return None if not self.failures else Decimal(self.repaired) / Decimal(self.failures)
+
+    @property
+    def harm_rate(self) -> Decimal:
+        return Decimal(0) if not self.outputs else Decimal(self.harmful) / Decimal(self.outputs)
+
+    @property
+    def mean_latency_ms(self) -> Decimal | None:
+        if not self.latencies_ms:
+            return None
+        return Decimal(sum(self.latencies_ms)) / Decimal(len(self.latencies_ms))
+
+    @property
+    def cost_per_step_usd(self) -> Decimal | None:
+        return None if not self.outputs else self.cost_usd / Decimal(self.outputs)
+
+    def as_dict(self) -> dict[str, object]:
+        def s(value: Decimal | None) -> str | None:
+            return None if value is None else str(value.quantize(Decimal("0.000001")).normalize())
+
+        return {
+            "outputs": self.outputs,
+            "failures": self.failures,
+            "repaired": self.repaired,
+            "harmful": self.harmful,
+            "unresolved_origin": self.unresolved,
+            "repair_rate": s(self.repair_rate),
+            "harm_rate": s(self.harm_rate),
+            "cost_usd": str(self.cost_usd),
+            "cost_est_usd": str(self.cost_est_usd),
+            "cost_per_step_usd": s(self.cost_per_step_usd),
+            "mean_latency_ms": s(self.mean_latency_ms),
+        }
+
+
+@dataclass
+class PipelineInfo:
+    name: str
+    pipeline_type: str
+    critical: bool
+
+
+@dataclass
+class RunMetrics:
+    """All metrics, by role, by pipeline type, by pipeline, and overall."""
+
+    overall: GroupMetrics = field(default_factory=GroupMetrics)
+    by_role: dict[str, GroupMetrics] = field(default_factory=lambda: defaultdict(GroupMetrics))
+    by_pipeline_type: dict[str, GroupMetrics] = field(
+        default_factory=lambda: defaultdict(GroupMetrics)
+    )
+    by_pipeline: dict[str, GroupMetrics] = field(default_factory=lambda: defaultdict(GroupMetrics))
+    unresolved_by_pipeline_role: dict[tuple[str, str], int] = field(
+        default_factory=lambda: defaultdict(int)
+    )
+    pipelines: dict[str, PipelineInfo] = field(default_factory=dict)
+
+    def unresolved_origin(self, role: str) -> int:
+        return self.by_role[role].unresolved if role in self.by_role else 0
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "overall": self.overall.as_dict(),
+            "by_role": {k: v.as_dict() for k, v in sorted(self.by_role.items())},
+            "by_pipeline_type": {k: v.as_dict() for k, v in sorted(self.by_pipeline_type.items())},
+            "by_pipeline": {k: v.as_dict() for k, v in sorted(self.by_pipeline.items())},
+        }
+
+
+@dataclass
+class _Scan:
+    """The events metrics need, gathered in one pass over the log."""
+
+    runs: dict[str, PipelineInfo] = field(default_factory=dict)
+    final_steps: dict[tuple[str, str], StepRecorded] = field(default_factory=dict)
+    blames: list[BlameAssigned] = field(default_factory=list)
+    repaired_origins: set[tuple[str, str]] = field(default_factory=set)
+    costs: list[tuple[CostIncurred, str | None]] = field(default_factory=list)
+
+    def add(self, e: RecordedEvent) -> None:
+        p = e.payload
+        if isinstance(p, RunStarted):
+            self.runs[p.run_id] = PipelineInfo(p.pipeline, p.pipeline_type, p.critical)
+        elif isinstance(p, StepRecorded):
+            self.final_steps[(p.run_id, p.step_id)] = p  # a later entry (after a gate) wins
+        elif isinstance(p, BlameAssigned):
+            self.blames.append(p)
+        elif isinstance(p, RepairAttempted) and p.succeeded:
+            self.repaired_origins.add((p.run_id, p.origin_step_id))
+        elif isinstance(p, CostIncurred):
+            self.costs.append((p, e.workflow_id))
+
+
+def compute_metrics(events: Iterable[RecordedEvent]) -> RunMetrics:
+    """Fold recorded events into metrics (one pass; repairs matched at the end)."""
+    scan = _Scan()
+    for e in events:
+        scan.add(e)
+    m = RunMetrics()
+    run_pipeline = scan.runs
+    for info in run_pipeline.values():
+        m.pipelines[info.name] = info
+
+    def groups(run_id: str, role: str) -> list[GroupMetrics]:
+        out = [m.overall, m.by_role[role]]
+        info = run_pipeline.get(run_id)
+        if info is not None:
+            out += [m.by_pipeline_type[info.pipeline_type], m.by_pipeline[info.name]]
+        return out
+
+    for step in scan.final_steps.values():
+        if step.status in {"success", "error"}:
+            for g in groups(step.run_id, step.role):
+                g.outputs += 1
+                g.cost_est_usd += step.cost_est.compute_usd_est
+                g.latencies_ms.append(step.latency_ms)
+    for b in scan.blames:
+        for g in groups(b.run_id, b.failed_role):
+            g.failures += 1
+            g.harmful += int(b.harmful)
+            g.unresolved += int(b.origin_step_id is None)
+            repaired = (
+                b.origin_step_id is not None
+                and (b.run_id, b.origin_step_id) in scan.repaired_origins
+            )
+            g.repaired += int(repaired)
+        if b.origin_step_id is None and b.run_id in run_pipeline:
+            m.unresolved_by_pipeline_role[(run_pipeline[b.run_id].name, b.failed_role)] += 1
+    for cost, run_id in scan.costs:
+        role = cost.role or "unattributed"
+        for g in groups(run_id or "", role):
+            g.cost_usd += cost.amount_usd
+    return m
+
+
+@dataclass(frozen=True)
+class SloViolation:
+    pipeline: str
+    pipeline_type: str
+    metric: str
+    value: str
+    role: str | None = None
+
+    def describe(self) -> str:
+        where = f" ({self.role})" if self.role else ""
+        return f"{self.pipeline}: {self.metric}{where} = {self.value} (must be 0)"
+
+
+def slo_violations(m: RunMetrics) -> list[SloViolation]:
+    """Critical pipelines with harm_rate > 0 or unresolved_origin > 0."""
+    out: list[SloViolation] = []
+    for name, info in sorted(m.pipelines.items()):
+        if not info.critical:
+            continue
+        group = m.by_pipeline.get(name)
+        if group is not None and group.harmful > 0:
+            out.append(SloViolation(name, info.pipeline_type, "harm_rate", str(group.harm_rate)))
+        for (pipeline, role), count in sorted(m.unresolved_by_pipeline_role.items()):
+            if pipeline == name and count > 0:
+                out.append(
+                    SloViolation(name, info.pipeline_type, "unresolved_origin", str(count), role)
+                )
+    return out

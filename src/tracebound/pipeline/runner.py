@@ -1,0 +1,782 @@
+"""Running a pipeline: every step validated, redacted, stored, gated and recorded.
+
+For each step the :class:`Runner`:
+
+1. validates the incoming handoff envelope (middleware: a violation aborts the run with
+   :class:`~tracebound.errors.ValidationFailed` naming the field and why);
+2. calls the step with least privilege (read-only scopes until a gate is lifted);
+3. redacts the artifact it returned, then validates it against the TPC contract (again:
+   a violation aborts the run), and stores it in the blob store by ``sha256:`` digest;
+4. for an Executor, runs the envelope's required validations (registered checks and real
+   test commands in subprocesses);
+5. for a Critic, checks the parent's output against the constraints it was handed, and
+   collects what the Critic itself reports;
+6. asks the policy: a matching step is recorded ``gated`` and the run pauses durably (the
+   ledger is the state; :meth:`Runner.resume` continues after a human approved);
+7. records one ARL entry (``StepRecorded``) with every field the record lists.
+
+A failure (the step raised, a required validation failed, the Critic found a violation) is
+blamed: ``BlameAssigned`` names the step that caused it (``error_origin``), following
+parent links, or none (unresolved). A failure with an origin is repaired by re-running the
+chain from the origin through the failed step, up to ``Pipeline.max_repairs`` times, each
+recorded as ``RepairAttempted``.
+
+Every event of a run goes to the stream ``run/<run_id>`` with ``workflow_id = run_id``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+
+from tracebound.canonical import canonical_bytes
+from tracebound.contract import HandoffEnvelope, TPCArtifact, validate_envelope, validate_tpc
+from tracebound.errors import ConfigError, PolicyError, ValidationFailed
+from tracebound.events.catalog import (
+    ApprovalRecorded,
+    BlameAssigned,
+    CostEstimate,
+    GateRequested,
+    RepairAttempted,
+    RouteChosen,
+    RunFinished,
+    RunStarted,
+    SloAlertRaised,
+    StepRecorded,
+    ValidationRecorded,
+    Validations,
+)
+from tracebound.events.envelope import Payload, RecordedEvent
+from tracebound.ids import RunId, Sha256Digest, StepId
+from tracebound.ledger import Ledger
+from tracebound.pipeline.codeowners import CodeOwners
+from tracebound.pipeline.critic import Finding, check_constraints
+from tracebound.pipeline.metrics import compute_metrics, slo_violations
+from tracebound.pipeline.policy import Policy, request_from_artifact
+from tracebound.pipeline.redaction import Redactor
+from tracebound.pipeline.runtime import Pipeline, RoleName, StepContext, StepSpec
+from tracebound.pipeline.validations import ValidationInput, ValidationRegistry
+from tracebound.store.blobs import BlobStore
+
+__all__ = ["RunResult", "Runner", "StepOutcome", "run_stream"]
+
+RunStatus = Literal["completed", "failed", "gated", "rejected"]
+
+
+def run_stream(run_id: str) -> str:
+    """The ledger stream that holds one run's events."""
+    return f"run/{run_id}"
+
+
+@dataclass
+class StepOutcome:
+    """What happened to one execution of one step."""
+
+    step_id: StepId
+    name: str
+    role: RoleName
+    status: Literal["success", "error", "skipped", "gated"]
+    artifact: TPCArtifact | None = None
+    artifact_hash: Sha256Digest | None = None
+    error_origin: StepId | None = None
+    latency_ms: int = 0
+    validations_failed: tuple[str, ...] = ()
+    findings: tuple[Finding, ...] = ()
+    reason: str | None = None
+
+
+@dataclass
+class RunResult:
+    """The run as it stands: completed, failed, paused at a gate, or rejected."""
+
+    run_id: RunId
+    status: RunStatus
+    steps: list[StepOutcome] = field(default_factory=list)
+    gated_step: StepId | None = None
+    failed_step: StepId | None = None
+    reason: str | None = None
+
+    def artifact(self, name: str) -> TPCArtifact:
+        for outcome in reversed(self.steps):
+            if outcome.name == name and outcome.artifact is not None:
+                return outcome.artifact
+        raise KeyError(name)
+
+
+@dataclass
+class _Run:
+    """The in-memory view of one run; always reconstructible from its ledger stream."""
+
+    run_id: RunId
+    pipeline: Pipeline
+    inputs: Mapping[str, Any]
+    result: RunResult
+    accepted: dict[str, StepOutcome] = field(default_factory=dict)  # latest good outcome
+    approved: set[str] = field(default_factory=set)  # step names whose gate was lifted
+
+    def artifacts(self) -> dict[str, TPCArtifact]:
+        return {k: v.artifact for k, v in self.accepted.items() if v.artifact is not None}
+
+
+@dataclass
+class _StepRun:
+    """One execution of one step, while it runs."""
+
+    run: _Run
+    spec: StepSpec
+    step_id: StepId
+    parent: StepOutcome | None
+    approved: bool
+    scopes: tuple[str, ...]
+    started: datetime
+    outcome: StepOutcome
+    ran: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    unchecked: tuple[str, ...] = ()
+
+    @property
+    def handoff(self) -> HandoffEnvelope | None:
+        p = self.parent
+        return p.artifact.handoff_envelope if p is not None and p.artifact is not None else None
+
+
+class _Abort(Exception):
+    """Internal: a contract violation stops the run (re-raised as ValidationFailed)."""
+
+    def __init__(self, error: ValidationFailed) -> None:
+        self.error = error
+
+
+class Runner:
+    """Runs pipelines against a ledger, a blob store, a policy and a redactor.
+
+    Args:
+        ledger: where every event goes (its clock and id source are used for everything).
+        blobs: where artifacts, inputs and validation output go, by digest.
+        policy: the governance gate (policies fail closed: see :class:`Policy`).
+        redactor: applied to inputs, artifacts and command output before any write.
+        validations: the Executor's registered validations and test commands.
+        codeowners: who may approve gated paths; without it nobody can approve.
+        workspace: the directory steps and test commands work in.
+        storage: the ARL ``storage`` sink this runner writes to (``db`` for a database).
+    """
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        *,
+        blobs: BlobStore,
+        policy: Policy,
+        redactor: Redactor,
+        validations: ValidationRegistry | None = None,
+        codeowners: CodeOwners | None = None,
+        workspace: Path | None = None,
+        storage: Literal["console", "file", "db"] = "db",
+    ) -> None:
+        self.ledger = ledger
+        self.blobs = blobs
+        self.policy = policy
+        self.redactor = redactor
+        self.validations = validations or ValidationRegistry()
+        self.codeowners = codeowners
+        self.workspace = workspace
+        self.storage = storage
+
+    # -- public API --------------------------------------------------------------------
+
+    def run(
+        self, pipeline: Pipeline, inputs: Mapping[str, Any], *, run_id: str | None = None
+    ) -> RunResult:
+        """Run a pipeline to completion, failure, or its first gate (blocking)."""
+        return asyncio.run(self.arun(pipeline, inputs, run_id=run_id))
+
+    async def arun(
+        self, pipeline: Pipeline, inputs: Mapping[str, Any], *, run_id: str | None = None
+    ) -> RunResult:
+        """The async form of :meth:`run`; async steps are awaited."""
+        rid = RunId(run_id or str(self.ledger.ids.new_id()))
+        redacted = self.redactor.redact(dict(inputs)).value
+        ref = self.blobs.put(canonical_bytes(redacted))
+        run = _Run(rid, pipeline, redacted, RunResult(rid, "completed"))
+        self._emit(
+            run,
+            RunStarted(
+                run_id=rid,
+                pipeline=pipeline.name,
+                pipeline_type=pipeline.pipeline_type,
+                critical=pipeline.critical,
+                pipeline_ref=pipeline.ref,
+                inputs_digest=ref.digest,
+                inputs_pointer=ref.pointer,
+            ),
+        )
+        return await self._drive(run, 0)
+
+    def resume(self, pipeline: Pipeline, run_id: str) -> RunResult:
+        """Continue a run paused at a gate, once a human approved or rejected it."""
+        return asyncio.run(self.aresume(pipeline, run_id))
+
+    async def aresume(self, pipeline: Pipeline, run_id: str) -> RunResult:
+        run, gate, decision = self._load(pipeline, run_id)
+        if gate is None:
+            raise ConfigError(f"run {run_id} is not waiting at a gate ({run.result.status})")
+        if decision is None:
+            run.result.status, run.result.gated_step = "gated", gate.step_id
+            return run.result
+        if decision.decision == "rejected":
+            self._finish(run, "rejected", gate.step_id, f"rejected by {decision.approver}")
+            return run.result
+        run.approved.add(gate.step_id.split("~", 1)[0])
+        return await self._drive(run, pipeline.index(gate.step_id.split("~", 1)[0]))
+
+    # -- driving -----------------------------------------------------------------------
+
+    async def _drive(self, run: _Run, start: int) -> RunResult:
+        specs = run.pipeline.steps
+        try:
+            i = start
+            while i < len(specs):
+                outcome = await self._execute(run, specs[i])
+                if outcome.status == "gated":
+                    self._finish(run, "gated", outcome.step_id, "waiting for approval")
+                    return run.result
+                if outcome.status == "error" or outcome.findings:
+                    status = await self._repair(run, outcome, i)
+                    if status != "completed":
+                        if status == "failed":
+                            self._finish(run, "failed", outcome.step_id, outcome.reason)
+                        return run.result
+                i += 1
+        except _Abort as abort:
+            self._finish(run, "failed", run.result.steps[-1].step_id, str(abort.error))
+            raise abort.error from None
+        self._finish(run, "completed")
+        return run.result
+
+    async def _repair(self, run: _Run, failed: StepOutcome, failed_index: int) -> RunStatus:
+        """Re-run from the blamed origin through the failed step; a Critic's finding
+        re-runs through the Critic too, so the repair is judged by the same check."""
+        origin = failed.error_origin
+        if origin is None:
+            return "failed"
+        base = origin.split("~", 1)[0]
+        first = run.pipeline.index(base)
+        last = failed_index
+        for attempt in range(1, run.pipeline.max_repairs + 1):
+            ok, first_id = True, None
+            for spec in run.pipeline.steps[first : last + 1]:
+                notes = tuple(f.reason for f in failed.findings) or (failed.reason or "",)
+                outcome = await self._execute(run, spec, attempt=attempt, notes=notes)
+                first_id = first_id or outcome.step_id
+                if outcome.status == "gated":
+                    self._emit(run, RepairAttempted(
+                        run_id=run.run_id, origin_step_id=origin, repair_step_id=first_id,
+                        attempt=attempt, succeeded=False,
+                    ))  # fmt: skip
+                    self._finish(run, "gated", outcome.step_id, "waiting for approval")
+                    return "gated"
+                if outcome.status != "success" or outcome.findings:
+                    ok = False
+                    failed = outcome
+                    break
+            assert first_id is not None
+            self._emit(
+                run,
+                RepairAttempted(
+                    run_id=run.run_id,
+                    origin_step_id=origin,
+                    repair_step_id=first_id,
+                    attempt=attempt,
+                    succeeded=ok,
+                ),
+            )
+            if ok:
+                return "completed"
+        return "failed"
+
+    # -- one step ----------------------------------------------------------------------
+
+    async def _execute(
+        self, run: _Run, spec: StepSpec, *, attempt: int = 0, notes: tuple[str, ...] = ()
+    ) -> StepOutcome:
+        sr = self._begin(run, spec, attempt)
+        self._check_incoming(sr)  # 1
+        findings = self._critic_checks(sr)  # 5, the runtime's half
+        ctx = self._context(sr, notes, findings)
+        gated = run.accepted.get(spec.name)
+        if sr.approved and gated is not None and gated.status == "gated":
+            return self._after_gate(sr, ctx, gated)
+        raw = await self._call(sr, ctx)  # 2
+        if raw is None:
+            return sr.outcome
+        artifact, redaction_reason = self._accept(sr, raw)  # 3
+        self._validate(sr, artifact)  # 4
+        findings = (*findings, *ctx.reported)  # 5, the Critic's own half
+        if ctx.route is not None:
+            chosen, alternatives, why = ctx.route
+            self._emit(run, RouteChosen(run_id=run.run_id, step_id=sr.step_id, chosen=chosen,
+                                        alternatives=tuple(alternatives), reason=why))  # fmt: skip
+        if self._gate(sr, artifact, redaction_reason):  # 6
+            return sr.outcome
+        outcome = sr.outcome
+        if sr.failed:
+            outcome.status, outcome.error_origin = "error", sr.step_id
+            outcome.reason = f"required validations failed: {', '.join(sr.failed)}"
+        if outcome.status == "success" and spec.apply is not None:
+            self._apply(sr, ctx, artifact)
+        blames = self._attribute(run, findings) if findings else []
+        if blames:
+            outcome.findings = findings
+            outcome.error_origin = next(
+                (b.origin_step_id for b in blames if b.origin_step_id), None
+            )
+            outcome.reason = "; ".join(f.reason for f in findings)
+        self._record_step(sr, redaction_reason=redaction_reason)  # 7
+        for blame in blames:
+            self._emit(run, replace_detected(blame, sr.step_id))
+        if outcome.status == "error":
+            self._blame(run, sr.step_id, spec.role, outcome.reason or "failed", sr.step_id,
+                        harmful=bool(sr.failed))  # fmt: skip
+        else:
+            run.accepted[spec.name] = outcome
+        return outcome
+
+    def _begin(self, run: _Run, spec: StepSpec, attempt: int) -> _StepRun:
+        step_id = StepId(spec.name if attempt == 0 else f"{spec.name}~r{attempt}")
+        parent = run.accepted.get(spec.after) if spec.after else None
+        approved = spec.name in run.approved
+        return _StepRun(
+            run=run,
+            spec=spec,
+            step_id=step_id,
+            parent=parent,
+            approved=approved,
+            scopes=self.policy.granted(spec.role, approved=approved),
+            started=self.ledger.clock.now(),
+            outcome=StepOutcome(step_id, spec.name, spec.role, "success"),
+        )
+
+    def _check_incoming(self, sr: _StepRun) -> None:
+        """Middleware: the envelope handed over must be complete, or the run aborts."""
+        handoff = sr.handoff
+        if handoff is None:
+            return
+        try:
+            validate_envelope(handoff.model_dump(mode="json"))
+        except ValidationFailed as exc:
+            origin = sr.parent.step_id if sr.parent else None
+            self._record_error(sr, f"incoming handoff envelope: {exc}", origin=origin)
+            raise _Abort(exc) from exc
+
+    def _critic_checks(self, sr: _StepRun) -> tuple[Finding, ...]:
+        """A Critic starts from the runtime's check of its parent against the constraints
+        that parent was handed (by the parent's own parent)."""
+        parent = sr.parent
+        if sr.spec.role != "Critic" or parent is None or parent.artifact is None:
+            return ()
+        grand = sr.run.accepted.get(self._parent_of(sr.run, parent.name) or "")
+        handed = grand.artifact.handoff_envelope.constraints if grand and grand.artifact else ()
+        check = check_constraints(
+            parent.artifact,
+            handed,
+            role=parent.role,
+            latency_ms=parent.latency_ms,
+            validations_failed=parent.validations_failed,
+        )
+        sr.unchecked = check.unchecked
+        return tuple(
+            Finding(parent.name, v, harmful=True, origin=parent.name) for v in check.violations
+        )
+
+    def _context(
+        self, sr: _StepRun, notes: tuple[str, ...], findings: tuple[Finding, ...]
+    ) -> StepContext:
+        parent = sr.parent
+        return StepContext(
+            run_id=sr.run.run_id,
+            step_id=sr.step_id,
+            name=sr.spec.name,
+            role=sr.spec.role,
+            inputs=sr.run.inputs,
+            parent=parent.artifact if parent else None,
+            parent_name=parent.name if parent else None,
+            handoff=sr.handoff,
+            artifacts=sr.run.artifacts(),
+            scopes=sr.scopes,
+            attempt=int(sr.step_id.rsplit("~r", 1)[1]) if "~r" in sr.step_id else 0,
+            repair_notes=notes,
+            findings=findings,
+            workspace=self.workspace,
+            metrics_source=lambda: compute_metrics(self.ledger.store.read_log()),
+        )
+
+    async def _call(self, sr: _StepRun, ctx: StepContext) -> Mapping[str, Any] | None:
+        """Run the step's function; None when it failed (the failure is recorded)."""
+        try:
+            # Typed as object: user code may return anything, and that is checked below.
+            raw: object = sr.spec.fn(ctx)
+            if inspect.isawaitable(raw):
+                raw = await raw
+        except Exception as exc:  # noqa: BLE001 - a step is user code; its failure is data
+            self._record_error(sr, f"{type(exc).__name__}: {exc}", origin=sr.step_id)
+            return None
+        data = raw.model_dump(mode="json") if isinstance(raw, TPCArtifact) else raw
+        if isinstance(data, Mapping):
+            return data
+        error = ValidationFailed("$", f"a step returns a TPC artifact, not {type(raw).__name__}")
+        self._record_error(sr, str(error), origin=sr.step_id)
+        raise _Abort(error)
+
+    def _accept(self, sr: _StepRun, data: Mapping[str, Any]) -> tuple[TPCArtifact, str | None]:
+        """Redact, validate against the TPC contract, and store by digest."""
+        redaction = self.redactor.redact({str(k): v for k, v in data.items()})
+        try:
+            artifact = _validated(redaction.value, sr.spec.role)
+        except ValidationFailed as exc:
+            self._record_error(sr, f"TPC artifact: {exc}", origin=sr.step_id)
+            raise _Abort(exc) from exc
+        stored = self.blobs.put(canonical_bytes(artifact.model_dump(mode="json")))
+        sr.outcome.artifact, sr.outcome.artifact_hash = artifact, stored.digest
+        reasons = sorted({r.redaction_reason for r in redaction.redactions})
+        return artifact, "; ".join(reasons) or None
+
+    def _validate(self, sr: _StepRun, artifact: TPCArtifact) -> None:
+        """An Executor runs the required validations it was handed."""
+        if sr.spec.role != "Executor" or sr.handoff is None:
+            return
+        for name in sr.handoff.required_validations:
+            inp = ValidationInput(artifact, self.workspace, self.redactor)
+            result = self.validations.run(name, inp)
+            sr.ran.append(name)
+            digest = self.blobs.put(result.output).digest if result.output else None
+            self._emit(sr.run, ValidationRecorded(
+                run_id=sr.run.run_id, step_id=sr.step_id, name=name,
+                check="command" if result.check == "command" else "validator",
+                passed=result.passed, exit_code=result.exit_code,
+                duration_ms=result.duration_ms, output_digest=digest, detail=result.detail,
+            ))  # fmt: skip
+            if not result.passed:
+                sr.failed.append(name)
+        sr.outcome.validations_failed = tuple(sr.failed)
+
+    def _gate(self, sr: _StepRun, artifact: TPCArtifact, redaction_reason: str | None) -> bool:
+        """Ask the policy; a matching step is recorded gated and the run pauses."""
+        reasons = self.policy.evaluate(
+            request_from_artifact(sr.spec.role, artifact, sr.spec.scopes)
+        )
+        sr.outcome.latency_ms = _ms(sr.started, self.ledger.clock.now())
+        if not reasons or sr.approved:
+            return False
+        paths = tuple(dict.fromkeys(p for r in reasons for p in r.paths))
+        owners = self.codeowners.owners_for(paths) if self.codeowners else ()
+        gate = GateRequested(
+            run_id=sr.run.run_id,
+            step_id=sr.step_id,
+            role=sr.spec.role,
+            reasons=tuple(f"{r.rule}: {r.reason}" for r in reasons),
+            paths=paths,
+            owners=owners,
+        )
+        self._emit(sr.run, gate)
+        sr.outcome.status = "gated"
+        self._record_step(sr, redaction_reason=redaction_reason)
+        sr.run.accepted[sr.spec.name] = sr.outcome
+        return True
+
+    def _apply(self, sr: _StepRun, ctx: StepContext, artifact: TPCArtifact) -> None:
+        """Run the step's side effects with the scopes its gate (if any) lifted."""
+        assert sr.spec.apply is not None
+        sr.scopes = self.policy.granted(sr.spec.role, approved=True)
+        try:
+            sr.spec.apply(replace(ctx, step_id=sr.outcome.step_id, scopes=sr.scopes), artifact)
+        except Exception as exc:  # noqa: BLE001 - an apply hook is user code
+            sr.outcome.status, sr.outcome.error_origin = "error", sr.outcome.step_id
+            sr.outcome.reason = f"apply failed: {type(exc).__name__}: {exc}"
+
+    def _after_gate(self, sr: _StepRun, ctx: StepContext, gated: StepOutcome) -> StepOutcome:
+        """The gated step, approved: run its apply hook with the lifted scopes and record it."""
+        outcome = sr.outcome
+        outcome.step_id, outcome.artifact = gated.step_id, gated.artifact
+        outcome.artifact_hash = gated.artifact_hash
+        if sr.spec.apply is not None and gated.artifact is not None:
+            self._apply(sr, ctx, gated.artifact)
+        self._record_step(sr, redaction_reason=None)
+        if outcome.status == "error":
+            self._blame(sr.run, outcome.step_id, sr.spec.role, outcome.reason or "failed",
+                        outcome.step_id, harmful=False)  # fmt: skip
+        else:
+            sr.run.accepted[sr.spec.name] = outcome
+        return outcome
+
+    # -- blame -------------------------------------------------------------------------
+
+    def _parent_of(self, run: _Run, name: str) -> str | None:
+        return run.pipeline.steps[run.pipeline.index(name)].after
+
+    def _ancestors(self, run: _Run, name: str) -> list[str]:
+        out, cur = [name], self._parent_of(run, name)
+        while cur is not None:
+            out.append(cur)
+            cur = self._parent_of(run, cur)
+        return out
+
+    def _attribute(self, run: _Run, findings: tuple[Finding, ...]) -> list[BlameAssigned]:
+        """Blame each finding on its origin if that is the failed step or an ancestor of it
+        (blame follows parent links); any other origin, or none, is unresolved."""
+        out = []
+        for f in findings:
+            failed = run.accepted.get(f.step)
+            failed_spec = run.pipeline.steps[run.pipeline.index(f.step)]
+            reason = f.reason
+            origin_id: StepId | None = None
+            origin_role: RoleName | None = None
+            if f.origin is not None and f.origin in self._ancestors(run, f.step):
+                src = run.accepted.get(f.origin)
+                origin_id = src.step_id if src else StepId(f.origin)
+                origin_role = run.pipeline.steps[run.pipeline.index(f.origin)].role
+            elif f.origin is not None:
+                reason += f" (named origin {f.origin!r} is not {f.step!r} or an ancestor of it)"
+            out.append(
+                BlameAssigned(
+                    run_id=run.run_id,
+                    detected_by=StepId("pending"),
+                    failed_step_id=failed.step_id if failed else StepId(f.step),
+                    failed_role=failed_spec.role,
+                    origin_step_id=origin_id,
+                    origin_role=origin_role,
+                    reason=reason[:2000],
+                    harmful=f.harmful,
+                )
+            )
+        return out
+
+    def _blame(
+        self,
+        run: _Run,
+        detected_by: StepId,
+        failed_role: RoleName,
+        reason: str,
+        origin: StepId | None,
+        *,
+        harmful: bool,
+        failed_step: StepId | None = None,
+    ) -> None:
+        origin_role = None
+        if origin is not None:
+            origin_role = run.pipeline.steps[run.pipeline.index(origin.split("~", 1)[0])].role
+        self._emit(
+            run,
+            BlameAssigned(
+                run_id=run.run_id,
+                detected_by=detected_by,
+                failed_step_id=failed_step or detected_by,
+                failed_role=failed_role,
+                origin_step_id=origin,
+                origin_role=origin_role,
+                reason=reason[:2000],
+                harmful=harmful,
+            ),
+        )
+
+    # -- recording ---------------------------------------------------------------------
+
+    def _emit(self, run: _Run, payload: Payload) -> RecordedEvent:
+        (recorded,) = self.ledger.record(run_stream(run.run_id), [payload], workflow_id=run.run_id)
+        return recorded
+
+    def _record_error(self, sr: _StepRun, reason: str, *, origin: StepId | None) -> StepOutcome:
+        """A step that produced no valid artifact: its error record is the artifact."""
+        outcome = sr.outcome
+        error_doc = {"step": outcome.step_id, "error": self.redactor.redact_text(reason).value}
+        outcome.artifact_hash = self.blobs.put(canonical_bytes(error_doc)).digest
+        outcome.status, outcome.error_origin, outcome.reason = "error", origin, reason
+        outcome.latency_ms = _ms(sr.started, self.ledger.clock.now())
+        self._record_step(sr, redaction_reason=None)
+        self._blame(sr.run, outcome.step_id, sr.spec.role, reason, origin, harmful=False)
+        return outcome
+
+    def _record_step(self, sr: _StepRun, *, redaction_reason: str | None) -> None:
+        """The ARL entry: every field the record lists."""
+        outcome = sr.outcome
+        sr.run.result.steps.append(outcome)
+        finished = self.ledger.clock.now()
+        artifact = outcome.artifact
+        cost = artifact.cost_est if artifact is not None else None
+        assert outcome.artifact_hash is not None
+        self._emit(
+            sr.run,
+            StepRecorded(
+                run_id=sr.run.run_id,
+                step_id=outcome.step_id,
+                parent_step_id=sr.parent.step_id if sr.parent else None,
+                role=sr.spec.role,
+                timestamp_start=sr.started,
+                timestamp_end=finished,
+                duration_ms=_ms(sr.started, finished),
+                artifact_hash=outcome.artifact_hash,
+                payload_pointer=f"blob://{outcome.artifact_hash}",
+                status=outcome.status,
+                error_origin=outcome.error_origin,
+                cost_est=CostEstimate(
+                    prompt_tokens=cost.prompt_tokens if cost else 0,
+                    compute_usd_est=cost.compute_usd_est if cost else Decimal(0),
+                ),
+                latency_ms=outcome.latency_ms,
+                validations=Validations(
+                    ran=tuple(sr.ran), pending=sr.unchecked, failed=tuple(sr.failed)
+                ),
+                storage=self.storage,
+                redaction_reason=redaction_reason,
+                scopes_granted=sr.scopes,
+            ),
+        )
+
+    def _finish(
+        self,
+        run: _Run,
+        status: RunStatus,
+        step: StepId | None = None,
+        reason: str | None = None,
+    ) -> None:
+        run.result.status = status
+        run.result.gated_step = step if status == "gated" else None
+        run.result.failed_step = step if status in {"failed", "rejected"} else None
+        run.result.reason = reason
+        self._emit(
+            run,
+            RunFinished(
+                run_id=run.run_id,
+                status=status,
+                failed_step=run.result.failed_step,
+                reason=None if reason is None else reason[:2000],
+            ),
+        )
+        if status in {"completed", "failed"} and run.pipeline.critical:
+            self._check_slo(run)
+
+    def _check_slo(self, run: _Run) -> None:
+        events = self.ledger.store.read_log()
+        for v in slo_violations(compute_metrics(events)):
+            if v.pipeline != run.pipeline.name:
+                continue
+            self._emit(
+                run,
+                SloAlertRaised(
+                    pipeline=v.pipeline,
+                    pipeline_type=v.pipeline_type,
+                    metric=v.metric,  # type: ignore[arg-type]
+                    role=v.role,  # type: ignore[arg-type]
+                    value=v.value,
+                    threshold="0",
+                    run_id=run.run_id,
+                ),
+            )
+
+    # -- resuming ----------------------------------------------------------------------
+
+    def _load(
+        self, pipeline: Pipeline, run_id: str
+    ) -> tuple[_Run, GateRequested | None, ApprovalRecorded | None]:
+        """Rebuild a run from its ledger stream and its blobs."""
+        started: RunStarted | None = None
+        gate: GateRequested | None = None
+        decision: ApprovalRecorded | None = None
+        finished: RunFinished | None = None
+        steps: list[StepRecorded] = []
+        for e in self.ledger.store.read_stream(run_stream(run_id)):
+            p = e.payload
+            if isinstance(p, RunStarted):
+                started = p
+            elif isinstance(p, StepRecorded):
+                steps.append(p)
+            elif isinstance(p, GateRequested):
+                gate, decision = p, None
+            elif isinstance(p, ApprovalRecorded) and gate and p.step_id == gate.step_id:
+                decision = p
+            elif isinstance(p, RunFinished):
+                finished = p
+        if started is None:
+            raise ConfigError(f"no run {run_id!r} in this ledger")
+        if started.pipeline != pipeline.name:
+            raise ConfigError(
+                f"run {run_id} is of pipeline {started.pipeline!r}, not {pipeline.name!r}"
+            )
+        inputs = orjson.loads(self.blobs.get(started.inputs_digest))
+        status: RunStatus = finished.status if finished else "gated"
+        rid = RunId(run_id)
+        run = _Run(rid, pipeline, inputs, RunResult(rid, status))
+        for s in steps:
+            artifact = None
+            if s.status in {"success", "gated"}:
+                artifact = TPCArtifact.model_validate(orjson.loads(self.blobs.get(s.artifact_hash)))
+            outcome = StepOutcome(s.step_id, s.step_id.split("~", 1)[0], s.role, s.status,
+                                  artifact, s.artifact_hash, s.error_origin, s.latency_ms,
+                                  tuple(s.validations.failed))  # fmt: skip
+            run.result.steps.append(outcome)
+            if s.status in {"success", "gated"}:
+                run.accepted[outcome.name] = outcome
+        waiting = finished is not None and finished.status == "gated"
+        return run, gate if waiting else None, decision if waiting else None
+
+
+def approve(
+    ledger: Ledger,
+    run_id: RunId,
+    step_id: StepId,
+    approver: str,
+    *,
+    codeowners: CodeOwners | None,
+    decision: Literal["approved", "rejected"] = "approved",
+) -> ApprovalRecorded:
+    """Record a named human's decision on a gated step, checked against CODEOWNERS.
+
+    Raises:
+        ConfigError: the step is not waiting at a gate.
+        PolicyError: no CODEOWNERS file, or the approver does not own every touched path.
+    """
+    gate: GateRequested | None = None
+    for e in ledger.store.read_stream(run_stream(run_id)):
+        if isinstance(e.payload, GateRequested) and e.payload.step_id == step_id:
+            gate = e.payload
+        elif isinstance(e.payload, ApprovalRecorded) and gate and e.payload.step_id == step_id:
+            raise ConfigError(f"{step_id} in run {run_id} was already {e.payload.decision}")
+    if gate is None:
+        raise ConfigError(f"step {step_id!r} of run {run_id!r} is not waiting for approval")
+    if decision == "approved":
+        if codeowners is None:
+            raise PolicyError("approving needs a CODEOWNERS file: nobody else may lift a gate")
+        codeowners.check_approver(approver, gate.paths)
+    record = ApprovalRecorded(
+        run_id=run_id,
+        step_id=step_id,
+        approver=approver,
+        decision=decision,
+        paths=gate.paths,
+        timestamp=ledger.clock.now(),
+    )
+    ledger.record(run_stream(run_id), [record], workflow_id=run_id)
+    return record
+
+
+def _validated(data: Mapping[str, Any], role: str) -> TPCArtifact:
+    artifact = validate_tpc(data)
+    if artifact.role != role:
+        raise ValidationFailed("role", f"is {artifact.role} but the step is a {role}")
+    return artifact
+
+
+def replace_detected(blame: BlameAssigned, detected_by: StepId) -> BlameAssigned:
+    """The same blame, credited to the step that detected it."""
+    return blame.model_copy(update={"detected_by": detected_by})
+
+
+def _ms(start: datetime, end: datetime) -> int:
+    return max(0, int((end - start).total_seconds() * 1000))

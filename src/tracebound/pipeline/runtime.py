@@ -1,0 +1,228 @@
+"""Declaring a pipeline of role steps: ``Pipeline``, ``StepContext`` and the decorators.
+
+A pipeline is an ordered list of steps, each played by one role (Planner, Executor,
+Critic, Reviewer, Router). A step is a plain function (sync or async) that receives a
+:class:`StepContext` and returns its TPC artifact (a mapping or a
+:class:`~tracebound.contract.TPCArtifact`). It feels like writing a LangGraph node or a
+Pydantic AI tool: inputs come in through the context, the artifact goes out as the return
+value, and everything else (validation, redaction, hashing, the ledger, the gate) is the
+runner's job::
+
+    pipe = Pipeline("fix-dependency", pipeline_type="remediation", critical=True)
+
+    @pipe.planner()
+    def plan(ctx: StepContext) -> dict[str, object]: ...
+
+    @pipe.executor(apply=write_patch)      # `apply` runs only once any gate is lifted
+    def execute(ctx: StepContext) -> dict[str, object]: ...
+
+    @pipe.critic()
+    def review(ctx: StepContext) -> dict[str, object]: ...
+
+Each step's parent is the step before it unless ``after=`` names another earlier step;
+parent links are what blame follows and what the ARL records as ``parent_step_id``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+
+from tracebound.contract import HandoffEnvelope, TPCArtifact
+from tracebound.errors import ConfigError
+from tracebound.pipeline.critic import Finding
+
+if TYPE_CHECKING:
+    from tracebound.pipeline.metrics import RunMetrics
+
+__all__ = [
+    "ApplyFn",
+    "Pipeline",
+    "RoleName",
+    "StepContext",
+    "StepFn",
+    "StepSpec",
+]
+
+RoleName: TypeAlias = Literal["Planner", "Executor", "Critic", "Reviewer", "Router"]
+StepResult: TypeAlias = Mapping[str, Any] | TPCArtifact
+StepFn: TypeAlias = Callable[["StepContext"], StepResult | Awaitable[StepResult]]
+ApplyFn: TypeAlias = Callable[["StepContext", TPCArtifact], object]
+_PREVIOUS = "__previous__"
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    """One declared step."""
+
+    name: str
+    role: RoleName
+    fn: StepFn
+    after: str | None
+    apply: ApplyFn | None = None
+    scopes: tuple[str, ...] = ()
+
+
+@dataclass
+class StepContext:
+    """What a step sees: its inputs, its parent's artifact and envelope, and a few tools.
+
+    Attributes:
+        run_id / step_id / name / role: who is running.
+        inputs: the run's inputs (after redaction: a step never sees a secret the ledger
+            would not store).
+        parent / parent_name: the parent step's validated artifact and name (None first).
+        handoff: the envelope the parent handed over (assumptions, constraints, required
+            validations, minimal diff), already validated.
+        artifacts: every earlier step's latest accepted artifact, by step name.
+        scopes: what this step may do now; read-only until a gate is lifted.
+        attempt: 0 for the first try, n for the n-th repair.
+        repair_notes: why the previous try was rejected (findings), on a repair.
+        findings: for a Critic, what the runtime's constraint checks already found.
+        workspace: the directory the pipeline works in, if any.
+    """
+
+    run_id: str
+    step_id: str
+    name: str
+    role: RoleName
+    inputs: Mapping[str, Any]
+    parent: TPCArtifact | None
+    parent_name: str | None
+    handoff: HandoffEnvelope | None
+    artifacts: Mapping[str, TPCArtifact]
+    scopes: tuple[str, ...]
+    attempt: int = 0
+    repair_notes: tuple[str, ...] = ()
+    findings: tuple[Finding, ...] = ()
+    workspace: Path | None = None
+    reported: list[Finding] = field(default_factory=list)
+    route: tuple[str, Sequence[str], str] | None = None
+    metrics_source: Callable[[], RunMetrics] | None = None
+
+    def report(
+        self,
+        reason: str,
+        *,
+        step: str | None = None,
+        origin: str | None = None,
+        unresolved: bool = False,
+        harmful: bool = True,
+    ) -> None:
+        """(Critic) Report a failure in ``step``'s output (default: the parent step).
+
+        The failure is blamed on ``origin`` (default: the failed step itself), which must be
+        the failed step or one of its ancestors: blame follows parent links. Pass
+        ``unresolved=True`` when the cause cannot be told; the failure then counts towards
+        ``unresolved_origin`` and is not repaired. ``harmful`` marks outputs that break a
+        constraint or introduce a regression (they count towards ``harm_rate``).
+        """
+        target = step or self.parent_name
+        if target is None:
+            raise ConfigError("report() needs a step: this step has no parent")
+        self.reported.append(
+            Finding(target, reason, harmful, None if unresolved else origin or target)
+        )
+
+    def choose(self, chosen: str, alternatives: Sequence[str], reason: str) -> str:
+        """(Router) Record which alternative was chosen and why; returns ``chosen``."""
+        if chosen not in alternatives:
+            raise ConfigError(f"{chosen!r} is not one of the alternatives {list(alternatives)}")
+        self.route = (chosen, tuple(alternatives), reason)
+        return chosen
+
+    def metrics(self) -> RunMetrics:
+        """(Router) Blame, repair, harm, cost and latency metrics computed from the ledger."""
+        if self.metrics_source is None:
+            raise ConfigError("metrics are not available to this step")
+        return self.metrics_source()
+
+
+class Pipeline:
+    """An ordered set of role steps, declared with decorators.
+
+    Args:
+        name: the pipeline's name (metrics group by it).
+        pipeline_type: the kind of pipeline (metrics group by it too), e.g. "remediation".
+        critical: SLO guardrails apply: any harm or unresolved failure raises an alert.
+        ref: ``"module:attribute"`` where this object can be imported, so that
+            ``tracebound resume`` and ``tracebound replay --rerun`` can find it again.
+        max_repairs: how many times a failed step (or the step blamed for it) is re-run.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        pipeline_type: str = "default",
+        critical: bool = False,
+        ref: str | None = None,
+        max_repairs: int = 1,
+    ) -> None:
+        if max_repairs < 0:
+            raise ConfigError("max_repairs cannot be negative")
+        self.name = name
+        self.pipeline_type = pipeline_type
+        self.critical = critical
+        self.ref = ref
+        self.max_repairs = max_repairs
+        self._steps: list[StepSpec] = []
+
+    @property
+    def steps(self) -> tuple[StepSpec, ...]:
+        return tuple(self._steps)
+
+    def index(self, name: str) -> int:
+        for i, spec in enumerate(self._steps):
+            if spec.name == name:
+                return i
+        raise ConfigError(f"pipeline {self.name!r} has no step {name!r}")
+
+    def step(
+        self,
+        role: RoleName,
+        *,
+        name: str | None = None,
+        after: str | None = _PREVIOUS,
+        apply: ApplyFn | None = None,
+        scopes: Sequence[str] = (),
+    ) -> Callable[[StepFn], StepFn]:
+        """Declare a step played by ``role``; its parent is the previous step by default."""
+
+        def decorate(fn: StepFn) -> StepFn:
+            step_name = name or getattr(fn, "__name__", None)
+            if not step_name or "~" in step_name:
+                raise ConfigError(f"invalid step name {step_name!r}")
+            if any(s.name == step_name for s in self._steps):
+                raise ConfigError(f"step {step_name!r} is declared twice")
+            parent: str | None
+            if after == _PREVIOUS:
+                parent = self._steps[-1].name if self._steps else None
+            else:
+                parent = after
+                if parent is not None and all(s.name != parent for s in self._steps):
+                    raise ConfigError(
+                        f"step {step_name!r} comes after {parent!r}, which is not declared "
+                        "before it"
+                    )
+            self._steps.append(StepSpec(step_name, role, fn, parent, apply, tuple(scopes)))
+            return fn
+
+        return decorate
+
+    def planner(self, **kw: Any) -> Callable[[StepFn], StepFn]:
+        return self.step("Planner", **kw)
+
+    def executor(self, **kw: Any) -> Callable[[StepFn], StepFn]:
+        return self.step("Executor", **kw)
+
+    def critic(self, **kw: Any) -> Callable[[StepFn], StepFn]:
+        return self.step("Critic", **kw)
+
+    def reviewer(self, **kw: Any) -> Callable[[StepFn], StepFn]:
+        return self.step("Reviewer", **kw)
+
+    def router(self, **kw: Any) -> Callable[[StepFn], StepFn]:
+        return self.step("Router", **kw)
