@@ -1,0 +1,389 @@
+"""The acceptance tests of the TPC + ARL record, and what surrounds them.
+
+Real parts: a SQLite ledger file, a blob directory, subprocess test commands, and a fresh
+Runner (a "restarted process") to resume a gated run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from tests.integration.pipeline_kit import SECRET, Kit, diff, tpc
+from tracebound.errors import ValidationFailed
+from tracebound.events.catalog import (
+    ApprovalRecorded,
+    BlameAssigned,
+    GateRequested,
+    RepairAttempted,
+    RouteChosen,
+    RunFinished,
+    SloAlertRaised,
+    StepRecorded,
+    ValidationRecorded,
+)
+from tracebound.events.envelope import Payload
+from tracebound.ids import RunId, StepId
+from tracebound.pipeline.codeowners import NotAnOwner
+from tracebound.pipeline.metrics import compute_metrics
+from tracebound.pipeline.runner import RunResult, approve, run_stream
+from tracebound.pipeline.runtime import Pipeline, StepContext
+from tracebound.pipeline.validations import ValidationRegistry
+
+
+@pytest.fixture
+def kit(tmp_path: Path) -> Kit:
+    return Kit(tmp_path)
+
+
+def payloads(kit: Kit, run: RunResult, kind: type[Payload]) -> list[Payload]:
+    with kit.ledger() as ledger:
+        return [
+            e.payload
+            for e in ledger.store.read_stream(run_stream(run.run_id))
+            if isinstance(e.payload, kind)
+        ]
+
+
+def steps(kit: Kit, run: RunResult) -> list[StepRecorded]:
+    return [p for p in payloads(kit, run, StepRecorded) if isinstance(p, StepRecorded)]
+
+
+def three_step(calls: list[int], fail_first: bool = True) -> Pipeline:
+    pipe = Pipeline("remediate", pipeline_type="remediation", critical=True)
+
+    @pipe.planner()
+    def plan(ctx: StepContext) -> dict[str, object]:
+        return tpc("Planner")
+
+    @pipe.executor()
+    def execute(ctx: StepContext) -> dict[str, object]:
+        calls.append(ctx.attempt)
+        if fail_first and ctx.attempt == 0:
+            raise RuntimeError("injected executor error")
+        return tpc("Executor", diffs=[diff("src/app.py")])
+
+    @pipe.critic()
+    def critique(ctx: StepContext) -> dict[str, object]:
+        return tpc("Critic")
+
+    return pipe
+
+
+def test_injected_executor_error_is_blamed_on_executor_and_repaired(kit: Kit) -> None:
+    calls: list[int] = []
+    result = kit.runner().run(three_step(calls), {"advisory": "GHSA-test"})
+    assert result.status == "completed"
+    assert calls == [0, 1]
+    recorded = {s.step_id: s for s in steps(kit, result)}
+    assert recorded["execute"].status == "error"
+    assert recorded["execute"].error_origin == "execute"
+    assert recorded["execute"].parent_step_id == "plan"
+    assert recorded["execute~r1"].status == "success"
+    (blame,) = payloads(kit, result, BlameAssigned)
+    assert isinstance(blame, BlameAssigned)
+    assert (blame.origin_step_id, blame.origin_role, blame.failed_role) == (
+        "execute",
+        "Executor",
+        "Executor",
+    )
+    (repair,) = payloads(kit, result, RepairAttempted)
+    assert isinstance(repair, RepairAttempted)
+    assert (repair.origin_step_id, repair.repair_step_id, repair.succeeded) == (
+        "execute",
+        "execute~r1",
+        True,
+    )
+    with kit.ledger() as ledger:
+        metrics = compute_metrics(ledger.store.read_log())
+        ledger.checkpoint()
+        assert ledger.verify().ok
+    executor = metrics.by_role["Executor"]
+    assert (executor.failures, executor.repaired, executor.repair_rate) == (1, 1, Decimal(1))
+
+
+def test_arl_entries_carry_every_field(kit: Kit) -> None:
+    result = kit.runner().run(three_step([], fail_first=False), {})
+    for entry in steps(kit, result):
+        dumped = entry.model_dump(mode="json")
+        for field in ("run_id", "step_id", "parent_step_id", "role", "timestamp_start",
+                      "timestamp_end", "duration_ms", "artifact_hash", "payload_pointer",
+                      "status", "error_origin", "cost_est", "latency_ms", "validations",
+                      "storage", "scopes_granted"):  # fmt: skip
+            assert field in dumped, field
+        assert entry.artifact_hash.startswith("sha256:")
+        assert entry.storage == "db"
+        assert entry.scopes_granted == ("read",)  # read-only: no gate was lifted
+    blobs = kit.runner().blobs
+    for entry in steps(kit, result):
+        assert blobs.exists(entry.artifact_hash)
+
+
+def gated_pipeline(applied: list[tuple[str, ...]]) -> Pipeline:
+    pipe = Pipeline("bump-pin", pipeline_type="remediation")
+
+    @pipe.planner()
+    def plan(ctx: StepContext) -> dict[str, object]:
+        return tpc("Planner")
+
+    @pipe.executor(apply=lambda ctx, artifact: applied.append(ctx.scopes))
+    def execute(ctx: StepContext) -> dict[str, object]:
+        return tpc("Executor", diffs=[diff("requirements.txt")])
+
+    return pipe
+
+
+def test_sensitive_write_stays_gated_until_approved(kit: Kit) -> None:
+    applied: list[tuple[str, ...]] = []
+    first = kit.runner().run(gated_pipeline(applied), {})
+    assert (first.status, first.gated_step) == ("gated", "execute")
+    assert applied == []  # nothing written while gated
+    (gate,) = payloads(kit, first, GateRequested)
+    assert isinstance(gate, GateRequested)
+    assert gate.paths == ("requirements.txt",)
+    assert gate.owners == ("@alice", "@bob")
+    assert steps(kit, first)[-1].status == "gated"
+
+    # A process restart: a brand-new Ledger and Runner over the same files.
+    restarted = kit.runner()
+    still = restarted.resume(gated_pipeline(applied), first.run_id)
+    assert still.status == "gated" and applied == []
+
+    with pytest.raises(NotAnOwner):
+        approve(restarted.ledger, RunId(first.run_id), StepId("execute"), "mallory",
+                codeowners=restarted.codeowners)  # fmt: skip
+    approval = approve(restarted.ledger, RunId(first.run_id), StepId("execute"), "alice",
+                       codeowners=restarted.codeowners)  # fmt: skip
+    assert approval.approver == "alice" and approval.timestamp.tzinfo is not None
+
+    done = kit.runner().resume(gated_pipeline(applied), first.run_id)
+    assert done.status == "completed"
+    assert applied == [("read", "write")]  # write scope only after the gate was lifted
+    final = steps(kit, done)[-1]
+    assert (final.step_id, final.status, final.scopes_granted) == (
+        "execute",
+        "success",
+        ("read", "write"),
+    )
+    (recorded,) = payloads(kit, done, ApprovalRecorded)
+    assert isinstance(recorded, ApprovalRecorded) and recorded.approver == "alice"
+
+
+def test_rejected_gate_ends_the_run(kit: Kit) -> None:
+    applied: list[tuple[str, ...]] = []
+    first = kit.runner().run(gated_pipeline(applied), {})
+    runner = kit.runner()
+    approve(runner.ledger, RunId(first.run_id), StepId("execute"), "bob",
+            codeowners=None, decision="rejected")  # fmt: skip
+    done = runner.resume(gated_pipeline(applied), first.run_id)
+    assert done.status == "rejected" and applied == []
+    finished = payloads(kit, done, RunFinished)[-1]
+    assert isinstance(finished, RunFinished) and finished.status == "rejected"
+
+
+def test_invalid_artifact_aborts_with_field_and_reason(kit: Kit) -> None:
+    pipe = Pipeline("bad")
+
+    @pipe.planner()
+    def plan(ctx: StepContext) -> dict[str, object]:
+        artifact = tpc("Planner")
+        artifact["handoff_envelope"] = {**artifact["handoff_envelope"], "constraints": []}
+        return artifact
+
+    with pytest.raises(ValidationFailed) as info:
+        kit.runner().run(pipe, {}, run_id="bad-run")
+    assert info.value.field == "handoff_envelope.constraints"
+    assert "empty" in info.value.reason
+    run = RunResult(RunId("bad-run"), "failed")
+    (entry,) = steps(kit, run)
+    assert (entry.status, entry.error_origin) == ("error", "plan")
+    finished = payloads(kit, run, RunFinished)[-1]
+    assert isinstance(finished, RunFinished) and finished.status == "failed"
+
+
+def test_role_mismatch_is_a_contract_violation(kit: Kit) -> None:
+    pipe = Pipeline("liar")
+
+    @pipe.executor()
+    def execute(ctx: StepContext) -> dict[str, object]:
+        return tpc("Planner")
+
+    with pytest.raises(ValidationFailed) as info:
+        kit.runner().run(pipe, {})
+    assert info.value.field == "role"
+
+
+def test_executor_runs_real_test_commands(kit: Kit) -> None:
+    registry = ValidationRegistry()
+    script = kit.root / "check.py"
+    script.write_text(
+        "import pathlib, sys\n"
+        f"print('token={SECRET}')\n"  # a secret in test output must not survive
+        "sys.exit(0 if pathlib.Path('fixed').exists() else 3)\n"
+    )
+    registry.register_command("unit-tests", [sys.executable, str(script)], timeout=30)
+    pipe = Pipeline("tests", critical=False)
+
+    @pipe.planner()
+    def plan(ctx: StepContext) -> dict[str, object]:
+        env = tpc("Planner")["handoff_envelope"]
+        return tpc("Planner", handoff_envelope={**env, "required_validations": ["unit-tests"]})
+
+    @pipe.executor()
+    def execute(ctx: StepContext) -> dict[str, object]:
+        if ctx.attempt:  # the repair fixes the workspace
+            (kit.root / "fixed").write_text("yes")
+        return tpc("Executor", diffs=[diff("src/app.py")], tests_run=["unit-tests"])
+
+    result = kit.runner(validations=registry).run(pipe, {})
+    assert result.status == "completed"
+    checks = [
+        p for p in payloads(kit, result, ValidationRecorded) if isinstance(p, ValidationRecorded)
+    ]
+    assert [(c.step_id, c.passed, c.exit_code, c.check) for c in checks] == [
+        ("execute", False, 3, "command"),
+        ("execute~r1", True, 0, "command"),
+    ]
+    failed = steps(kit, result)[1]
+    assert failed.validations.failed == ("unit-tests",)
+    (blame,) = payloads(kit, result, BlameAssigned)
+    assert isinstance(blame, BlameAssigned) and blame.harmful  # a failing test is a regression
+    output = kit.runner().blobs.get(checks[0].output_digest or "")
+    assert b"[REDACTED:" in output and SECRET.encode() not in output
+
+
+def test_unregistered_validation_fails_closed(kit: Kit) -> None:
+    pipe = Pipeline("closed", max_repairs=0)
+
+    @pipe.planner()
+    def plan(ctx: StepContext) -> dict[str, object]:
+        env = tpc("Planner")["handoff_envelope"]
+        return tpc("Planner", handoff_envelope={**env, "required_validations": ["fuzz-suite"]})
+
+    @pipe.executor()
+    def execute(ctx: StepContext) -> dict[str, object]:
+        return tpc("Executor")
+
+    result = kit.runner().run(pipe, {})
+    assert result.status == "failed" and result.failed_step == "execute"
+    (check,) = payloads(kit, result, ValidationRecorded)
+    assert isinstance(check, ValidationRecorded)
+    assert not check.passed and "fail closed" in (check.detail or "")
+
+
+def test_command_timeout_is_a_failure(kit: Kit) -> None:
+    registry = ValidationRegistry()
+    registry.register_command("slow", [sys.executable, "-c", "import time; time.sleep(30)"],
+                              timeout=0.5)  # fmt: skip
+    pipe = Pipeline("slow", max_repairs=0)
+
+    @pipe.planner()
+    def plan(ctx: StepContext) -> dict[str, object]:
+        env = tpc("Planner")["handoff_envelope"]
+        return tpc("Planner", handoff_envelope={**env, "required_validations": ["slow"]})
+
+    @pipe.executor()
+    def execute(ctx: StepContext) -> dict[str, object]:
+        return tpc("Executor")
+
+    result = kit.runner(validations=registry).run(pipe, {})
+    (check,) = payloads(kit, result, ValidationRecorded)
+    assert isinstance(check, ValidationRecorded) and "timed out" in (check.detail or "")
+
+
+def test_secrets_never_reach_disk(kit: Kit) -> None:
+    pipe = Pipeline("leaky")
+
+    @pipe.planner()
+    def plan(ctx: StepContext) -> dict[str, object]:
+        assert SECRET not in str(ctx.inputs)  # steps see redacted inputs too
+        return tpc("Planner", outputs={"summary": f"use {SECRET} to push", "artifacts": []})
+
+    result = kit.runner().run(pipe, {"token": SECRET, "note": "mail ops@example.com"})
+    (entry,) = steps(kit, result)
+    assert entry.redaction_reason is not None
+    files = [p for p in kit.root.rglob("*") if p.is_file()]
+    assert files
+    for path in files:
+        data = path.read_bytes()
+        assert SECRET.encode() not in data, path
+        assert b"ops@example.com" not in data, path
+
+
+def test_critic_finding_without_origin_is_unresolved_and_alerts(kit: Kit) -> None:
+    pipe = Pipeline("guarded", pipeline_type="remediation", critical=True)
+
+    @pipe.planner()
+    def plan(ctx: StepContext) -> dict[str, object]:
+        return tpc("Planner")
+
+    @pipe.executor()
+    def execute(ctx: StepContext) -> dict[str, object]:
+        return tpc("Executor", diffs=[diff("src/app.py")])
+
+    @pipe.critic()
+    def critique(ctx: StepContext) -> dict[str, object]:
+        ctx.report("output looks wrong but the cause is unclear", unresolved=True)
+        return tpc("Critic")
+
+    result = kit.runner().run(pipe, {})
+    assert result.status == "failed"
+    (blame,) = payloads(kit, result, BlameAssigned)
+    assert isinstance(blame, BlameAssigned)
+    assert blame.origin_step_id is None and blame.detected_by == "critique"
+    with kit.ledger() as ledger:
+        metrics = compute_metrics(ledger.store.read_log())
+    assert metrics.unresolved_origin("Executor") == 1
+    alerts = [p for p in payloads(kit, result, SloAlertRaised) if isinstance(p, SloAlertRaised)]
+    assert {a.metric for a in alerts} == {"harm_rate", "unresolved_origin"}
+
+
+def test_critic_constraint_violation_blames_executor_and_repair_is_rechecked(kit: Kit) -> None:
+    pipe = Pipeline("scoped", critical=False)
+
+    @pipe.planner()
+    def plan(ctx: StepContext) -> dict[str, object]:
+        return tpc("Planner")
+
+    @pipe.executor()
+    def execute(ctx: StepContext) -> dict[str, object]:
+        path = "docs/readme.md" if ctx.attempt == 0 else "src/app.py"
+        return tpc("Executor", diffs=[diff(path)])
+
+    @pipe.critic()
+    def critique(ctx: StepContext) -> dict[str, object]:
+        return tpc("Critic")
+
+    result = kit.runner().run(pipe, {})
+    assert result.status == "completed"
+    critic_entry = next(s for s in steps(kit, result) if s.step_id == "critique")
+    assert critic_entry.error_origin == "execute"
+    (blame,) = payloads(kit, result, BlameAssigned)
+    assert isinstance(blame, BlameAssigned) and "docs/readme.md" in blame.reason
+    assert [s.step_id for s in steps(kit, result)][-2:] == ["execute~r1", "critique~r1"]
+
+
+def test_async_steps_and_router(kit: Kit) -> None:
+    pipe = Pipeline("async")
+
+    @pipe.planner()
+    async def plan(ctx: StepContext) -> dict[str, object]:
+        await asyncio.sleep(0)
+        return tpc("Planner")
+
+    @pipe.router()
+    def route(ctx: StepContext) -> dict[str, object]:
+        metrics = ctx.metrics()
+        slow = metrics.by_role["Planner"].mean_latency_ms or Decimal(0)
+        ctx.choose("fast-executor", ["fast-executor", "careful-executor"],
+                   f"cost SLO threatened; planner mean latency {slow} ms")  # fmt: skip
+        return tpc("Router")
+
+    result = asyncio.run(kit.runner().arun(pipe, {}))
+    assert result.status == "completed"
+    (choice,) = payloads(kit, result, RouteChosen)
+    assert isinstance(choice, RouteChosen) and choice.chosen == "fast-executor"
