@@ -575,7 +575,6 @@ class BlobErased(Payload):
     reason: _Text
 
 
-
 # --- pipeline runtime (TPC + ARL record: runs, gates, blame, repair, routing, SLOs) --------
 
 RatioText: TypeAlias = Annotated[str, Field(pattern=r"^(0(\.[0-9]+)?|1(\.0+)?)$")]
