@@ -29,6 +29,9 @@ from tracebound.cli._common import (
     store_dir,
     try_verifier,
 )
+from tracebound.cli.project import project_app
+from tracebound.cli.repair import repair
+from tracebound.cli.report import report_app
 from tracebound.errors import ConfigError, DamageKind, LedgerDamaged, TraceboundError
 from tracebound.events.envelope import Event, RecordedEvent
 from tracebound.integrity.chain import GENESIS, chain_hash
@@ -53,6 +56,9 @@ keys_app = typer.Typer(
     help="Create and show the Ed25519 checkpoint signing key.", no_args_is_help=True
 )
 app.add_typer(keys_app, name="keys")
+app.command()(repair)
+app.add_typer(project_app, name="project")
+app.add_typer(report_app, name="report")
 
 _APPEND_BATCH = 1000
 _LINE_KEYS = {

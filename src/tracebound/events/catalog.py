@@ -698,7 +698,7 @@ RUNTIME_PAYLOAD_TYPES: tuple[type[Payload], ...] = (
     RouteChosen,
     SloAlertRaised,
 )
-"""The pipeline runtime's events (registered below)."""
+"""The pipeline runtime's events (members of :data:`BuiltinPayload` too)."""
 
 
 # --- the union and registration ---------------------------------------------------------------
@@ -729,7 +729,15 @@ BuiltinPayload: TypeAlias = Annotated[
     | AttemptCompleted
     | StepRecorded
     | ApprovalRecorded
-    | BlobErased,
+    | BlobErased
+    | RunStarted
+    | RunFinished
+    | GateRequested
+    | ValidationRecorded
+    | BlameAssigned
+    | RepairAttempted
+    | RouteChosen
+    | SloAlertRaised,
     Field(discriminator="kind"),
 ]
 """Every built-in payload, discriminated on ``kind``; an exhaustive fold matches over it."""
@@ -754,6 +762,6 @@ PHASE4_ATTEMPT_TYPES: tuple[type[Payload], ...] = (
 )
 """Phase 4's per-attempt events in emission order; the anchor is always last."""
 
-for _cls in (*BUILTIN_PAYLOAD_TYPES, *RUNTIME_PAYLOAD_TYPES):
+for _cls in BUILTIN_PAYLOAD_TYPES:
     default_registry().register(_cls)
 del _cls

@@ -1,7 +1,10 @@
-"""Choose a backend from a URL: ``sqlite:///path``, later ``postgresql://…`` and ``jsonl:///…``.
+"""Choose a backend from a URL: ``sqlite:///path``, ``postgresql://…``, ``jsonl:///path``.
 
 A bare path (``./.tracebound``) means SQLite, the embedded default, so the common case needs
-no URL at all.
+no URL at all. ``postgresql://user@host:5432/db?schema=name`` (or ``postgres://``) opens the
+PostgreSQL backend; ``schema`` defaults to ``tracebound`` and every other query parameter
+goes to libpq. The PostgreSQL module (and so psycopg, an optional dependency) is imported
+only when such a URL is opened.
 """
 
 from __future__ import annotations
@@ -11,42 +14,62 @@ from typing import Final
 from urllib.parse import unquote, urlsplit
 
 from tracebound.errors import ConfigError
+from tracebound.store.jsonl import JsonlStore
+from tracebound.store.port import LedgerStore
 from tracebound.store.sqlite import SQLiteStore
 
 __all__ = ["DEFAULT_STORE_DIR", "open_store", "store_path"]
 
 DEFAULT_STORE_DIR: Final = Path(".tracebound")
+_POSTGRES_SCHEMES: Final = frozenset({"postgresql", "postgres"})
 
 
 def store_path(url: str | Path | None) -> Path:
-    """The filesystem location a SQLite URL or path names (for key/witness placement)."""
+    """The filesystem location a SQLite or JSONL URL or path names (for key/witness placement)."""
     if url is None:
         return DEFAULT_STORE_DIR
     text = str(url)
     if "://" not in text:
         return Path(text)
     parts = urlsplit(text)
-    if parts.scheme != "sqlite":
+    if parts.scheme not in {"sqlite", "jsonl"}:
         raise ConfigError(f"{parts.scheme!r} URLs do not name a local path")
     # sqlite:///rel/path -> "rel/path"; sqlite:////abs/path -> "/abs/path" (SQLAlchemy's form)
     path = unquote(parts.path)
     if parts.netloc:
-        raise ConfigError(f"a sqlite URL has no host: use sqlite:///{parts.netloc}{path}")
+        raise ConfigError(
+            f"a {parts.scheme} URL has no host: use {parts.scheme}:///{parts.netloc}{path}"
+        )
     return Path(path[1:] if path.startswith("/") else path)
 
 
-def open_store(url: str | Path | None = None, *, create: bool = False) -> SQLiteStore:
+def open_store(url: str | Path | None = None, *, create: bool = False) -> LedgerStore:
     """Open the store a URL names; ``None`` is ``./.tracebound``.
 
     Raises:
-        ConfigError: the URL's scheme is not supported.
+        ConfigError: the URL's scheme is not supported, or psycopg is not installed.
         StoreNotFound: there is no store there and ``create`` is false.
     """
     if url is not None and "://" in str(url):
         scheme = urlsplit(str(url)).scheme
+        if scheme in _POSTGRES_SCHEMES:
+            return _open_postgres(str(url), create=create)
+        if scheme == "jsonl":
+            return JsonlStore(store_path(url), create=create)
         if scheme != "sqlite":
             raise ConfigError(
-                f"unsupported store URL scheme {scheme!r}; use sqlite:///path "
-                "(postgresql:// and jsonl:// arrive with their backends)"
+                f"unsupported store URL scheme {scheme!r}; use sqlite:///path, "
+                "jsonl:///path or postgresql://user@host:port/db?schema=name"
             )
     return SQLiteStore(store_path(url), create=create)
+
+
+def _open_postgres(url: str, *, create: bool) -> LedgerStore:
+    try:
+        from tracebound.store.postgres import PostgresStore, parse_url  # noqa: PLC0415
+    except ImportError as exc:  # psycopg is the optional `postgres` extra
+        raise ConfigError(
+            f"postgresql:// needs psycopg: pip install 'tracebound[postgres]' ({exc})"
+        ) from exc
+    dsn, schema = parse_url(url)
+    return PostgresStore(dsn, schema=schema, create=create)

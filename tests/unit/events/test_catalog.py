@@ -33,6 +33,7 @@ from tracebound.events.catalog import (
     AttemptCompleted,
     AttemptPayload,
     AttemptRefused,
+    BlameAssigned,
     BlobErased,
     BudgetPrecharged,
     BudgetPrechecked,
@@ -41,6 +42,7 @@ from tracebound.events.catalog import (
     CostEstimate,
     CostIncurred,
     CostSource,
+    GateRequested,
     LeafInvoked,
     LeafReturned,
     MergeOutcome,
@@ -53,13 +55,19 @@ from tracebound.events.catalog import (
     RagDegraded,
     RagHit,
     RagMiss,
+    RepairAttempted,
     RetryRequested,
+    RouteChosen,
+    RunFinished,
+    RunStarted,
     SignalKind,
+    SloAlertRaised,
     SolutionFound,
     StepRecorded,
     TransformBuilt,
     TrustGateFailed,
     TrustGatePassed,
+    ValidationRecorded,
     Validations,
 )
 from tracebound.events.record import event_prefix
@@ -307,6 +315,71 @@ def _samples() -> list[Payload]:
             timestamp=T0,
         ),
         BlobErased(digest=BLOB, reason="GDPR erasure request 2026-17"),
+        RunStarted(
+            run_id=RunId("run-1"),
+            pipeline="remediate",
+            pipeline_type="remediation",
+            critical=True,
+            pipeline_ref="examples.remediation:pipeline",
+            inputs_digest=BLOB,
+            inputs_pointer=f"blob://{BLOB}",
+        ),
+        RunFinished(
+            run_id=RunId("run-1"),
+            status="failed",
+            failed_step=StepId("step-1"),
+            reason="required validations failed: unit-tests",
+        ),
+        GateRequested(
+            run_id=RunId("run-1"),
+            step_id=StepId("step-1"),
+            role="Executor",
+            reasons=("sensitive_paths: touches policy-sensitive files",),
+            paths=("requirements.txt",),
+            owners=("@security-lead",),
+        ),
+        ValidationRecorded(
+            run_id=RunId("run-1"),
+            step_id=StepId("step-1"),
+            name="unit-tests",
+            check="command",
+            passed=False,
+            exit_code=1,
+            duration_ms=812,
+            output_digest=BLOB,
+            detail="exit code 1",
+        ),
+        BlameAssigned(
+            run_id=RunId("run-1"),
+            detected_by=StepId("critique"),
+            failed_step_id=StepId("execute"),
+            failed_role="Executor",
+            origin_step_id=None,
+            origin_role=None,
+            reason="output contradicts the plan",
+            harmful=True,
+        ),
+        RepairAttempted(
+            run_id=RunId("run-1"),
+            origin_step_id=StepId("execute"),
+            repair_step_id=StepId("execute~r1"),
+            attempt=1,
+            succeeded=True,
+        ),
+        RouteChosen(
+            run_id=RunId("run-1"),
+            step_id=StepId("route"),
+            chosen="fast",
+            alternatives=("fast", "careful"),
+            reason="cost SLO threatened",
+        ),
+        SloAlertRaised(
+            pipeline="remediate",
+            pipeline_type="remediation",
+            metric="harm_rate",
+            value="0.25",
+            threshold="0",
+        ),
     ]
 
 
@@ -343,19 +416,21 @@ def test_fresh_interpreter_registers_exactly_the_builtin_kinds() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert json.loads(out) == sorted(EXPECTED_KINDS + RUNTIME_KINDS)
+    assert set(RUNTIME_KINDS) <= set(EXPECTED_KINDS + RUNTIME_KINDS)
 
 
 def test_builtin_types_are_registered_under_their_kind() -> None:
     kinds = [cls.model_fields["kind"].default for cls in BUILTIN_PAYLOAD_TYPES]
-    assert sorted(kinds) == EXPECTED_KINDS
+    assert sorted(kinds) == sorted(EXPECTED_KINDS + RUNTIME_KINDS)
     for cls in BUILTIN_PAYLOAD_TYPES:
         assert default_registry().get(cls.model_fields["kind"].default) is cls
 
 
 def test_union_and_tuple_hold_the_same_types() -> None:
     adapter_kinds = {cls.model_fields["kind"].default for cls in BUILTIN_PAYLOAD_TYPES}
-    assert len(BUILTIN_PAYLOAD_TYPES) == len(set(BUILTIN_PAYLOAD_TYPES)) == len(EXPECTED_KINDS)
-    assert adapter_kinds == set(EXPECTED_KINDS)
+    expected = EXPECTED_KINDS + RUNTIME_KINDS
+    assert len(BUILTIN_PAYLOAD_TYPES) == len(set(BUILTIN_PAYLOAD_TYPES)) == len(expected)
+    assert adapter_kinds == set(expected)
     assert all(issubclass(cls, Payload) for cls in BUILTIN_PAYLOAD_TYPES)
 
 

@@ -1,0 +1,164 @@
+"""`tracebound project run|rebuild|status`: keep the materialised views current.
+
+The views live in their own SQLite file beside the ledger (``.tracebound/views.db`` by
+default; ``--views`` or ``TRACEBOUND_VIEWS`` elsewhere). They are derived data: deleting
+the file loses nothing, and ``rebuild`` replays them from the log.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from tracebound.cli._common import (
+    JsonOpt,
+    StoreOpt,
+    console,
+    emit_json,
+    handled,
+    progress_bar,
+    store_dir,
+)
+from tracebound.projections.runner import DEFAULT_BATCH, ProjectionRunner, RunReport
+from tracebound.projections.sqlite_views import VIEWS_FILENAME, SQLiteViews
+from tracebound.store.url import open_store
+
+__all__ = ["ViewsOpt", "open_runner", "project_app", "views_path"]
+
+project_app = typer.Typer(
+    help="Keep the materialised views (cost, ROI, trail, plugins, gates, learning) current.",
+    no_args_is_help=True,
+)
+
+ViewsOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--views",
+        envvar="TRACEBOUND_VIEWS",
+        help="Views database file. Default: views.db beside the ledger.",
+        show_default=False,
+    ),
+]
+BatchOpt = Annotated[int, typer.Option("--batch", min=1, help="Events per views transaction.")]
+
+
+def views_path(store: str | None, views: Path | None) -> Path:
+    """Where the views database is: ``--views``, else ``views.db`` in the store directory."""
+    return views if views is not None else store_dir(store) / VIEWS_FILENAME
+
+
+@contextmanager
+def open_runner(
+    store: str | None, views: Path | None, *, batch: int = DEFAULT_BATCH
+) -> Iterator[ProjectionRunner]:
+    """A runner over the store's log and the views database; both closed afterwards."""
+    backend = open_store(store)
+    try:
+        db = SQLiteViews(views_path(store, views))
+        try:
+            yield ProjectionRunner(backend, db, batch_size=batch)
+        finally:
+            db.close()
+    finally:
+        backend.close()
+
+
+def _report_dict(report: RunReport) -> dict[str, object]:
+    return {"ok": True, "applied": report.events, "batches": report.batches, "head": report.head}
+
+
+def _run_with_progress(runner: ProjectionRunner, *, rebuild: bool, show: bool) -> RunReport:
+    with progress_bar("projecting", enabled=show) as update:
+        runner.on_commit = lambda position: update(position, runner.store.size())
+        return runner.rebuild() if rebuild else runner.run()
+
+
+@project_app.command("run")
+def run_cmd(
+    store: StoreOpt = None,
+    views: ViewsOpt = None,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep applying new events until Ctrl-C.")
+    ] = False,
+    interval: Annotated[float, typer.Option(help="Seconds between polls with --follow.")] = 0.05,
+    batch: BatchOpt = DEFAULT_BATCH,
+    as_json: JsonOpt = False,
+) -> None:
+    """Catch every projection up with the log; with --follow, keep following it.
+
+    A projection that fails on an event stops before it (its position says where) and the
+    command exits 2; the others still catch up. Fix the cause and run again: the failed
+    event is retried, never skipped.
+    """
+    with handled(as_json), open_runner(store, views, batch=batch) as runner:
+        report = _run_with_progress(runner, rebuild=False, show=not as_json)
+        if follow:
+            if not as_json:
+                console.print(f"Caught up at position {report.head:,}; following (Ctrl-C stops).")
+            stop = threading.Event()
+            try:
+                runner.on_commit = None
+                runner.follow(stop, interval=interval)
+            except KeyboardInterrupt:
+                stop.set()
+    if as_json:
+        emit_json(_report_dict(report))
+    else:
+        console.print(
+            f"Applied {report.events:,} event(s) in {report.batches} batch(es); "
+            f"views are at position {report.head:,}."
+        )
+
+
+@project_app.command("rebuild")
+def rebuild_cmd(
+    store: StoreOpt = None,
+    views: ViewsOpt = None,
+    only: Annotated[
+        list[str] | None,
+        typer.Option("--only", help="Rebuild only this projection (repeatable)."),
+    ] = None,
+    batch: BatchOpt = DEFAULT_BATCH,
+    as_json: JsonOpt = False,
+) -> None:
+    """Drop projections' tables and replay them from position 0."""
+    with handled(as_json), open_runner(store, views, batch=batch) as runner:
+        if only:
+            with progress_bar("rebuilding", enabled=not as_json) as update:
+                runner.on_commit = lambda position: update(position, runner.store.size())
+                report = runner.rebuild(only)
+        else:
+            report = _run_with_progress(runner, rebuild=True, show=not as_json)
+    if as_json:
+        emit_json(_report_dict(report))
+    else:
+        console.print(f"Rebuilt from {report.events:,} event(s) in {report.batches} batch(es).")
+
+
+@project_app.command("status")
+def status_cmd(store: StoreOpt = None, views: ViewsOpt = None, as_json: JsonOpt = False) -> None:
+    """Each projection's position, lag behind the log, and last failure."""
+    with handled(as_json), open_runner(store, views) as runner:
+        statuses = runner.status()
+    if as_json:
+        emit_json({"ok": True, "projections": [s.to_dict() for s in statuses]})
+        return
+    table = Table(title="projections")
+    for col in ("projection", "version", "position", "lag", "failed at", "error"):
+        table.add_column(col, no_wrap=col != "error")
+    for s in statuses:
+        table.add_row(
+            s.name,
+            str(s.version),
+            f"{s.position:,}",
+            f"[{'green' if s.lag == 0 else 'yellow'}]{s.lag:,}[/]",
+            "-" if s.failed_position is None else f"[red]{s.failed_position:,}[/]",
+            s.error or "",
+        )
+    console.print(table)

@@ -1,0 +1,129 @@
+"""Stage 7 learning write-back: a knowledge graph of advisories, patches and attempts.
+
+ADR-0034: "KG writes derive from SolutionFound + AttemptCompleted event streams. The KG
+itself doesn't need to be append-only, only the events feeding it do." So the graph is two
+plain tables a retrieval store can read (``kg_nodes``, ``kg_edges``) and can always be
+rebuilt from the log.
+
+Nodes are ``advisory:<id>``, ``patch:<blake3>`` and ``attempt:<uuid>``. Edges:
+
+* ``advisory -solved_by-> patch`` (from ``solution_found``; attrs: outcome, workflow);
+* ``attempt -produced-> patch`` (from ``solution_found``);
+* ``advisory -attempted-> attempt`` (from ``attempt_completed``; attrs: outcome, verdict),
+  so failures are learned from too.
+
+Attributes merge key by key, later events winning, which keeps the result independent of
+how the log was cut into batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from tracebound.projections.base import Column, EventRecord, Rows, Table
+
+__all__ = ["KG_EDGES", "KG_NODES", "LearningProjection", "solutions_for"]
+
+KG_NODES = Table(
+    "kg_nodes",
+    (
+        Column("node_id"),
+        Column("node_type"),
+        Column("attrs", "json"),
+        Column("first_position", "integer"),
+        Column("last_position", "integer"),
+    ),
+    key=("node_id",),
+    indexes=(("node_type",),),
+)
+KG_EDGES = Table(
+    "kg_edges",
+    (
+        Column("src"),
+        Column("edge"),
+        Column("dst"),
+        Column("attrs", "json"),
+        Column("position", "integer"),
+    ),
+    key=("src", "edge", "dst"),
+    indexes=(("dst", "edge"),),
+)
+
+
+def _node(rows: Rows, node_id: str, node_type: str, position: int, **attrs: Any) -> None:
+    row = rows.get(KG_NODES, (node_id,))
+    if row is None:
+        row = {
+            "node_id": node_id,
+            "node_type": node_type,
+            "attrs": {},
+            "first_position": position,
+        }
+    row["attrs"] = {**row["attrs"], **attrs}
+    row["last_position"] = position
+    rows.put(KG_NODES, (node_id,), row)
+
+
+def _edge(rows: Rows, src: str, edge: str, dst: str, position: int, **attrs: Any) -> None:
+    key = (src, edge, dst)
+    row = rows.get(KG_EDGES, key)
+    merged = attrs if row is None else {**row["attrs"], **attrs}
+    rows.put(
+        KG_EDGES, key, {"src": src, "edge": edge, "dst": dst, "attrs": merged, "position": position}
+    )
+
+
+class LearningProjection:
+    """``kg_nodes`` and ``kg_edges`` from ``solution_found`` and ``attempt_completed``."""
+
+    name = "learning"
+    version = 1
+    tables = (KG_NODES, KG_EDGES)
+    kinds: frozenset[str] | None = frozenset({"solution_found", "attempt_completed"})
+
+    def apply(self, record: EventRecord, rows: Rows) -> None:
+        p = record["payload"]
+        pos: int = record["position"]
+        wf = record["workflow_id"]
+        advisory = f"advisory:{p['advisory_id']}"
+        attempt = f"attempt:{p['attempt_id']}"
+        _node(rows, advisory, "advisory", pos)
+        if record["event_type"] == "solution_found":
+            patch = f"patch:{p['patch_digest_blake3']}"
+            _node(rows, patch, "patch", pos)
+            _node(rows, attempt, "attempt", pos, workflow_id=wf, attempt_index=p["attempt_index"])
+            _edge(rows, advisory, "solved_by", patch, pos, outcome=p["outcome"], workflow_id=wf)
+            _edge(rows, attempt, "produced", patch, pos)
+        else:
+            _node(
+                rows,
+                attempt,
+                "attempt",
+                pos,
+                workflow_id=wf,
+                attempt_index=p["attempt_index"],
+                outcome=p["outcome"],
+                trust_outcome_passed=p["trust_outcome_passed"],
+                cost_usd=p["cost_usd"],
+                duration_ms=p["duration_ms"],
+            )
+            _edge(
+                rows,
+                advisory,
+                "attempted",
+                attempt,
+                pos,
+                outcome=p["outcome"],
+                trust_outcome_passed=p["trust_outcome_passed"],
+            )
+
+
+def solutions_for(edges: Iterable[Mapping[str, Any]], advisory_id: str) -> list[str]:
+    """The patch digests known to solve an advisory: what a retrieval store looks up."""
+    src = f"advisory:{advisory_id}"
+    return sorted(
+        e["dst"].removeprefix("patch:")
+        for e in edges
+        if e["src"] == src and e["edge"] == "solved_by"
+    )

@@ -1,0 +1,372 @@
+"""Materialised views in their own SQLite file (default ``.tracebound/views.db``).
+
+The views are derived data, never the source of truth, so they live apart from the ledger:
+they can be dropped and rebuilt at any time, their writes never contend with appends for the
+ledger's write lock, and a damaged views file loses nothing.
+
+The file holds ``projection_positions(name, version, position, failed_position, error)``,
+the imported ``engine_history`` and every projection's tables. A projection's rows and its
+new position are written in ONE transaction (:meth:`SQLiteViews.commit`), so after a crash
+either both are there or neither is, and replaying from the stored position neither skips
+nor repeats an event. ``synchronous=NORMAL`` is enough for that: a power cut can lose the
+last commits, but it loses rows and position together, and the runner replays them.
+
+Column mapping (what a PostgreSQL sink would do differently in brackets): text and json are
+TEXT [TEXT, JSONB], integer INTEGER [BIGINT], decimal is a plain decimal string in TEXT
+[NUMERIC]; upserts are ``INSERT OR REPLACE`` [``ON CONFLICT (key) DO UPDATE``].
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+
+from tracebound.errors import ConcurrencyConflict, StorageError
+from tracebound.projections.base import Column, Key, Projection, Row, Table
+from tracebound.projections.trail import ENGINE_HISTORY
+
+__all__ = ["VIEWS_FILENAME", "PositionRecord", "SQLiteViews", "TableWrite"]
+
+VIEWS_FILENAME: Final = "views.db"
+
+_SQL_TYPES: Final = {"text": "TEXT", "integer": "INTEGER", "decimal": "TEXT", "json": "TEXT"}
+
+_POSITIONS = """
+CREATE TABLE IF NOT EXISTS projection_positions (
+    name            TEXT PRIMARY KEY,
+    version         INTEGER NOT NULL,
+    position        INTEGER NOT NULL,
+    failed_position INTEGER,
+    error           TEXT
+) WITHOUT ROWID
+"""
+
+
+@contextmanager
+def _translated(what: str) -> Iterator[None]:
+    """No sqlite3 error escapes: they become StorageError, like the ledger store's."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise StorageError(f"views {what} failed: {exc}") from exc
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return format(value, "f")
+    to_dict = getattr(value, "to_dict", None)
+    if to_dict is not None:
+        return to_dict()
+    raise TypeError(f"{type(value).__name__} is not JSON data")
+
+
+_JSON_OPTS: Final = orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS
+
+
+def _encode_json(value: Any) -> str:
+    return orjson.dumps(value, default=_json_default, option=_JSON_OPTS).decode()
+
+
+def _encode_decimal(value: Any) -> str:
+    return format(Decimal(value), "f")
+
+
+def _encode_int(value: Any) -> int:
+    return int(value)
+
+
+_ENCODERS: Final[dict[str, Callable[[Any], Any] | None]] = {
+    "text": None,
+    "integer": _encode_int,
+    "decimal": _encode_decimal,
+    "json": _encode_json,
+}
+_DECODERS: Final[dict[str, Callable[[Any], Any] | None]] = {
+    "text": None,
+    "integer": None,
+    "decimal": Decimal,
+    "json": orjson.loads,
+}
+
+
+def _codec(
+    columns: Sequence[Column], table: dict[str, Callable[[Any], Any] | None]
+) -> list[tuple[str, Callable[[Any], Any] | None]]:
+    return [(c.name, table[c.type]) for c in columns]
+
+
+def _quote(name: str) -> str:
+    if not name.replace("_", "").isalnum():
+        raise StorageError(f"refusing an SQL identifier that is not a plain name: {name!r}")
+    return f'"{name}"'
+
+
+@dataclass(frozen=True)
+class PositionRecord:
+    """A projection's row in ``projection_positions``."""
+
+    name: str
+    version: int
+    position: int
+    failed_position: int | None
+    error: str | None
+
+
+@dataclass(frozen=True)
+class TableWrite:
+    """One projection's part of a commit: rows by table, and where it now stands."""
+
+    projection: Projection
+    expected_position: int
+    new_position: int
+    rows: Mapping[str, list[Row]]
+    failed_position: int | None = None
+    error: str | None = None
+
+
+class SQLiteViews:
+    """The views database: positions, engine history and projection tables.
+
+    Safe to share between threads (one connection behind a lock). One runner per file: each
+    commit checks that the stored position is the one the runner started from, and raises
+    :class:`~tracebound.errors.ConcurrencyConflict` if another runner moved it.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        p = Path(path)
+        if p.is_dir():
+            p = p / VIEWS_FILENAME
+        self.path = p
+        self._lock = threading.RLock()
+        self._tables: dict[str, Table] = {ENGINE_HISTORY.name: ENGINE_HISTORY}
+        with _translated("open"):
+            p.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self._conn = sqlite3.connect(p, isolation_level=None, check_same_thread=False)
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            self._conn.execute(_POSITIONS)
+            self._create(ENGINE_HISTORY)
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def __enter__(self) -> SQLiteViews:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- schema --------------------------------------------------------------------------
+
+    def _create(self, table: Table) -> None:
+        cols = ", ".join(
+            f"{_quote(c.name)} {_SQL_TYPES[c.type]}{'' if c.nullable else ' NOT NULL'}"
+            for c in table.columns
+        )
+        key = ", ".join(_quote(k) for k in table.key)
+        name = _quote(table.name)
+        # A rowid table, not WITHOUT ROWID: view rows (a workflow's folded state, a trail
+        # block) run to kilobytes, and WITHOUT ROWID b-trees spill rows that size into
+        # overflow pages, which made the file 8x larger and the writes slower.
+        self._conn.execute(f"CREATE TABLE IF NOT EXISTS {name} ({cols}, PRIMARY KEY ({key}))")
+        for i, index in enumerate(table.indexes):
+            cols_ix = ", ".join(_quote(c) for c in index)
+            self._conn.execute(
+                f"CREATE INDEX IF NOT EXISTS {_quote(f'{table.name}_ix{i}')} ON {name} ({cols_ix})"
+            )
+        self._tables[table.name] = table
+
+    def prepare(self, projection: Projection) -> PositionRecord:
+        """Create the projection's tables and position row; a new version starts over.
+
+        Returns the stored position record (position 0 for a new or rebuilt projection).
+        """
+        with self._lock, _translated("prepare"):
+            stored = self.position_record(projection.name)
+            if stored is not None and stored.version != projection.version:
+                self.reset(projection)
+                stored = None
+            if stored is None:
+                self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    for table in projection.tables:
+                        self._create(table)
+                    self._conn.execute(
+                        "INSERT OR REPLACE INTO projection_positions "
+                        "(name, version, position) VALUES (?, ?, 0)",
+                        (projection.name, projection.version),
+                    )
+                    self._conn.execute("COMMIT")
+                except BaseException:
+                    self._conn.execute("ROLLBACK")
+                    raise
+                return PositionRecord(projection.name, projection.version, 0, None, None)
+            for table in projection.tables:
+                self._tables[table.name] = table
+            return stored
+
+    def reset(self, projection: Projection) -> None:
+        """Drop the projection's tables and position: the next run replays from position 0."""
+        with self._lock, _translated("reset"):
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                for table in projection.tables:
+                    self._conn.execute(f"DROP TABLE IF EXISTS {_quote(table.name)}")
+                self._conn.execute(
+                    "DELETE FROM projection_positions WHERE name = ?", (projection.name,)
+                )
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+
+    # -- positions -----------------------------------------------------------------------
+
+    def position_record(self, name: str) -> PositionRecord | None:
+        with self._lock, _translated("read"):
+            row = self._conn.execute(
+                "SELECT name, version, position, failed_position, error "
+                "FROM projection_positions WHERE name = ?",
+                (name,),
+            ).fetchone()
+        return None if row is None else PositionRecord(*row)
+
+    def positions(self) -> list[PositionRecord]:
+        with self._lock, _translated("read"):
+            rows = self._conn.execute(
+                "SELECT name, version, position, failed_position, error "
+                "FROM projection_positions ORDER BY name"
+            ).fetchall()
+        return [PositionRecord(*r) for r in rows]
+
+    # -- the sink ------------------------------------------------------------------------
+
+    def load(self, table: Table, key: Key) -> Row | None:
+        """One row by primary key (the projections' read-through on a cache miss)."""
+        where = " AND ".join(f"{_quote(k)} = ?" for k in table.key)
+        cols = ", ".join(_quote(c) for c in table.column_names)
+        with self._lock, _translated("read"):
+            found = self._conn.execute(
+                f"SELECT {cols} FROM {_quote(table.name)} WHERE {where}",  # noqa: S608 - quoted names
+                key,
+            ).fetchone()
+        return None if found is None else self._decode(table, found)
+
+    @staticmethod
+    def _decode(table: Table, values: Sequence[Any]) -> Row:
+        row: Row = {}
+        for (name, decode), value in zip(_codec(table.columns, _DECODERS), values, strict=True):
+            row[name] = value if decode is None or value is None else decode(value)
+        return row
+
+    def _upsert(self, table: Table, rows: Sequence[Row]) -> None:
+        codec = _codec(table.columns, _ENCODERS)
+        cols = ", ".join(_quote(n) for n, _ in codec)
+        marks = ", ".join("?" * len(codec))
+        sql = f"INSERT OR REPLACE INTO {_quote(table.name)} ({cols}) VALUES ({marks})"  # noqa: S608
+        if all(enc is None for _, enc in codec):
+            names = [n for n, _ in codec]
+            self._conn.executemany(sql, ([r[n] for n in names] for r in rows))
+            return
+        self._conn.executemany(
+            sql,
+            (
+                [r[n] if enc is None or r[n] is None else enc(r[n]) for n, enc in codec]
+                for r in rows
+            ),
+        )
+
+    def commit(self, writes: Sequence[TableWrite]) -> None:
+        """Write every projection's rows and position in one transaction: all or nothing.
+
+        Raises:
+            ConcurrencyConflict: another runner moved a position since this one read it.
+            StorageError: SQLite failed; nothing was written.
+        """
+        with self._lock, _translated("commit"):
+            conn = self._conn
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for w in writes:
+                    self._check_position(w)
+                    for name, rows in w.rows.items():
+                        if rows:
+                            self._upsert(self._tables[name], rows)
+                    conn.execute(
+                        "UPDATE projection_positions SET position = ?, failed_position = ?, "
+                        "error = ? WHERE name = ?",
+                        (w.new_position, w.failed_position, w.error, w.projection.name),
+                    )
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+
+    def _check_position(self, w: TableWrite) -> None:
+        """Refuse to commit over a position another runner has moved (one runner per file)."""
+        found = self._conn.execute(
+            "SELECT position FROM projection_positions WHERE name = ?", (w.projection.name,)
+        ).fetchone()
+        stored = None if found is None else int(found[0])
+        if stored != w.expected_position:
+            raise ConcurrencyConflict(
+                f"projection:{w.projection.name}",
+                w.expected_position,
+                -1 if stored is None else stored,
+            )
+
+    # -- engine history ------------------------------------------------------------------
+
+    def import_engine_history(self, rows: Sequence[Row]) -> int:
+        """Store engine-history rows (see :mod:`.trail`); re-importing replaces, by key."""
+        with self._lock, _translated("import"):
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._upsert(ENGINE_HISTORY, rows)
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+        return len(rows)
+
+    # -- reading views -------------------------------------------------------------------
+
+    def select(
+        self,
+        table: Table,
+        *,
+        where: Mapping[str, Any] | None = None,
+        order_by: Sequence[str] | None = None,
+    ) -> list[Row]:
+        """Rows of a view table, decoded; ``where`` is column equality, ``order_by`` columns.
+
+        Ordered by the primary key unless told otherwise, so reads are deterministic.
+        """
+        cols = ", ".join(_quote(c) for c in table.column_names)
+        sql = f"SELECT {cols} FROM {_quote(table.name)}"  # noqa: S608 - quoted names
+        params: list[Any] = []
+        if where:
+            sql += " WHERE " + " AND ".join(f"{_quote(k)} = ?" for k in where)
+            params = list(where.values())
+        sql += " ORDER BY " + ", ".join(_quote(c) for c in (order_by or table.key))
+        with self._lock, _translated("read"):
+            try:
+                found = self._conn.execute(sql, params).fetchall()
+            except sqlite3.OperationalError as exc:
+                if "no such table" in str(exc):
+                    return []  # the projection has not run yet: an empty view
+                raise
+        return [self._decode(table, r) for r in found]
+
+    def snapshot(self, tables: Sequence[Table]) -> dict[str, list[Row]]:
+        """Every row of the given tables, ordered by key: what the idempotency tests compare."""
+        return {t.name: self.select(t) for t in tables}

@@ -1,0 +1,1192 @@
+"""The JSONL backend: the ledger as a directory of append-only text files.
+
+Why a second embedded backend: here the files *are* the evidence. An auditor reads them with
+``jq`` and re-hashes a record with a few lines of any language; nothing needs SQLite to open
+them. The hashed bytes are the same as every other backend's (``events/record.py``), so a
+log copied between backends keeps its hashes, its Merkle root and its signatures.
+
+Layout (``docs/adr/0006-jsonl-layout.md``, ``docs/jsonl.md``)::
+
+    <dir>/               0700
+      log.jsonl          0600  one line per event:
+                               {"batch":[F,L],"hash":"<hex>","record":<the hashed bytes>}
+      checkpoints.jsonl  0600  one line per signed checkpoint: {"note":"…","size":N}
+      meta.json          0600  small settings, replaced atomically
+      repairs.jsonl      0600  one line per torn tail cut off by ``tracebound repair``
+      lock               0600  the flock that serialises writers across processes
+
+An event's position is its line number. The record is inlined verbatim after a fixed-shape
+prefix, so the hashed bytes are recovered by slicing the line, never by re-encoding it.
+
+Writers take an exclusive ``flock``, bring the in-memory index up to date with whatever other
+processes appended, write all lines of a request with one ``write`` and ``fsync`` before they
+return. Every line names its batch's first and last position, so a crash in the middle of a
+batch leaves a tail that is recognisably unfinished: a *torn tail*. It is reported, never
+silently dropped or kept, until ``tracebound repair`` cuts it off and keeps the bytes.
+
+The index is small on purpose: the offset of every ``_STRIDE``-th line, and per stream its
+head plus the offset of every ``_STRIDE``-th version. Memory is O(streams + events/stride);
+reads seek to the nearest mark and stream lines from there.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import re
+import threading
+from array import array
+from bisect import bisect_right
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Final, NamedTuple
+
+import orjson
+
+from tracebound.canonical import canonical_bytes
+from tracebound.errors import (
+    CanonicalizationError,
+    ConcurrencyConflict,
+    ConfigError,
+    DamageKind,
+    IntegrityError,
+    LedgerDamaged,
+    StorageError,
+    StoreClosed,
+    StoreNotFound,
+)
+from tracebound.events.envelope import Event, RecordedEvent, format_timestamp
+from tracebound.events.record import LedgerFields, decode_record, event_prefix, record_suffix
+from tracebound.ids import ChainHead, Position, StreamId, StreamVersion
+from tracebound.integrity.chain import GENESIS, chain_hash
+from tracebound.integrity.verify import PAGE
+from tracebound.store.port import ANY_VERSION, AppendRequest, RawRecord, StreamHead
+
+__all__ = [
+    "CHECKPOINTS_FILE",
+    "FORMAT",
+    "LOG_FILE",
+    "META_FILE",
+    "REPAIRS_FILE",
+    "JsonlStore",
+    "Repair",
+    "TornTail",
+]
+
+LOG_FILE: Final = "log.jsonl"
+CHECKPOINTS_FILE: Final = "checkpoints.jsonl"
+META_FILE: Final = "meta.json"
+REPAIRS_FILE: Final = "repairs.jsonl"
+LOCK_FILE: Final = "lock"
+FORMAT: Final = "tracebound-jsonl/1"
+_FORMAT_KEY: Final = "format"
+
+_STRIDE: Final = 256  # lines (and stream versions) between index marks
+_BUFFER: Final = 1 << 16
+_REFRESH_TRIES: Final = 5
+
+# The fixed-shape start of a log line. Keys are in RFC 8785 order, so a line is itself
+# canonical JSON, and the record starts right after `"record":`.
+_FRAME: Final = re.compile(
+    rb'\{"batch":\[([1-9][0-9]{0,18}),([1-9][0-9]{0,18})\],"hash":"([0-9a-f]{64})","record":'
+)
+_LINE: Final = b'{"batch":[%d,%d],"hash":"%s","record":%s}\n'
+
+# What a line that is not a ledger line becomes for `verify`: columns that match nothing
+# and an empty hash, so verify's own checks name the damage (MALFORMED or TAMPER).
+_NO_COLUMNS: Final = ("", 0, "", None, "", 0, b"")
+
+
+@dataclass(frozen=True, slots=True)
+class TornTail:
+    """An unfinished write at the end of one of the store's files: what a crash leaves.
+
+    ``position`` is the log position the first torn record would have had (``None`` for
+    the checkpoint file, which has no positions). ``covered`` is the largest checkpoint
+    size stored when the tail was found: a crash cannot tear events a checkpoint covers.
+    """
+
+    file: str
+    offset: int
+    length: int
+    position: int | None
+    reason: str
+    covered: int = 0
+
+    @property
+    def crash(self) -> bool:
+        """Whether a crash can explain this tail (else the file was cut by hand)."""
+        return self.position is None or self.position > self.covered
+
+    def damage(self) -> LedgerDamaged:
+        """The typed error every read and append raises while this tail is there."""
+        if not self.crash:
+            return LedgerDamaged(
+                DamageKind.TRUNCATION,
+                self.position,
+                f"{self.file} ends inside position {self.position}, at byte offset "
+                f"{self.offset}, but a stored checkpoint covers {self.covered} events: the "
+                "file was cut short, which a crash cannot do",
+            )
+        return LedgerDamaged(
+            DamageKind.TORN_TAIL,
+            self.position,
+            f"{self.file} ends with {self.length} byte(s) of an unfinished write at byte "
+            f"offset {self.offset} ({self.reason}); `tracebound repair --yes` cuts them off "
+            "and keeps them beside the file",
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "file": self.file,
+            "offset": self.offset,
+            "length": self.length,
+            "position": self.position,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Repair:
+    """One torn tail cut off: where, how much, the digest of the bytes and where they went."""
+
+    at: str
+    file: str
+    offset: int
+    length: int
+    position: int | None
+    sha256: str
+    kept: str
+    reason: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "at": self.at,
+            "file": self.file,
+            "offset": self.offset,
+            "length": self.length,
+            "position": self.position,
+            "sha256": self.sha256,
+            "kept": self.kept,
+            "reason": self.reason,
+        }
+
+
+class _Prepared:
+    """An event's writer-side work, done before any lock: canonical prefix and fields."""
+
+    __slots__ = ("event", "fields", "prefix")
+
+    def __init__(self, event: Event) -> None:
+        self.event = event
+        self.prefix = event_prefix(event)
+        self.fields = LedgerFields(event)
+
+
+class _PreparedRequest(NamedTuple):
+    stream_id: str
+    expected_version: int | None
+    items: list[_Prepared]
+
+
+class _Stream:
+    """What the index keeps per stream: its head, and where to start reading it."""
+
+    __slots__ = ("head", "last", "marks", "version")
+
+    def __init__(self) -> None:
+        self.version = 0
+        self.head: bytes = GENESIS
+        self.last = 0  # position of the newest event
+        self.marks: list[tuple[int, int, int]] = []  # (version, position, offset)
+
+
+class _ReadPlan(NamedTuple):
+    first: int
+    last: int
+    position: int  # where reading starts (an index mark at or before `first`)
+    offset: int
+    damage: LedgerDamaged | None  # raised after the last record, when the range reaches it
+
+
+class _Shrunk(Exception):
+    """The log got shorter while it was being indexed (a repair, or a hand edit)."""
+
+
+@contextmanager
+def _io(what: str) -> Iterator[None]:
+    """Turn OS errors into StorageError: no backend exception escapes the API."""
+    try:
+        yield
+    except OSError as exc:
+        raise StorageError(f"jsonl {what} failed: {exc}") from exc
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make a file's creation or rename durable: the directory entry needs its own fsync."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _split(line: bytes) -> tuple[int, int, bytes, bytes] | None:
+    """(first, last, hash, record bytes) of a log line, or None if it is not one."""
+    m = _FRAME.match(line)
+    if m is None or not line.endswith(b"}\n"):
+        return None
+    return int(m[1]), int(m[2]), bytes.fromhex(m[3].decode("ascii")), line[m.end() : -2]
+
+
+def _frame(line: bytes) -> tuple[int, int] | None:
+    """The batch (first, last) of a log line, or None if it is not one: all a scan needs."""
+    m = _FRAME.match(line)
+    if m is None or not line.endswith(b"}\n"):
+        return None
+    return int(m[1]), int(m[2])
+
+
+_SID_KEY: Final = b',"stream_id":'
+_VERSION_KEY: Final = b',"stream_version":'
+
+
+def _stream_of(body: bytes) -> tuple[str, int] | None:
+    """The stream id and version a record states, read from its suffix without parsing the
+    payload. Inside a JSON string a quote is escaped, so the last ``,"stream_id":`` in the
+    bytes is the record's own key, never part of a value."""
+    i = body.rfind(_SID_KEY)
+    j = body.find(_VERSION_KEY, i)
+    k = body.find(b",", j + len(_VERSION_KEY))
+    if i < 0 or j < 0 or k < 0:
+        return None
+    try:
+        sid = orjson.loads(body[i + len(_SID_KEY) : j])
+        version = int(body[j + len(_VERSION_KEY) : k])
+    except (orjson.JSONDecodeError, ValueError):
+        return None
+    if type(sid) is not str:
+        return None
+    return sid, version
+
+
+def _row(position: int, line: bytes) -> tuple[Any, ...]:
+    """A line as a :class:`RawRecord`-shaped tuple, whatever it holds: `verify` judges it.
+
+    JSONL keeps no columns beside the record, so the columns come from the record itself
+    (they always agree with it); the position is the line number, which is what a moved,
+    removed or duplicated line changes.
+    """
+    parts = _split(line)
+    if parts is None:
+        return (position, *_NO_COLUMNS, b"", line.rstrip(b"\n"))
+    _, _, digest, body = parts
+    try:
+        d = orjson.loads(body)
+        return (
+            position,
+            d["stream_id"],
+            d["stream_version"],
+            d["event_type"],
+            d["workflow_id"],
+            d["timestamp"],
+            d["schema_version"],
+            bytes.fromhex(d["prev_hash"]),
+            digest,
+            body,
+        )
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, IndexError):
+        return (position, *_NO_COLUMNS, digest, body)
+
+
+def _event(position: int, offset: int, line: bytes) -> RecordedEvent:
+    """Decode one line into a typed event, or raise the damage that stops it."""
+    parts = _split(line)
+    if parts is None:
+        raise LedgerDamaged(
+            DamageKind.MALFORMED,
+            position,
+            f"line {position} of {LOG_FILE} (byte offset {offset}) is not a ledger line",
+        )
+    try:
+        event = decode_record(parts[3], parts[2])
+    except IntegrityError as exc:
+        raise LedgerDamaged(
+            DamageKind.MALFORMED,
+            position,
+            f"line {position} of {LOG_FILE} (byte offset {offset}): {exc}",
+        ) from exc
+    if event.position != position:
+        raise LedgerDamaged(
+            DamageKind.REORDER,
+            position,
+            f"the record on line {position} says it is position {event.position}",
+        )
+    return event
+
+
+def _read_lines(path: Path, start: int, stop: int) -> Iterator[tuple[int, bytes]]:
+    """(offset, line) for the bytes in [start, stop); the last may lack its newline.
+
+    Raises _Shrunk if the file ends before ``stop``: someone cut it meanwhile.
+    """
+    offset = start
+    if start >= stop:
+        return
+    with open(path, "rb", buffering=_BUFFER) as f:  # noqa: PTH123 - raw fd-level reads
+        f.seek(start)
+        for line in f:
+            if offset + len(line) > stop:
+                line = line[: stop - offset]  # noqa: PLW2901 - bytes past the snapshot
+            yield offset, line
+            offset += len(line)
+            if offset >= stop:
+                return
+    if offset < stop:
+        raise _Shrunk
+
+
+class JsonlStore:
+    """A ledger in a directory of JSONL files. Safe to share between threads and processes.
+
+    Args:
+        directory: the store directory (created with mode 0700 if ``create``).
+        create: create the directory and its files if there is no ledger there yet.
+
+    Opening never raises for damage: a torn tail or a broken line is reported by the reads
+    and appends that meet it, and by ``Ledger.verify``, so that `verify` and `repair` can
+    still open a damaged store.
+    """
+
+    def __init__(self, directory: str | Path, *, create: bool = True) -> None:
+        d = Path(directory)
+        if d.exists() and not d.is_dir():
+            raise ConfigError(f"a JSONL store is a directory, and {d} is a file")
+        self.path = d
+        self.url = f"jsonl:///{d.resolve()}"
+        self._log_path = d / LOG_FILE
+        self._lock_path = d / LOCK_FILE
+        self._mutex = threading.RLock()  # the index, the fds and every flock call
+        self._closed = False
+        with _io("open"):
+            if not self._log_path.exists():
+                if not create:
+                    raise StoreNotFound(f"no ledger at {d}; run `tracebound init` first")
+                self._create()
+            fmt = self._read_meta().get(_FORMAT_KEY)
+            if fmt is not None and fmt != FORMAT:
+                raise ConfigError(f"{d} holds a {fmt!r} ledger; this version reads {FORMAT!r}")
+            self._lock_fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+            self._log_fd = os.open(self._log_path, os.O_WRONLY | os.O_APPEND)
+        self._reset(None)
+        try:
+            with self._mutex, _io("open"):
+                self._refresh(locked=False)
+        except BaseException:
+            self.close()
+            raise
+
+    def _create(self) -> None:
+        fresh = not self.path.exists()
+        self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if fresh:
+            _fsync_dir(self.path.parent)
+        fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # two processes creating at once: one wins
+            if not self._log_path.exists():
+                log = os.open(self._log_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                os.fsync(log)
+                os.close(log)
+                if not (self.path / META_FILE).exists():
+                    self._write_meta({_FORMAT_KEY: FORMAT})
+                _fsync_dir(self.path)
+        finally:
+            os.close(fd)  # closing the descriptor releases the flock
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def close(self) -> None:
+        with self._mutex:
+            if self._closed:
+                return
+            self._closed = True
+            for fd in (self._lock_fd, self._log_fd):
+                with suppress(OSError):  # best effort: the store is unusable either way
+                    os.close(fd)
+
+    def __enter__(self) -> JsonlStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosed(f"{self.url} is closed")
+
+    # -- locks ---------------------------------------------------------------------------
+
+    def _locked_fd(self, mode: int) -> int:
+        """flock the lock file, reopening it if it was replaced (a lock on a deleted inode
+        would exclude nobody)."""
+        while True:
+            fcntl.flock(self._lock_fd, mode)
+            try:
+                current = self._lock_path.stat()
+            except FileNotFoundError:
+                current = None
+            held = os.fstat(self._lock_fd)
+            if current is not None and (current.st_dev, current.st_ino) == (
+                held.st_dev,
+                held.st_ino,
+            ):
+                return self._lock_fd
+            os.close(self._lock_fd)
+            self._lock_fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+
+    @contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        """The cross-process write lock. Callers hold ``_mutex``: flock locks belong to the
+        open file, so two threads of one process must never flock it at the same time."""
+        fd = self._locked_fd(fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+
+    @contextmanager
+    def _shared(self) -> Iterator[None]:
+        fd = self._locked_fd(fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+
+    # -- the index -----------------------------------------------------------------------
+
+    def _reset(self, ident: tuple[int, int] | None) -> None:
+        self._ident = ident
+        self._size = 0  # positions in complete batches
+        self._end = 0  # byte offset after the last complete batch
+        self._seen = 0  # file size when last indexed
+        self._offsets: array[int] = array("q")  # offset of line 1 + k*_STRIDE
+        self._torn: TornTail | None = None
+        self._streams: dict[str, _Stream] | None = None  # built on first need
+        self._stream_damage: LedgerDamaged | None = None
+
+    def _refresh(self, *, locked: bool) -> None:
+        """Index what other processes appended since last time (caller holds ``_mutex``).
+
+        The file size is read under the flock, then the new bytes are read without it:
+        every byte below a size seen under the lock was written by a writer that has since
+        released it (finished and fsynced, or died), so those bytes no longer change, and
+        an unfinished batch among them is a crash's torn tail, not a write in progress.
+        """
+        for _ in range(_REFRESH_TRIES):
+            if locked:
+                st = self._log_path.stat()
+            else:
+                with self._shared():
+                    st = self._log_path.stat()
+            ident = (st.st_dev, st.st_ino)
+            if ident != self._ident or st.st_size < self._end:
+                self._reset(ident)  # replaced, or cut below what was indexed: start over
+            if st.st_size == self._seen:
+                return
+            try:
+                self._scan(st.st_size)
+            except _Shrunk:
+                self._reset(None)
+                continue
+            self._seen = st.st_size
+            return
+        raise StorageError(f"{self._log_path} keeps shrinking while it is being indexed")
+
+    def _scan(self, stop: int) -> None:
+        """Index complete batches in [end, stop); what follows the last one is a torn tail.
+
+        The batch that ends on the file's last line is held back until the loop knows it is
+        the last, because a last line must also be valid JSON (checked only there: a crash
+        can only tear the end, and parsing every line would double the cost of a scan).
+        """
+        position = self._size
+        pending: list[tuple[int, int, bytes]] = []  # lines of a batch not yet complete
+        ready: list[tuple[int, int, bytes]] = []  # a complete batch, held back one line
+        fragment = -1
+        for offset, line in _read_lines(self._log_path, self._end, stop):
+            if not line.endswith(b"\n"):
+                fragment = offset
+                break
+            if ready:
+                self._commit(ready)
+                ready = []
+            position += 1
+            pending.append((position, offset, line))
+            frame = _frame(line)
+            if frame is not None and frame[0] <= position == frame[1]:
+                ready, pending = pending, []
+        bad_json = False
+        if ready:
+            if fragment < 0 and not _is_json(ready[-1][2]):
+                pending, bad_json = ready, True
+            else:
+                self._commit(ready)
+        self._torn = None
+        if not pending and fragment < 0:
+            return
+        covered = self._checkpointed()
+        if pending and pending[0][0] <= covered:
+            # A crash cannot tear events a checkpoint already covers: these lines were
+            # edited, so they stay in the log for `verify` to judge, not for repair to cut.
+            self._commit(pending)
+            pending = []
+        if pending or fragment >= 0:
+            start = pending[0][1] if pending else fragment
+            reason = _torn_reason(pending, fragment, bad_json=bad_json)
+            self._torn = TornTail(LOG_FILE, start, stop - start, self._size + 1, reason, covered)
+
+    def _commit(self, lines: Sequence[tuple[int, int, bytes]]) -> None:
+        for position, offset, line in lines:
+            if (position - 1) % _STRIDE == 0:
+                self._offsets.append(offset)
+            if self._streams is not None:
+                self._index_stream(position, offset, line)
+        position, offset, line = lines[-1]
+        self._size = position
+        self._end = offset + len(line)
+
+    def _index_stream(self, position: int, offset: int, line: bytes) -> None:
+        m = _FRAME.match(line)
+        # The record's own stream key is the last one in the line, as it is in the record.
+        stream = _stream_of(line) if m is not None and line.endswith(b"}\n") else None
+        if m is None or stream is None:
+            if self._stream_damage is None:
+                self._stream_damage = LedgerDamaged(
+                    DamageKind.MALFORMED,
+                    position,
+                    f"line {position} of {LOG_FILE} (byte offset {offset}) is not a ledger "
+                    "record, so which stream it belongs to is unknown",
+                )
+            return
+        self._note_stream(stream[0], stream[1], bytes.fromhex(m[3].decode()), position, offset)
+
+    def _note_stream(
+        self, sid: str, version: int, digest: bytes, position: int, offset: int
+    ) -> None:
+        assert self._streams is not None
+        st = self._streams.get(sid)
+        if st is None:
+            st = self._streams[sid] = _Stream()
+        if not st.marks or version >= st.marks[-1][0] + _STRIDE:
+            st.marks.append((version, position, offset))
+        st.version, st.head, st.last = version, digest, position
+
+    def _ensure_streams(self) -> dict[str, _Stream]:
+        """The per-stream index, built on first need: verify workers never need it."""
+        if self._streams is None:
+            self._streams = {}
+            position = 0
+            try:
+                for offset, line in _read_lines(self._log_path, 0, self._end):
+                    position += 1
+                    self._index_stream(position, offset, line)
+            except _Shrunk:
+                self._reset(None)  # cut below what was indexed: the next refresh starts over
+                raise StorageError(
+                    f"{self._log_path} was cut short while it was being indexed; try again"
+                ) from None
+            except BaseException:
+                self._streams, self._stream_damage = None, None  # never keep half an index
+                raise
+        return self._streams
+
+    def _checkpointed(self) -> int:
+        """The largest stored checkpoint size, best effort (used only to judge a tail)."""
+        try:
+            data = (self.path / CHECKPOINTS_FILE).read_bytes()
+        except FileNotFoundError:
+            return 0
+        best = 0
+        for line in data.split(b"\n")[:-1]:
+            try:
+                size = orjson.loads(line)["size"]
+            except (orjson.JSONDecodeError, KeyError, TypeError, IndexError):
+                continue
+            if type(size) is int:
+                best = max(best, size)
+        return best
+
+    def _for_streams(self) -> dict[str, _Stream]:
+        """Refresh and return the stream index, or raise the damage that makes it unknown."""
+        self._check_open()
+        self._refresh(locked=False)
+        streams = self._ensure_streams()
+        if self._stream_damage is not None:
+            raise self._stream_damage
+        return streams
+
+    # -- appends -------------------------------------------------------------------------
+
+    def append(
+        self,
+        stream_id: str,
+        events: Sequence[Event],
+        *,
+        expected_version: int | None = ANY_VERSION,
+    ) -> list[RecordedEvent]:
+        return self.append_batch([AppendRequest(StreamId(stream_id), events, expected_version)])
+
+    def append_batch(self, requests: Sequence[AppendRequest]) -> list[RecordedEvent]:
+        batch = [
+            _PreparedRequest(r.stream_id, r.expected_version, [_Prepared(e) for e in r.events])
+            for r in requests
+        ]
+        (result,) = self._append_prepared([batch])
+        if isinstance(result, ConcurrencyConflict):
+            raise result
+        return result
+
+    def _append_prepared(
+        self, batches: Sequence[Sequence[_PreparedRequest]]
+    ) -> list[list[RecordedEvent] | ConcurrencyConflict]:
+        """Append several independent all-or-nothing batches with one write and one fsync.
+
+        This is the seam for group commit: a layer that queues many callers' requests can
+        hand them over together and pay for one fsync. A batch whose expected version does
+        not hold gets its ConcurrencyConflict back and writes nothing; the others go ahead.
+        Each batch's lines carry its own first and last position, so a crash in the middle
+        of the write tears at most the batches that were not completely written.
+        """
+        with self._mutex, _io("append"):
+            self._check_open()
+            with self._exclusive():
+                self._refresh(locked=True)
+                if self._torn is not None:
+                    raise self._torn.damage()
+                streams = self._ensure_streams()
+                if self._stream_damage is not None:
+                    raise self._stream_damage
+                heads: dict[str, tuple[int, bytes]] = {}
+                chunks: list[bytes] = []
+                written: list[tuple[int, bytes, str, int, bytes]] = []
+                results: list[list[RecordedEvent] | ConcurrencyConflict] = []
+                position = self._size
+                for batch in batches:
+                    planned = self._plan(batch, position, streams, heads)
+                    if isinstance(planned, ConcurrencyConflict):
+                        results.append(planned)
+                        continue
+                    recorded, lines = planned
+                    results.append(recorded)
+                    written += lines
+                    chunks += [line for _, line, _, _, _ in lines]
+                    position += len(recorded)
+                if chunks:
+                    self._write_durably(b"".join(chunks))
+                    self._index_written(written)
+        return results
+
+    @staticmethod
+    def _plan(
+        batch: Sequence[_PreparedRequest],
+        position: int,
+        streams: dict[str, _Stream],
+        heads: dict[str, tuple[int, bytes]],
+    ) -> ConcurrencyConflict | tuple[list[RecordedEvent], list[tuple[int, bytes, str, int, bytes]]]:
+        """Form one batch's lines after ``position``; update ``heads`` only if it fits."""
+        first = position + 1
+        last = position + sum(len(r.items) for r in batch)
+        mine: dict[str, tuple[int, bytes]] = {}
+        recorded: list[RecordedEvent] = []
+        lines: list[tuple[int, bytes, str, int, bytes]] = []
+        for request in batch:
+            sid = request.stream_id
+            if sid in mine:
+                version, prev = mine[sid]
+            elif sid in heads:
+                version, prev = heads[sid]
+            elif sid in streams:
+                version, prev = streams[sid].version, streams[sid].head
+            else:
+                version, prev = 0, GENESIS
+            if request.expected_version is not None and request.expected_version != version:
+                return ConcurrencyConflict(sid, request.expected_version, version)
+            sid_json = canonical_bytes(sid)
+            for item in request.items:
+                position += 1
+                version += 1
+                body = item.prefix + record_suffix(
+                    item.fields,
+                    position=position,
+                    prev_hash=prev,
+                    stream_id_json=sid_json,
+                    stream_version=version,
+                )
+                if b"\n" in body:  # RFC 8785 escapes control characters; guard the format
+                    raise CanonicalizationError("a record's canonical bytes contain a newline")
+                digest = chain_hash(prev, body)
+                lines.append(
+                    (
+                        position,
+                        _LINE % (first, last, digest.hex().encode(), body),
+                        sid,
+                        version,
+                        digest,
+                    )
+                )
+                recorded.append(
+                    RecordedEvent.model_construct(
+                        **dict(item.event),
+                        stream_id=StreamId(sid),
+                        stream_version=StreamVersion(version),
+                        position=Position(position),
+                        prev_hash=ChainHead(prev),
+                        hash=ChainHead(digest),
+                    )
+                )
+                prev = digest
+            mine[sid] = (version, prev)
+        heads.update(mine)
+        return recorded, lines
+
+    def _write_durably(self, data: bytes) -> None:
+        """One write, one fsync; on failure cut the file back so nothing half-written stays."""
+        held = os.fstat(self._log_fd)
+        if (held.st_dev, held.st_ino) != self._ident:  # the file was replaced: follow it
+            os.close(self._log_fd)
+            self._log_fd = os.open(self._log_path, os.O_WRONLY | os.O_APPEND)
+        try:
+            _write_all(self._log_fd, data)
+            os.fsync(self._log_fd)
+        except OSError as exc:
+            try:
+                os.ftruncate(self._log_fd, self._end)
+                os.fsync(self._log_fd)
+            except OSError:
+                pass  # the next reader reports the leftover bytes as a torn tail
+            raise StorageError(
+                f"append to {self._log_path} failed and was rolled back: {exc}"
+            ) from exc
+
+    def _index_written(self, written: Sequence[tuple[int, bytes, str, int, bytes]]) -> None:
+        offset = self._end
+        for position, line, sid, version, digest in written:
+            if (position - 1) % _STRIDE == 0:
+                self._offsets.append(offset)
+            self._note_stream(sid, version, digest, position, offset)
+            offset += len(line)
+        self._size = written[-1][0]
+        self._end = self._seen = offset
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def size(self) -> int:
+        """Events in the log; a torn tail counts as one more, so reading to the end meets it."""
+        with self._mutex, _io("read"):
+            self._check_open()
+            self._refresh(locked=False)
+            return self._size + (self._torn is not None)
+
+    def stream_head(self, stream_id: str) -> StreamHead | None:
+        with self._mutex, _io("read"):
+            streams = self._for_streams()
+            if self._torn is not None:
+                raise self._torn.damage()  # the torn batch may have moved this head
+            st = streams.get(stream_id)
+        return None if st is None else StreamHead(StreamVersion(st.version), ChainHead(st.head))
+
+    def _read_plan(self, start: int, stop: int | None) -> _ReadPlan:
+        with self._mutex, _io("read"):
+            self._check_open()
+            self._refresh(locked=False)
+            first = max(start, 1)
+            last = self._size if stop is None else min(stop, self._size)
+            torn = self._torn
+            damage = None
+            if (
+                torn is not None
+                and torn.position is not None
+                and (stop is None or stop >= torn.position)
+            ):
+                damage = torn.damage()
+            if first > last:
+                return _ReadPlan(first, last, first, 0, damage)
+            k = (first - 1) // _STRIDE
+            return _ReadPlan(first, last, k * _STRIDE + 1, self._offsets[k], damage)
+
+    def _lines(self, plan: _ReadPlan) -> Iterator[tuple[int, int, bytes]]:
+        """(position, offset, line) for positions first..last, streamed from the file."""
+        if plan.first > plan.last:
+            return
+        position, offset = plan.position, plan.offset
+        with _io("read"), open(self._log_path, "rb", buffering=_BUFFER) as f:  # noqa: PTH123
+            f.seek(offset)
+            for line in f:
+                if position >= plan.first:
+                    yield position, offset, line
+                if position >= plan.last:
+                    return
+                position += 1
+                offset += len(line)
+        raise LedgerDamaged(
+            DamageKind.TRUNCATION,
+            position,
+            f"{LOG_FILE} ends at byte offset {offset}, before position {plan.last}",
+        )
+
+    def read_raw(self, *, start: int = 1, stop: int | None = None) -> Iterator[RawRecord]:
+        plan = self._read_plan(start, stop)
+        for position, _, line in self._lines(plan):
+            yield RawRecord(*_row(position, line))
+        if plan.damage is not None:
+            raise plan.damage
+
+    def read_raw_pages(
+        self, *, start: int = 1, stop: int | None = None, page_size: int = PAGE
+    ) -> Iterator[list[tuple[Any, ...]]]:
+        """:meth:`read_raw` as pages of plain tuples in :class:`RawRecord` field order.
+
+        The bulk reader behind ``verify``. A torn tail is raised only when the page after
+        the last intact one is asked for, so damage earlier in the log is reported first.
+        """
+        plan = self._read_plan(start, stop)
+        page: list[tuple[Any, ...]] = []
+        for position, _, line in self._lines(plan):
+            page.append(_row(position, line))
+            if len(page) >= page_size:
+                yield page
+                page = []
+        if page:
+            yield page
+        if plan.damage is not None:
+            raise plan.damage
+
+    def read_log(self, *, start: int = 1, stop: int | None = None) -> Iterator[RecordedEvent]:
+        plan = self._read_plan(start, stop)
+        for position, offset, line in self._lines(plan):
+            yield _event(position, offset, line)
+        if plan.damage is not None:
+            raise plan.damage
+
+    def read_stream(
+        self, stream_id: str, *, from_version: int = 1, to_version: int | None = None
+    ) -> Iterator[RecordedEvent]:
+        with self._mutex, _io("read"):
+            streams = self._for_streams()
+            torn = self._torn
+            st = streams.get(stream_id)
+            if st is not None:
+                lo = max(from_version, 1)
+                hi = st.version if to_version is None else min(to_version, st.version)
+                i = max(bisect_right(st.marks, lo, key=lambda m: m[0]) - 1, 0)
+                mark, last = st.marks[i], st.last
+        if st is not None and lo <= hi:
+            yield from self._stream_lines(stream_id, lo, hi, mark, last)
+        if torn is not None and (st is None or to_version is None or to_version > st.version):
+            raise torn.damage()  # the torn batch may hold this stream's next events
+
+    def _stream_lines(
+        self, sid: str, lo: int, hi: int, mark: tuple[int, int, int], last: int
+    ) -> Iterator[RecordedEvent]:
+        """Scan from an index mark, picking this stream's lines, checking the versions run
+        on without a gap: the index was built from the file, but the file may have changed."""
+        needle = b',"stream_id":' + canonical_bytes(sid) + b',"stream_version":'
+        expected, position, offset = mark
+        with _io("read"), open(self._log_path, "rb", buffering=_BUFFER) as f:  # noqa: PTH123
+            f.seek(offset)
+            for line in f:
+                if needle in line:
+                    event = _event(position, offset, line)
+                    if event.stream_id == sid:
+                        if event.stream_version != expected:
+                            kind = (
+                                DamageKind.GAP
+                                if event.stream_version > expected
+                                else DamageKind.REORDER
+                            )
+                            raise LedgerDamaged(
+                                kind,
+                                position,
+                                f"stream {sid!r} has version {event.stream_version} here, "
+                                f"where version {expected} was expected",
+                            )
+                        if expected >= lo:
+                            yield event
+                        if expected >= hi:
+                            return
+                        expected += 1
+                if position >= last:
+                    break
+                position += 1
+                offset += len(line)
+        raise LedgerDamaged(
+            DamageKind.GAP,
+            position,
+            f"stream {sid!r} stops at version {expected - 1}, before version {hi}",
+        )
+
+    # -- checkpoints ---------------------------------------------------------------------
+
+    def save_checkpoint(self, size: int, note: str) -> None:
+        line = orjson.dumps({"note": note, "size": size}, option=orjson.OPT_SORT_KEYS) + b"\n"
+        with self._mutex, _io("checkpoint"):
+            self._check_open()
+            with self._exclusive():
+                torn = self._side_torn(CHECKPOINTS_FILE)
+                if torn is not None:
+                    raise torn.damage()
+                self._append_side(CHECKPOINTS_FILE, line)
+
+    def _checkpoint_rows(self) -> list[tuple[int, str]]:
+        with self._mutex, _io("read"):
+            self._check_open()
+            with self._shared():  # a checkpoint being written must not look torn
+                try:
+                    data = (self.path / CHECKPOINTS_FILE).read_bytes()
+                except FileNotFoundError:
+                    return []
+        lines = data.split(b"\n")
+        if lines[-1]:
+            offset = len(data) - len(lines[-1])
+            reason = "its last line has no newline"
+            raise TornTail(CHECKPOINTS_FILE, offset, len(lines[-1]), None, reason).damage()
+        rows: dict[int, str] = {}
+        offset = 0
+        for number, line in enumerate(lines[:-1], start=1):
+            try:
+                d = orjson.loads(line)
+                size, note = d["size"], d["note"]
+            except (orjson.JSONDecodeError, KeyError, TypeError, IndexError):
+                size = note = None
+            if type(size) is not int or type(note) is not str:
+                raise LedgerDamaged(
+                    DamageKind.MALFORMED,
+                    None,
+                    f"line {number} of {CHECKPOINTS_FILE} (byte offset {offset}) "
+                    "is not a checkpoint",
+                )
+            rows[size] = note  # saved again for the same size: the later line wins
+            offset += len(line) + 1
+        return sorted(rows.items())
+
+    def latest_checkpoint(self) -> str | None:
+        rows = self._checkpoint_rows()
+        return rows[-1][1] if rows else None
+
+    def checkpoints(self) -> list[tuple[int, str]]:
+        return self._checkpoint_rows()
+
+    # -- metadata ------------------------------------------------------------------------
+
+    def _read_meta(self) -> dict[str, str]:
+        try:
+            data = (self.path / META_FILE).read_bytes()
+        except FileNotFoundError:
+            return {}
+        try:
+            meta = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            meta = None
+        if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+            raise LedgerDamaged(
+                DamageKind.MALFORMED, None, f"{META_FILE} is not an object of strings"
+            )
+        return meta
+
+    def _write_meta(self, meta: dict[str, str]) -> None:
+        """Write-then-rename, each step fsynced: a reader sees the old file or the new one."""
+        tmp = self.path / f"{META_FILE}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            _write_all(fd, orjson.dumps(meta, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        tmp.replace(self.path / META_FILE)
+        _fsync_dir(self.path)
+
+    def get_meta(self, key: str) -> str | None:
+        with self._mutex, _io("read"):
+            self._check_open()
+            return self._read_meta().get(key)
+
+    def set_meta(self, key: str, value: str) -> None:
+        with self._mutex, _io("write"):
+            self._check_open()
+            with self._exclusive():
+                meta = self._read_meta()
+                meta[key] = value
+                self._write_meta(meta)
+
+    # -- side files and repair -----------------------------------------------------------
+
+    def _append_side(self, name: str, line: bytes) -> None:
+        path = self.path / name
+        created = not path.exists()
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            _write_all(fd, line)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if created:
+            _fsync_dir(self.path)
+
+    def _side_torn(self, name: str) -> TornTail | None:
+        """A line without its newline at the end of a side file (checkpoints)."""
+        path = self.path / name
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            return None
+        if size == 0:
+            return None
+        with open(path, "rb") as f:  # noqa: PTH123 - read backwards in blocks
+            end = size
+            while end > 0:
+                start = max(0, end - _BUFFER)
+                f.seek(start)
+                block = f.read(end - start)
+                if end == size and block.endswith(b"\n"):
+                    return None
+                cut = block.rfind(b"\n")
+                if cut >= 0:
+                    offset = start + cut + 1
+                    break
+                end = start
+            else:
+                offset = 0
+        return TornTail(name, offset, size - offset, None, "its last line has no newline")
+
+    def torn_tails(self) -> list[TornTail]:
+        """The unfinished writes at the ends of the log and the checkpoint file, if any."""
+        with self._mutex, _io("read"):
+            self._check_open()
+            with self._exclusive():  # the honest answer: no write is under way
+                self._refresh(locked=True)
+                side = self._side_torn(CHECKPOINTS_FILE)
+                return [t for t in (self._torn, side) if t is not None]
+
+    def repair(self, *, now: datetime) -> list[Repair]:
+        """Cut off every torn tail; keep the bytes beside the file and record the cut.
+
+        For each tail, in this order, so that a crash during repair loses nothing: copy the
+        torn bytes to ``<file>.torn-<offset>`` (0600, fsynced), append a line to
+        ``repairs.jsonl`` (time from the caller's clock, offset, length, sha256), then
+        truncate the file. The note is not an event in the hashed log: a repair changes no
+        record, and an event would move every later position.
+
+        Raises:
+            LedgerDamaged: TRUNCATION when the tail lies inside events a stored checkpoint
+                covers. A crash cannot tear those, so the file was cut, and nothing is cut.
+        """
+        with self._mutex, _io("repair"):
+            self._check_open()
+            with self._exclusive():
+                self._refresh(locked=True)
+                tails = [t for t in (self._torn, self._side_torn(CHECKPOINTS_FILE)) if t]
+                for tail in tails:
+                    if not tail.crash:
+                        raise tail.damage()
+                done = [self._cut(tail, now) for tail in tails]
+                self._reset(None)
+                self._refresh(locked=True)
+        return done
+
+    def _cut(self, tail: TornTail, now: datetime) -> Repair:
+        path = self.path / tail.file
+        kept = self.path / f"{tail.file}.torn-{tail.offset}"
+        digest = hashlib.sha256()
+        chunks: list[bytes] = []
+        with open(path, "rb") as f:  # noqa: PTH123
+            f.seek(tail.offset)
+            while block := f.read(_BUFFER):
+                digest.update(block)
+                chunks.append(block)
+        data = b"".join(chunks)
+        if kept.exists():
+            if hashlib.sha256(kept.read_bytes()).hexdigest() != digest.hexdigest():
+                raise StorageError(f"{kept} exists with other bytes; move it away first")
+        else:
+            fd = os.open(kept, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                _write_all(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            _fsync_dir(self.path)
+        repair = Repair(
+            at=format_timestamp(now),
+            file=tail.file,
+            offset=tail.offset,
+            length=len(data),
+            position=tail.position,
+            sha256=digest.hexdigest(),
+            kept=kept.name,
+            reason=tail.reason,
+        )
+        self._append_side(
+            REPAIRS_FILE, orjson.dumps(repair.as_dict(), option=orjson.OPT_SORT_KEYS) + b"\n"
+        )
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            os.ftruncate(fd, tail.offset)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return repair
+
+    def repairs(self) -> list[dict[str, Any]]:
+        """The repair notes, oldest first."""
+        with self._mutex, _io("read"):
+            self._check_open()
+            try:
+                data = (self.path / REPAIRS_FILE).read_bytes()
+            except FileNotFoundError:
+                return []
+        out: list[dict[str, Any]] = []
+        for line in data.splitlines():
+            try:
+                out.append(orjson.loads(line))
+            except orjson.JSONDecodeError as exc:
+                raise LedgerDamaged(
+                    DamageKind.MALFORMED, None, f"{REPAIRS_FILE} holds a broken line: {exc}"
+                ) from exc
+        return out
+
+
+def _is_json(line: bytes) -> bool:
+    try:
+        orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return False
+    return True
+
+
+def _torn_reason(
+    pending: Sequence[tuple[int, int, bytes]], fragment: int, *, bad_json: bool = False
+) -> str:
+    """Say what is unfinished, in the words an operator would check with `tail -c`."""
+    reasons: list[str] = []
+    broken = [position for position, _, line in pending if _frame(line) is None]
+    if broken:
+        reasons.append(f"line {broken[0]} is not a complete ledger line")
+    elif bad_json:
+        reasons.append(f"its last line, {pending[-1][0]}, is not valid JSON")
+    elif pending:
+        first, last = _frame(pending[0][2]) or (0, 0)
+        reasons.append(f"batch {first}..{last} has {len(pending)} of its {last - first + 1} lines")
+    if fragment >= 0:
+        reasons.append("its last line has no newline")
+    return "; ".join(reasons)

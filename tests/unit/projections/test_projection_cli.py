@@ -1,0 +1,161 @@
+"""`tracebound project ...` and `tracebound report ...`, run as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from tracebound.cli.app import app
+
+GOLDEN = Path(__file__).resolve().parents[2] / "golden"
+
+
+def _append_lines() -> str:
+    """The golden runs as `tracebound append` input (payloads, ids and times kept)."""
+    lines = []
+    for name in ("successful", "retried", "refused", "gated"):
+        for line in (GOLDEN / f"{name}.jsonl").read_text().splitlines():
+            e = json.loads(line)
+            payload = {k: v for k, v in e["payload"].items() if k != "kind"}
+            payload["kind"] = e["event_type"]
+            lines.append(
+                json.dumps(
+                    {
+                        "stream_id": e["stream_id"],
+                        "workflow_id": e["workflow_id"],
+                        "event_id": e["event_id"],
+                        "timestamp": e["timestamp"],
+                        "payload": payload,
+                    }
+                )
+            )
+    return "\n".join(lines) + "\n"
+
+
+class CLI:
+    def __init__(self, tmp_path: Path) -> None:
+        self.cwd = tmp_path
+        self.env = {**os.environ, "HOME": str(tmp_path / "home"), "NO_COLOR": "1", "COLUMNS": "200"}
+        for var in ("TRACEBOUND_STORE", "TRACEBOUND_VIEWS"):
+            self.env.pop(var, None)
+
+    def run(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "tracebound", *args],
+            cwd=self.cwd,
+            env=self.env,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    def json(self, *args: str, code: int = 0) -> Any:
+        proc = self.run(*args, "--json")
+        assert proc.returncode == code, (proc.stdout, proc.stderr)
+        return json.loads(proc.stdout)
+
+
+@pytest.fixture(scope="module")
+def cli(tmp_path_factory: pytest.TempPathFactory) -> CLI:
+    c = CLI(tmp_path_factory.mktemp("cli"))
+    assert c.run("init", "--origin", "tracebound.test/cli").returncode == 0
+    proc = c.run("append", stdin=_append_lines())
+    assert proc.returncode == 0, proc.stderr
+    return c
+
+
+def test_project_run_status_rebuild(cli: CLI) -> None:
+    total = len(_append_lines().splitlines())  # every golden event was appended
+    assert total > 50
+    run = cli.json("project", "run")
+    assert run["applied"] == total and run["head"] == total
+    assert cli.json("project", "run")["applied"] == 0  # idempotent: nothing left to do
+    status = cli.json("project", "status")["projections"]
+    assert {s["name"] for s in status} >= {"cost_ledger", "roi", "audit_trail", "learning"}
+    assert {(s["position"], s["lag"]) for s in status} == {(total, 0)}
+    assert cli.json("project", "rebuild", "--only", "roi")["applied"] == total
+    assert (cli.cwd / ".tracebound" / "views.db").exists()
+    human = cli.run("project", "status")
+    assert human.returncode == 0 and "audit_trail" in human.stdout
+
+
+def test_reports_as_json(cli: CLI) -> None:
+    cost = cli.json("report", "cost")
+    # 0.0253 + 0.1000 overhead (successful) + 0.0466 (retried) + 0.0007 + 0.0253 (gated)
+    assert cost["total_usd"] == "0.1979"
+    roi = cli.json("report", "roi")
+    assert (roi["merged"], roi["modified"], roi["closed"]) == (1, 1, 1)
+    assert roi["merge_rate"] == "0.6667"
+    plugins = {p["plugin_id"]: p for p in cli.json("report", "plugins")["plugins"]}
+    assert plugins["universal"]["fallback_rate"] == "1.0000"
+    gates = cli.json("report", "gates")
+    assert gates["retry_causes"] == [["tests_pass", 1]]
+    trail = cli.json("report", "trail", "wf-refused")["entries"]
+    assert [e["event_type"] for e in trail][:2] == ["plugin_resolved", "provenance_classified"]
+    erased = [e for e in trail if e["event_type"] == "blob_erased"]
+    assert [e["detail"]["reason"] for e in erased] == ["GDPR erasure request"]
+    assert trail[-1]["event_type"] == "slo_alert_raised"
+
+
+def test_reports_as_tables(cli: CLI) -> None:
+    for args in (("cost",), ("roi",), ("plugins",), ("gates",), ("trail", "wf-gated")):
+        proc = cli.run("report", *args)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip()
+    assert "npm-express" in cli.run("report", "plugins").stdout
+
+
+def test_trail_merges_an_engine_history_file(cli: CLI) -> None:
+    history = cli.cwd / "temporal.json"
+    history.write_text(
+        json.dumps(
+            {
+                "events": [
+                    {
+                        "eventId": "1",
+                        "eventTime": "2026-05-18T11:59:59Z",
+                        "eventType": "EVENT_TYPE_WORKFLOW_EXECUTION_STARTED",
+                    }
+                ]
+            }
+        )
+    )
+    entries = cli.json("report", "trail", "wf-gated", "--temporal", str(history))["entries"]
+    assert entries[0]["source"] == "temporal"
+    missing = cli.json("report", "trail", "wf-nope", code=2)
+    assert "no events" in missing["error"]["message"]
+
+
+@pytest.mark.parametrize("suffix", [".png", ".svg"])
+def test_charts(cli: CLI, suffix: str) -> None:
+    pytest.importorskip("matplotlib")
+    for report, name in (("cost", "cost"), ("gates", "retries")):
+        path = cli.cwd / f"{name}{suffix}"
+        out = cli.json("report", report, "--chart", str(path))
+        assert out["chart"] == str(path)
+        head = path.read_bytes()[:64]
+        assert head.startswith(b"\x89PNG") if suffix == ".png" else b"<svg" in path.read_bytes()
+    bad = cli.json("report", "cost", "--chart", str(cli.cwd / "x.gif"), code=2)
+    assert ".png or .svg" in bad["error"]["message"]
+
+
+def test_missing_matplotlib_is_a_clear_error(cli: CLI, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import now raises ImportError
+    monkeypatch.chdir(cli.cwd)
+    result = CliRunner().invoke(app, ["report", "gates", "--chart", "g.png", "--json"])
+    assert result.exit_code == 2
+    assert "pip install 'tracebound[charts]'" in json.loads(result.stdout)["error"]["message"]
+
+
+def test_no_store_is_a_usage_error(tmp_path: Path) -> None:
+    out = CLI(tmp_path).json("project", "status", code=2)
+    assert out["error"]["kind"] == "StoreNotFound"

@@ -1,0 +1,364 @@
+"""The runner over a real SQLite ledger: exactly once, idempotent, batch-independent, honest
+about failures, and live in follow mode."""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Literal
+from uuid import UUID
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tracebound.errors import ConcurrencyConflict, ContractError, StorageError
+from tracebound.events import default_registry
+from tracebound.events.catalog import (
+    AdapterDegraded,
+    AttemptCompleted,
+    AttemptRefused,
+    BlobErased,
+    CostIncurred,
+    LeafReturned,
+    MergeOutcome,
+    PlanOutcomeEmitted,
+    PluginResolved,
+    RetryRequested,
+    SolutionFound,
+    TrustGateFailed,
+    TrustGatePassed,
+)
+from tracebound.events.envelope import Event, Payload
+from tracebound.projections import ProjectionRunner, SQLiteViews, default_projections, fold_all
+from tracebound.projections.base import Column, EventRecord, Rows, Table
+from tracebound.projections.memory import project
+from tracebound.projections.records import read_records
+from tracebound.projections.reports import all_tables, json_rows, views_snapshot
+from tracebound.store.sqlite import SQLiteStore
+
+T0 = datetime(2026, 5, 18, 12, 0, tzinfo=UTC)
+
+
+class RunnerNote(Payload):
+    """A user-registered type in the generated streams: projections must ignore it."""
+
+    kind: Literal["runner_note"] = "runner_note"
+    text: str
+
+
+if "runner_note" not in default_registry():
+    default_registry().register(RunnerNote)
+
+# --- strategies: valid streams of catalog events ----------------------------------------------
+
+names = st.sampled_from(["a", "b", "c"])
+money = st.decimals(min_value=0, max_value=100, places=4, allow_nan=False, allow_infinity=False)
+counts = st.integers(0, 5_000)
+attempt_fields = st.fixed_dictionaries(
+    {"attempt_id": st.integers(1, 4).map(lambda i: UUID(int=i)), "attempt_index": st.integers(0, 3)}
+)
+digest = st.sampled_from(["ab" * 32, "cd" * 32])
+
+
+@st.composite
+def costs(draw: st.DrawFn) -> CostIncurred:
+    tokens_in = draw(st.none() | counts)
+    tokens_out = draw(st.none() | counts)
+    return CostIncurred(
+        tier=draw(st.sampled_from(["direct", "amortized", "overhead"])),
+        amount_usd=draw(money),
+        source=draw(st.sampled_from(["openai", "sandbox"])),
+        tokens_in=tokens_in,
+        tokens_out=tokens_out,
+        cached_input_tokens=None if tokens_in is None else draw(st.integers(0, tokens_in)),
+        reasoning_tokens=None if tokens_out is None else draw(st.integers(0, tokens_out)),
+        role=draw(st.none() | st.sampled_from(["Planner", "Executor"])),
+    )
+
+
+def _attempt(cls: Any, **fields: Any) -> st.SearchStrategy[Payload]:
+    return attempt_fields.flatmap(
+        lambda at: st.builds(cls, **{k: st.just(v) for k, v in at.items()}, **fields)
+    )
+
+
+signals = st.lists(st.sampled_from(["tests", "lint", "types"]), min_size=1, max_size=3).map(tuple)
+payloads: st.SearchStrategy[Payload] = st.one_of(
+    costs(),
+    st.builds(
+        MergeOutcome,
+        pr_url=st.just("https://x/pr"),
+        decision=st.sampled_from(["merged", "closed", "modified"]),
+        reviewer=st.none(),
+    ),
+    st.builds(
+        PluginResolved,
+        plugin_id=st.sampled_from(["p1", "p2"]),
+        extends_chain=st.just(()),
+        matched_scope=st.just("*"),
+        fallback_used=st.booleans(),
+    ),
+    st.builds(
+        TrustGatePassed,
+        gate=st.just("g"),
+        signals=st.just({"tests": True}),
+        score=st.integers(0, 10_000),
+    ),
+    st.builds(
+        TrustGateFailed,
+        gate=st.just("g"),
+        failing_signals=signals,
+        score=st.integers(0, 10_000),
+        retry_count=st.integers(0, 3),
+    ),
+    _attempt(
+        RetryRequested,
+        gate=st.just("g"),
+        sandbox_run_id=st.just("s"),
+        failing_signals=signals,
+        summary_pointer=st.just("sha256:" + "0" * 64),
+    ),
+    _attempt(AttemptRefused, cause=st.sampled_from(["retry_limit", "policy"]), reason=st.just("r")),
+    _attempt(
+        SolutionFound,
+        advisory_id=st.sampled_from(["A1", "A2"]),
+        patch_digest_blake3=digest,
+        outcome=st.just("AppliedFromLlm"),
+    ),
+    _attempt(
+        AttemptCompleted,
+        advisory_id=st.sampled_from(["A1", "A2"]),
+        outcome=st.just("AppliedFromLlm"),
+        trust_outcome_passed=st.none() | st.booleans(),
+        cost_usd=money,
+        duration_ms=counts,
+    ),
+    _attempt(
+        PlanOutcomeEmitted,
+        plan_proposal_kind=st.just("apply_transform"),
+        outcome=st.just("AppliedFromRecipe"),
+    ),
+    _attempt(
+        LeafReturned,
+        model=st.just("m"),
+        response_digest_blake3=digest,
+        tokens_in=st.just(9),
+        tokens_out=st.just(3),
+        cached_input_tokens=st.just(4),
+        reasoning_tokens=st.just(1),
+    ),
+    st.builds(
+        AdapterDegraded,
+        primitive=st.just("refs"),
+        primary_adapter=st.just("scip"),
+        primary_confidence=st.integers(0, 10_000),
+        fallback_adapter=st.none(),
+    ),
+    st.builds(BlobErased, digest=st.just("sha256:" + "1" * 64), reason=st.just("gdpr")),
+    st.builds(RunnerNote, text=st.text(max_size=5)),
+)
+streams = st.lists(st.tuples(st.none() | names, payloads), min_size=0, max_size=40)
+
+
+def _events(stream: list[tuple[str | None, Payload]]) -> list[Event]:
+    return [
+        Event.create(
+            p, event_id=UUID(int=i + 1), timestamp=T0 + timedelta(seconds=i // 3), workflow_id=wf
+        )
+        for i, (wf, p) in enumerate(stream)
+    ]
+
+
+def _append(store: SQLiteStore, events: list[Event]) -> None:
+    for e in events:
+        store.append(e.workflow_id or "portfolio", [e])
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> Iterator[SQLiteStore]:
+    store = SQLiteStore(tmp_path / "ledger")
+    yield store
+    store.close()
+
+
+def _views(path: Path) -> SQLiteViews:
+    return SQLiteViews(path)
+
+
+# --- idempotency, under generated streams ------------------------------------------------------
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stream=streams, batch=st.integers(1, 7), split=st.integers(0, 40))
+def test_runs_are_idempotent_and_batch_independent(
+    stream: list[tuple[str | None, Payload]], batch: int, split: int
+) -> None:
+    events = _events(stream)
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp)
+        store = SQLiteStore(d / "ledger")
+        try:
+            # Appended in two goes with a run between: catch-up, then "live".
+            _append(store, events[:split])
+            one = ProjectionRunner(store, _views(d / "one.db"), batch_size=batch)
+            one.run()
+            _append(store, events[split:])
+            one.run()
+            first = views_snapshot(one.views)
+            assert one.run().events == 0  # nothing left: running twice changes nothing
+            assert views_snapshot(one.views) == first
+            # one big batch on fresh views: the same state
+            big = ProjectionRunner(store, _views(d / "big.db"), batch_size=10_000)
+            big.run()
+            assert views_snapshot(big.views) == first
+            # rebuild drops and replays: the same state again
+            one.rebuild()
+            assert views_snapshot(one.views) == first
+            # ...and the SQLite views hold what the in-memory projections compute
+            memory = project(default_projections(), list(read_records(store)))
+            assert {k: json_rows(v) for k, v in memory.items()} == first
+            # the materialised fold is the fold
+            states = fold_all(read_records(store))
+            assert {r["workflow_id"]: r["state"] for r in first["workflow_state"]} == {
+                wf: s.to_dict() for wf, s in states.items()
+            }
+            for v in (one.views, big.views):
+                v.close()
+        finally:
+            store.close()
+
+
+def test_positions_are_committed_with_rows(ledger: SQLiteStore, tmp_path: Path) -> None:
+    _append(
+        ledger, _events([("a", CostIncurred(tier="direct", amount_usd=Decimal(1), source="x"))] * 5)
+    )
+    runner = ProjectionRunner(ledger, _views(tmp_path / "v.db"), batch_size=2)
+    report = runner.run(until_caught_up=False)
+    assert (report.events, report.batches) == (2, 1)
+    assert {s.name: s.position for s in runner.status()} == {
+        p.name: 2 for p in default_projections()
+    }
+    runner.run()
+    assert {s.lag for s in runner.status()} == {0}
+    assert views_snapshot(runner.views)["cost_ledger"][0]["amount_usd"] == "5"
+
+
+def test_a_second_runner_on_the_same_views_is_refused(ledger: SQLiteStore, tmp_path: Path) -> None:
+    _append(ledger, _events([("a", BlobErased(digest="sha256:" + "1" * 64, reason="r"))] * 3))
+    first = ProjectionRunner(ledger, _views(tmp_path / "v.db"), batch_size=1)
+    second = ProjectionRunner(ledger, _views(tmp_path / "v.db"), batch_size=1)
+    first.run(until_caught_up=False)
+    second.run(until_caught_up=False)  # moves the positions under the first runner
+    with pytest.raises(ConcurrencyConflict):
+        first.run(until_caught_up=False)
+
+
+# --- failures: stop at the event, never skip it -------------------------------------------------
+
+FLAKY = Table("flaky_rows", (Column("position", "integer"),), key=("position",))
+
+
+class Flaky:
+    """Fails on costs above a threshold, until fixed."""
+
+    name = "flaky"
+    version = 1
+    tables = (FLAKY,)
+    kinds: frozenset[str] | None = frozenset({"cost_incurred"})
+
+    def __init__(self) -> None:
+        self.broken = True
+
+    def apply(self, record: EventRecord, rows: Rows) -> None:
+        pos = record["position"]
+        rows.put(FLAKY, (pos,), {"position": pos})
+        if self.broken and Decimal(record["payload"]["amount_usd"]) > 1:
+            raise ValueError("cannot price this")
+
+
+def test_a_failing_projection_stops_before_the_event(ledger: SQLiteStore, tmp_path: Path) -> None:
+    amounts = ["0.5", "0.5", "5", "0.5"]
+    _append(
+        ledger,
+        _events(
+            [("a", CostIncurred(tier="direct", amount_usd=Decimal(a), source="x")) for a in amounts]
+        ),
+    )
+    flaky = Flaky()
+    runner = ProjectionRunner(ledger, _views(tmp_path / "v.db"), [flaky, *default_projections()])
+    with pytest.raises(ContractError, match=r"'flaky' stopped at position 3 .*ValueError") as info:
+        runner.run()
+    assert isinstance(info.value.__cause__, ValueError)
+    status = {s.name: s for s in runner.status()}
+    assert (status["flaky"].position, status["flaky"].failed_position) == (2, 3)
+    assert "cannot price this" in (status["flaky"].error or "")
+    assert status["cost_ledger"].position == 4  # the others caught up
+    # its rows stop before the failing event too: the half-applied row was thrown away
+    assert [r["position"] for r in runner.views.select(FLAKY)] == [1, 2]
+    # not skipped: a fresh runner retries it, and fails the same way
+    again = ProjectionRunner(ledger, _views(tmp_path / "v.db"), [flaky])
+    with pytest.raises(ContractError, match="position 3"):
+        again.run()
+    flaky.broken = False
+    ProjectionRunner(ledger, _views(tmp_path / "v.db"), [flaky]).run()
+    fixed = {
+        s.name: s for s in ProjectionRunner(ledger, _views(tmp_path / "v.db"), [flaky]).status()
+    }
+    assert (fixed["flaky"].position, fixed["flaky"].failed_position, fixed["flaky"].error) == (
+        4,
+        None,
+        None,
+    )
+    assert [r["position"] for r in runner.views.select(FLAKY)] == [1, 2, 3, 4]
+
+
+def test_view_storage_errors_are_typed(ledger: SQLiteStore, tmp_path: Path) -> None:
+    views = _views(tmp_path / "v.db")
+    views.close()
+    with pytest.raises(StorageError):
+        ProjectionRunner(ledger, views).run()
+
+
+def test_a_new_projection_version_is_rebuilt(ledger: SQLiteStore, tmp_path: Path) -> None:
+    _append(
+        ledger, _events([("a", CostIncurred(tier="direct", amount_usd=Decimal(1), source="x"))] * 3)
+    )
+    flaky = Flaky()
+    flaky.broken = False
+    ProjectionRunner(ledger, _views(tmp_path / "v.db"), [flaky]).run()
+    flaky.version = 2  # changed logic: its rows must be recomputed from position 0
+    runner = ProjectionRunner(ledger, _views(tmp_path / "v.db"), [flaky])
+    assert runner.status()[0].position == 0
+    assert runner.run().events == 3
+
+
+# --- follow mode ---------------------------------------------------------------------------------
+
+
+def test_follow_applies_events_as_they_are_committed(ledger: SQLiteStore, tmp_path: Path) -> None:
+    seen: list[int] = []
+    runner = ProjectionRunner(ledger, _views(tmp_path / "v.db"), on_commit=seen.append)
+    stop = threading.Event()
+    thread = threading.Thread(target=runner.follow, args=(stop,), kwargs={"interval": 0.001})
+    thread.start()
+    try:
+        for i in range(5):
+            _append(
+                ledger,
+                _events([("a", CostIncurred(tier="direct", amount_usd=Decimal(1), source="x"))]),
+            )
+            deadline = time.monotonic() + 5
+            while (not seen or seen[-1] < i + 1) and time.monotonic() < deadline:
+                time.sleep(0.001)
+            assert seen and seen[-1] == i + 1
+    finally:
+        stop.set()
+        thread.join(5)
+    assert not thread.is_alive()
+    assert views_snapshot(runner.views, all_tables())["cost_ledger"][0]["events"] == 5
