@@ -29,9 +29,12 @@ from tracebound.cli._common import (
     store_dir,
     try_verifier,
 )
+from tracebound.cli.export import export_app
+from tracebound.cli.inspect import AttemptsOpt, inspect_remediation
 from tracebound.cli.project import project_app
 from tracebound.cli.repair import repair
 from tracebound.cli.report import report_app
+from tracebound.cli.runs import register as register_runs
 from tracebound.errors import ConfigError, DamageKind, LedgerDamaged, TraceboundError
 from tracebound.events.envelope import Event, RecordedEvent
 from tracebound.integrity.chain import GENESIS, chain_hash
@@ -56,9 +59,11 @@ keys_app = typer.Typer(
     help="Create and show the Ed25519 checkpoint signing key.", no_args_is_help=True
 )
 app.add_typer(keys_app, name="keys")
+app.add_typer(export_app, name="export")
 app.command()(repair)
 app.add_typer(project_app, name="project")
 app.add_typer(report_app, name="report")
+register_runs(app)
 
 _APPEND_BATCH = 1000
 _LINE_KEYS = {
@@ -369,11 +374,20 @@ def _print_follow(e: RecordedEvent, as_json: bool) -> None:
 
 @app.command()
 def inspect(
-    stream: Annotated[str, typer.Argument(help="Stream id to show and re-verify.")],
+    stream: Annotated[
+        str, typer.Argument(help="Stream id, or remediation run id, to show and re-verify.")
+    ],
     store: StoreOpt = None,
+    attempts: AttemptsOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Show one stream and re-verify its chain from genesis (every time it runs)."""
+    """Show one stream and re-verify its chain from genesis (every time it runs).
+
+    A remediation run id (<store>/remediation/<id>/) or --attempts PATH re-verifies that
+    run's attempts log from chain_head.bin through every line instead (docs/retry.md).
+    """
+    if inspect_remediation(stream, store=store, attempts=attempts, as_json=as_json):
+        return
     with handled(as_json):
         backend = open_store(store)
         try:

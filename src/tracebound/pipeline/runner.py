@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
@@ -121,6 +121,9 @@ class _Run:
     result: RunResult
     accepted: dict[str, StepOutcome] = field(default_factory=dict)  # latest good outcome
     approved: set[str] = field(default_factory=set)  # step names whose gate was lifted
+    # ids of artifacts validate_tpc accepted in this process (envelope included); kept alive
+    # by the outcomes that hold them, so an id is never reused within the run
+    contract_checked: set[int] = field(default_factory=set)
 
     def artifacts(self) -> dict[str, TPCArtifact]:
         return {k: v.artifact for k, v in self.accepted.items() if v.artifact is not None}
@@ -167,6 +170,12 @@ class Runner:
         codeowners: who may approve gated paths; without it nobody can approve.
         workspace: the directory steps and test commands work in.
         storage: the ARL ``storage`` sink this runner writes to (``db`` for a database).
+        evidence: called with (ledger, blobs, run_id) each time a run stops (completed,
+            failed, rejected or gated), after its last event; e.g.
+            ``tracebound.export.evidence.EvidenceWriter(dir)``. Injected rather than a
+            directory because the writer lives in ``export/``, a layer above this one.
+        on_event: called with every event this runner records, right after it is durable
+            (live metrics, e.g. ``tracebound.export.otel.OtelRunHook``).
     """
 
     def __init__(
@@ -180,6 +189,8 @@ class Runner:
         codeowners: CodeOwners | None = None,
         workspace: Path | None = None,
         storage: Literal["console", "file", "db"] = "db",
+        evidence: Callable[[Ledger, BlobStore, RunId], object] | None = None,
+        on_event: Callable[[RecordedEvent], object] | None = None,
     ) -> None:
         self.ledger = ledger
         self.blobs = blobs
@@ -189,6 +200,8 @@ class Runner:
         self.codeowners = codeowners
         self.workspace = workspace
         self.storage = storage
+        self.evidence = evidence
+        self.on_event = on_event
 
     # -- public API --------------------------------------------------------------------
 
@@ -369,6 +382,12 @@ class Runner:
         handoff = sr.handoff
         if handoff is None:
             return
+        parent = sr.parent.artifact if sr.parent is not None else None
+        if id(parent) in sr.run.contract_checked:
+            # validate_tpc checked this very (frozen) envelope against the same schema
+            # ($defs/HandoffEnvelope) and model when the parent's artifact was accepted.
+            # A resumed run's artifacts come from blobs and are checked here again.
+            return
         try:
             validate_envelope(handoff.model_dump(mode="json"))
         except ValidationFailed as exc:
@@ -445,6 +464,7 @@ class Runner:
             raise _Abort(exc) from exc
         stored = self.blobs.put(canonical_bytes(artifact.model_dump(mode="json")))
         sr.outcome.artifact, sr.outcome.artifact_hash = artifact, stored.digest
+        sr.run.contract_checked.add(id(artifact))
         reasons = sorted({r.redaction_reason for r in redaction.redactions})
         return artifact, "; ".join(reasons) or None
 
@@ -590,6 +610,8 @@ class Runner:
 
     def _emit(self, run: _Run, payload: Payload) -> RecordedEvent:
         (recorded,) = self.ledger.record(run_stream(run.run_id), [payload], workflow_id=run.run_id)
+        if self.on_event is not None:
+            self.on_event(recorded)
         return recorded
 
     def _record_error(self, sr: _StepRun, reason: str, *, origin: StepId | None) -> StepOutcome:
@@ -661,6 +683,8 @@ class Runner:
         )
         if status in {"completed", "failed"} and run.pipeline.critical:
             self._check_slo(run)
+        if self.evidence is not None:
+            self.evidence(self.ledger, self.blobs, run.run_id)
 
     def _check_slo(self, run: _Run) -> None:
         events = self.ledger.store.read_log()

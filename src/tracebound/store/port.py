@@ -11,9 +11,10 @@ only there are the position and the stream's previous hash known for certain.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, Self, runtime_checkable
 
 from tracebound.events.envelope import Event, RecordedEvent
 from tracebound.events.record import RawRecord
@@ -30,6 +31,10 @@ __all__ = [
     "RawRecord",
     "StreamHead",
     "StreamStore",
+    "Subscription",
+    "SubscriptionStore",
+    "TrackingStore",
+    "TrackingTransaction",
 ]
 
 ANY_VERSION: None = None
@@ -143,4 +148,118 @@ class LedgerStore(StreamStore, LogStore, CheckpointStore, MetadataStore, Protoco
 
     def close(self) -> None:
         """Release connections; further use raises StoreClosed."""
+        ...
+
+
+# -- live subscriptions and projection tracking (CONVENTIONS #3: the third capability tier) --
+
+
+@runtime_checkable
+class Subscription(Protocol):
+    """A live feed of the global log: the backlog first, then each event as it commits.
+
+    Events arrive in position order, each exactly once, with no gap: a subscriber never
+    skips a position that commits later (which is why backends must make commit order and
+    position order the same). Iterating blocks until the next event; :meth:`close` ends the
+    iteration, also from another thread.
+    """
+
+    @property
+    def last_position(self) -> int:
+        """The position of the last event handed out (``start - 1`` before the first)."""
+        ...
+
+    def __iter__(self) -> Iterator[RecordedEvent]:
+        """Yield events until :meth:`close` is called."""
+        ...
+
+    def __next__(self) -> RecordedEvent:
+        """Block until the next event; StopIteration once closed."""
+        ...
+
+    def next_event(self, timeout: float | None = None) -> RecordedEvent | None:
+        """The next event, or None if none committed within ``timeout`` seconds or closed.
+
+        The timeout bounds a wait; it is never part of the ordering guarantee.
+        """
+        ...
+
+    def close(self) -> None:
+        """Stop the feed and release its connection. Idempotent."""
+        ...
+
+    def __enter__(self) -> Self: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+@runtime_checkable
+class SubscriptionStore(Protocol):
+    """A store whose log can be followed live (catch-up, then notifications or polling)."""
+
+    def subscribe(self, start: int = 1) -> Subscription:
+        """Follow the log from ``start`` (inclusive, like :meth:`LogStore.read_log`).
+
+        To resume a projection, subscribe from ``tracked_position(name) + 1``.
+        """
+        ...
+
+
+@runtime_checkable
+class TrackingTransaction(Protocol):
+    """One transaction of a projection: its own writes and its position, committed together.
+
+    This is what makes a projection exactly-once: the position a projection has reached
+    moves only in the transaction that also holds the writes for the events up to it. A
+    crash or an exception before commit leaves both the writes and the position as they
+    were; the events are simply delivered again.
+    """
+
+    @property
+    def name(self) -> str:
+        """The projection's name: one tracked position per name."""
+        ...
+
+    @property
+    def position(self) -> int:
+        """The tracked position inside this transaction (0 before anything was applied).
+
+        Read under a lock, so a second worker of the same projection waits, then sees the
+        first one's progress; events at or below it were applied already.
+        """
+        ...
+
+    def execute(
+        self, query: str, params: Sequence[Any] | Mapping[str, Any] = ()
+    ) -> list[tuple[Any, ...]]:
+        """Run one of the projection's own statements (the backend's placeholder style) in
+        this transaction; return its rows, if it returns any."""
+        ...
+
+    def advance(self, position: int) -> None:
+        """Record that events up to ``position`` are applied, in this transaction.
+
+        Raises:
+            ConcurrencyConflict: ``position`` is not beyond :attr:`position`.
+        """
+        ...
+
+
+@runtime_checkable
+class TrackingStore(Protocol):
+    """Positions of projections, kept in the same transactions as their writes."""
+
+    def tracking(
+        self, name: str, *, expected: int | None = None
+    ) -> AbstractContextManager[TrackingTransaction]:
+        """Open a transaction for projection ``name``; it commits when the block ends
+        normally and rolls back (writes and position together) when it raises.
+
+        Raises:
+            ConcurrencyConflict: ``expected`` is given and the tracked position differs.
+        """
+        ...
+
+    def tracked_position(self, name: str) -> int:
+        """The committed position of projection ``name``; 0 if it never advanced."""
         ...

@@ -1,0 +1,92 @@
+"""`tracebound export anchors`: the critic-training dataset, one provable row per anchor.
+
+Each row is an ``AttemptAnchor`` (ADR-04-0017) with a link back to its
+``attempt_anchor_recorded`` event (ledger position, stream, hash) and an inclusion proof
+against the newest signed checkpoint, so whoever trains on the file can check, offline and
+with only the verifier key, that every example is in the signed log. The anchors files
+under ``<store>/fallback/anchors`` are checked against the ledger when present.
+"""
+
+from __future__ import annotations
+
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tracebound.cli._common import (
+    JsonOpt,
+    KeyOpt,
+    StoreOpt,
+    VerifierOpt,
+    console,
+    emit_json,
+    handled,
+    open_ledger,
+    store_dir,
+)
+from tracebound.errors import ConfigError
+from tracebound.pipeline.retry.anchors import AnchorWriter, anchor_dataset, write_dataset
+
+__all__ = ["export_app"]
+
+export_app = typer.Typer(
+    help="Export datasets from the ledger (critic-training anchors).", no_args_is_help=True
+)
+
+
+class Format(StrEnum):
+    jsonl = "jsonl"
+    parquet = "parquet"
+
+
+@export_app.command("anchors")
+def export_anchors(
+    fmt: Annotated[Format, typer.Option("--format", help="jsonl, or parquet (needs pyarrow).")] = (
+        Format.jsonl
+    ),
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", "-o", help="Write here; JSON lines go to stdout without it."),
+    ] = None,
+    no_proofs: Annotated[
+        bool,
+        typer.Option("--no-proofs", help="Leave out inclusion proofs (no checkpoint needed)."),
+    ] = False,
+    store: StoreOpt = None,
+    key: KeyOpt = None,
+    verifier_key: VerifierOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """One row per AttemptAnchor: the anchor, its ledger position and an inclusion proof.
+
+    Proofs are against the newest signed checkpoint; one is signed first when it does not
+    cover the last anchor and the signing key is available.
+    """
+    with handled(as_json):
+        if fmt is Format.parquet and out is None:
+            raise ConfigError("--format parquet needs --out FILE")
+        ledger = open_ledger(store, key=key, verifier_key=verifier_key)
+        try:
+            projection = AnchorWriter(store_dir(store))
+            rows = anchor_dataset(
+                ledger,
+                prove=not no_proofs,
+                projection=projection if projection.directory.is_dir() else None,
+            )
+        finally:
+            ledger.close()
+        if out is None:
+            write_dataset(rows, "jsonl", sys.stdout.buffer)
+            sys.stdout.flush()
+            return
+        tmp = out.with_name(f".{out.name}.tmp")
+        with tmp.open("wb") as fh:
+            write_dataset(rows, "parquet" if fmt is Format.parquet else "jsonl", fh)
+        tmp.replace(out)
+    if as_json:
+        emit_json({"ok": True, "rows": len(rows), "format": fmt.value, "out": str(out)})
+    else:
+        console.print(f"Exported {len(rows)} anchor(s) as {fmt.value} to [bold]{out}[/]")

@@ -1,0 +1,696 @@
+"""Pipeline runs from the shell: list, approve or reject a gate, resume, metrics, replay, evidence.
+
+A gated run waits in the ledger, not in a process: whoever owns the touched paths approves
+it from a terminal (`approve RUN STEP --as NAME`, checked against CODEOWNERS), and any
+process resumes it later (`resume RUN`, which imports the pipeline from the reference the
+run recorded). Every command reads the same files a Runner uses; see
+:mod:`tracebound.pipeline.config` for where they are by default.
+
+Exit codes: 0 success; 1 a check failed (damaged chain or blob, tampered evidence, a
+divergent rerun, an SLO violation with `metrics --check`, a resumed run that failed or was
+rejected); 2 usage or configuration (not an owner, not gated, no policy); 3 incomplete (a
+resumed run still waits at a gate; evidence that carries no signature).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Iterable
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.table import Table
+
+from tracebound.cli._common import (
+    EXIT_DAMAGED,
+    EXIT_INCOMPLETE,
+    JsonOpt,
+    KeyOpt,
+    StoreOpt,
+    VerifierOpt,
+    WitnessOpt,
+    console,
+    emit_json,
+    handled,
+    progress_bar,
+    try_verifier,
+)
+from tracebound.errors import ConfigError, PolicyUnusable
+from tracebound.ids import RunId, StepId
+
+if TYPE_CHECKING:
+    from tracebound.events.catalog import GateRequested
+    from tracebound.events.envelope import RecordedEvent
+    from tracebound.ledger import Ledger
+    from tracebound.pipeline.config import RunnerConfig
+    from tracebound.pipeline.metrics import GroupMetrics
+    from tracebound.pipeline.runner import RunResult
+    from tracebound.pipeline.validations import ValidationRegistry
+
+# The runtime, replay and export are imported inside each command: they pull in the event
+# catalog, the redaction detectors and the contract schemas, which would triple the startup
+# time of every other `tracebound` command.
+
+__all__ = ["register"]
+
+PolicyOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--policy",
+        envvar="TRACEBOUND_POLICY",
+        help="Policy file (TOML). Default: ./tracebound-policy.toml; required.",
+        show_default=False,
+    ),
+]
+CodeownersOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--codeowners",
+        envvar="TRACEBOUND_CODEOWNERS",
+        help="CODEOWNERS file. Default: ./CODEOWNERS, then ./.github/CODEOWNERS",
+        show_default=False,
+    ),
+]
+BlobsOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--blobs",
+        envvar="TRACEBOUND_BLOBS",
+        help="Blob directory. Default: <store dir>/blobs",
+        show_default=False,
+    ),
+]
+RedactionKeyOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--redaction-key",
+        envvar="TRACEBOUND_REDACTION_KEY",
+        help="Redaction HMAC key (32 bytes, created on first use). "
+        "Default: ~/.config/tracebound/keys/redaction.key",
+        show_default=False,
+    ),
+]
+PipelineRefOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--pipeline",
+        help="The pipeline as module:attribute. Default: the reference the run recorded.",
+        show_default=False,
+    ),
+]
+ValidationsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--validations",
+        help="A ValidationRegistry as module:attribute, for pipelines that register "
+        "their own checks or test commands.",
+        show_default=False,
+    ),
+]
+AsOpt = Annotated[str, typer.Option("--as", help="Who decides (a CODEOWNERS name, e.g. @alice).")]
+RunArg = Annotated[str, typer.Argument(help="The run id.")]
+StepArg = Annotated[str, typer.Argument(help="The gated step id (as `runs` shows it).")]
+
+
+def _config(
+    store: str | None,
+    *,
+    policy: Path | None = None,
+    codeowners: Path | None = None,
+    blobs: Path | None = None,
+    redaction_key: Path | None = None,
+    key: Path | None = None,
+    verifier_key: str | None = None,
+    witness: Path | None = None,
+) -> RunnerConfig:
+    from tracebound.pipeline.config import RunnerConfig  # noqa: PLC0415 - lazy, for startup time
+
+    return RunnerConfig(
+        store=store,
+        policy=policy,
+        codeowners=codeowners,
+        blobs=blobs,
+        redaction_key=redaction_key,
+        key=key,
+        verifier_key=verifier_key,
+        witness=witness,
+    )
+
+
+def _importable_cwd() -> None:
+    """Let `module:attr` references name modules in the working directory, as with
+    ``python -m``; the `tracebound` script alone would not look there."""
+    cwd = str(Path.cwd())
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+
+
+def _validations(ref: str | None) -> ValidationRegistry | None:
+    from tracebound.pipeline.validations import ValidationRegistry  # noqa: PLC0415 - lazy, for startup time
+
+    if ref is None:
+        return None
+    module, _, attr = ref.partition(":")
+    try:
+        obj = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ConfigError(f"cannot import validations {ref!r}: {exc}") from exc
+    if not isinstance(obj, ValidationRegistry):
+        raise ConfigError(f"{ref!r} is a {type(obj).__name__}, not a ValidationRegistry")
+    return obj
+
+
+# -- runs ----------------------------------------------------------------------------------
+
+
+def _run_rows(events: Iterable[RecordedEvent]) -> list[dict[str, Any]]:
+    """One row per run, folded from the log: latest status, steps, and who it waits for."""
+    from tracebound.events.catalog import (  # noqa: PLC0415 - lazy, for startup time
+        ApprovalRecorded,
+        GateRequested,
+        RunFinished,
+        RunStarted,
+        StepRecorded,
+    )
+
+    rows: dict[str, dict[str, Any]] = {}
+    for e in events:
+        p = e.payload
+        if isinstance(p, RunStarted):
+            rows[p.run_id] = {
+                "run_id": p.run_id,
+                "pipeline": p.pipeline,
+                "pipeline_type": p.pipeline_type,
+                "critical": p.critical,
+                "started": e.timestamp.isoformat(),
+                "status": "running",
+                "steps": 0,
+                "waiting_at": None,
+                "owners": [],
+                "decision": None,
+                "reason": None,
+            }
+            continue
+        row = rows.get(str(getattr(p, "run_id", "")))
+        if row is None:
+            continue
+        if isinstance(p, StepRecorded):
+            row["steps"] += 1
+        elif isinstance(p, GateRequested):
+            row["waiting_at"], row["owners"], row["decision"] = p.step_id, list(p.owners), None
+        elif isinstance(p, ApprovalRecorded):
+            row["decision"] = f"{p.decision} by {p.approver}"
+        elif isinstance(p, RunFinished):
+            row["status"], row["reason"] = p.status, p.reason
+    for row in rows.values():
+        if row["status"] != "gated":
+            row["waiting_at"], row["owners"], row["decision"] = None, [], None
+    return list(rows.values())
+
+
+def runs(
+    store: StoreOpt = None,
+    pipeline: Annotated[str | None, typer.Option(help="Only runs of this pipeline.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List pipeline runs with their status; gated runs show the step and its owners."""
+    with handled(as_json):
+        ledger = _config(store).open_ledger()
+        try:
+            rows = _run_rows(ledger.store.read_log())
+        finally:
+            ledger.close()
+    if pipeline is not None:
+        rows = [r for r in rows if r["pipeline"] == pipeline]
+    if as_json:
+        emit_json({"ok": True, "runs": rows})
+        return
+    table = Table(title=f"{len(rows)} run(s)")
+    for col in ("run", "pipeline", "status", "steps", "waiting at", "started (UTC)"):
+        table.add_column(col, overflow="fold")
+    colours = {"completed": "green", "failed": "red", "rejected": "red", "gated": "yellow"}
+    for r in rows:
+        waiting = ""
+        if r["waiting_at"]:
+            waiting = f"{r['waiting_at']} ({' '.join(r['owners']) or 'no owner'})"
+            waiting += f", {r['decision']}: resume it" if r["decision"] else ""
+        colour = colours.get(r["status"], "white")
+        table.add_row(
+            r["run_id"],
+            r["pipeline"],
+            f"[{colour}]{r['status']}[/]",
+            str(r["steps"]),
+            waiting,
+            r["started"][:19],
+        )
+    console.print(table)
+
+
+# -- approve / reject ----------------------------------------------------------------------
+
+
+def _decide(
+    decision: str,
+    run: str,
+    step: str,
+    name: str,
+    *,
+    store: str | None,
+    codeowners: Path | None,
+    as_json: bool,
+) -> None:
+    from tracebound.pipeline.config import RunnerConfig  # noqa: PLC0415 - lazy, for startup time
+    from tracebound.pipeline.runner import approve  # noqa: PLC0415 - lazy, for startup time
+
+    with handled(as_json):
+        config = RunnerConfig(store=store, codeowners=codeowners)
+        owners = config.load_codeowners(required=True)
+        assert owners is not None
+        ledger = config.open_ledger()
+        try:
+            gate = _gate(ledger, run, step)
+            owners.check_approver(name, gate.paths)  # rejecting is an owner's call too
+            record = approve(
+                ledger,
+                RunId(run),
+                StepId(step),
+                name,
+                codeowners=owners,
+                decision="approved" if decision == "approve" else "rejected",
+            )
+        finally:
+            ledger.close()
+    if as_json:
+        emit_json(
+            {
+                "ok": True,
+                "run_id": run,
+                "step_id": step,
+                "approver": record.approver,
+                "decision": record.decision,
+                "paths": list(record.paths),
+                "timestamp": record.timestamp.isoformat(),
+            }
+        )
+        return
+    console.print(
+        f"[bold]{record.decision.capitalize()}[/] {step} of run {run} as {record.approver} "
+        f"at {record.timestamp:%Y-%m-%d %H:%M:%S} UTC (paths: {', '.join(record.paths) or '-'})."
+    )
+    console.print(f"Next: [bold]tracebound resume {run}[/]")
+
+
+def _gate(ledger: Ledger, run: str, step: str) -> GateRequested:
+    from tracebound.events.catalog import GateRequested, RunStarted  # noqa: PLC0415 - lazy, for startup time
+    from tracebound.pipeline.runner import run_stream  # noqa: PLC0415 - lazy, for startup time
+
+    gate: GateRequested | None = None
+    started = False
+    for e in ledger.store.read_stream(run_stream(run)):
+        started = started or isinstance(e.payload, RunStarted)
+        if isinstance(e.payload, GateRequested) and e.payload.step_id == step:
+            gate = e.payload
+    if not started:
+        raise ConfigError(f"no run {run!r} in this ledger")
+    if gate is None:
+        raise ConfigError(f"step {step!r} of run {run!r} is not gated; `tracebound runs` shows it")
+    return gate
+
+
+def approve_cmd(
+    run: RunArg,
+    step: StepArg,
+    name: AsOpt,
+    store: StoreOpt = None,
+    codeowners: CodeownersOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Approve a gated step as NAME, who must own every path it touches (CODEOWNERS).
+
+    The approver's identity and the time are recorded in the run's ledger stream; the run
+    continues with `tracebound resume RUN`.
+    """
+    _decide("approve", run, step, name, store=store, codeowners=codeowners, as_json=as_json)
+
+
+def reject_cmd(
+    run: RunArg,
+    step: StepArg,
+    name: AsOpt,
+    store: StoreOpt = None,
+    codeowners: CodeownersOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Reject a gated step as NAME (a CODEOWNER of its paths); `resume` then ends the run."""
+    _decide("reject", run, step, name, store=store, codeowners=codeowners, as_json=as_json)
+
+
+# -- resume --------------------------------------------------------------------------------
+
+
+def _steps_table(result: RunResult) -> Table:
+    table = Table(title=f"run {result.run_id}: {result.status}")
+    for col in ("step", "role", "status", "artifact", "reason"):
+        table.add_column(col)
+    for s in result.steps:
+        table.add_row(
+            s.step_id, s.role, s.status, (s.artifact_hash or "-")[:19], (s.reason or "")[:80]
+        )
+    return table
+
+
+def resume(
+    run: RunArg,
+    pipeline: PipelineRefOpt = None,
+    validations: ValidationsOpt = None,
+    evidence_dir: Annotated[
+        Path, typer.Option(help="Where the run's evidence file is written.")
+    ] = Path("artifacts") / "agent-runs",
+    store: StoreOpt = None,
+    policy: PolicyOpt = None,
+    codeowners: CodeownersOpt = None,
+    blobs: BlobsOpt = None,
+    redaction_key: RedactionKeyOpt = None,
+    key: KeyOpt = None,
+    witness: WitnessOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Continue a gated run after a human decided; prints how it ended.
+
+    The pipeline is imported from the reference the run recorded (`Pipeline(ref=...)`)
+    unless --pipeline names it. The run's evidence is written to
+    <evidence-dir>/<run>.json, signed when a signing key exists. Exit 0 completed, 1
+    failed or rejected, 3 still waiting at a gate.
+    """
+    from tracebound.export.evidence import EvidenceWriter  # noqa: PLC0415 - lazy, for startup time
+    from tracebound.pipeline.config import load_pipeline  # noqa: PLC0415 - lazy, for startup time
+
+    with handled(as_json):
+        config = _config(
+            store,
+            policy=policy,
+            codeowners=codeowners,
+            blobs=blobs,
+            redaction_key=redaction_key,
+            key=key,
+            witness=witness,
+        )
+        ledger = config.open_ledger()
+        try:
+            ref = pipeline or _recorded_ref(ledger, run)
+            _importable_cwd()
+            pipe = load_pipeline(ref)
+            writer = EvidenceWriter(evidence_dir)
+            runner = config.build_runner(
+                ledger, validations=_validations(validations), evidence=writer
+            )
+            result = runner.resume(pipe, run)
+        finally:
+            ledger.close()
+    code = {"completed": 0, "gated": EXIT_INCOMPLETE}.get(result.status, EXIT_DAMAGED)
+    evidence = str(writer.written[-1]) if writer.written else None
+    if as_json:
+        emit_json(
+            {
+                "ok": result.status == "completed",
+                "run_id": result.run_id,
+                "status": result.status,
+                "gated_step": result.gated_step,
+                "failed_step": result.failed_step,
+                "reason": result.reason,
+                "evidence": evidence,
+                "steps": [
+                    {"step_id": s.step_id, "role": s.role, "status": s.status,
+                     "artifact_hash": s.artifact_hash}
+                    for s in result.steps
+                ],
+            }
+        )  # fmt: skip
+        raise typer.Exit(code)
+    console.print(_steps_table(result))
+    if result.status == "gated":
+        console.print(f"[yellow]Still waiting[/] at {result.gated_step}: approve it first.")
+    elif result.status != "completed":
+        console.print(f"[red]{result.status}[/]: {result.reason or ''}")
+    if evidence:
+        console.print(f"Evidence: [bold]{evidence}[/]")
+    raise typer.Exit(code)
+
+
+def _recorded_ref(ledger: Ledger, run: str) -> str:
+    from tracebound.events.catalog import RunStarted  # noqa: PLC0415 - lazy, for startup time
+    from tracebound.pipeline.runner import run_stream  # noqa: PLC0415 - lazy, for startup time
+
+    for e in ledger.store.read_stream(run_stream(run), to_version=1):
+        if isinstance(e.payload, RunStarted):
+            if e.payload.pipeline_ref is None:
+                raise ConfigError(
+                    f"run {run} recorded no pipeline reference; pass --pipeline module:attr"
+                )
+            return e.payload.pipeline_ref
+    raise ConfigError(f"no run {run!r} in this ledger")
+
+
+# -- metrics -------------------------------------------------------------------------------
+
+
+def _percentile(values: list[int], q: int) -> int | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, (len(ordered) * q + 99) // 100 - 1)]
+
+
+def _group(g: GroupMetrics) -> dict[str, Any]:
+    d = g.as_dict()
+    per_step = None if not g.outputs else g.cost_est_usd / Decimal(g.outputs)
+    d["cost_est_per_step_usd"] = None if per_step is None else str(per_step.normalize())
+    d["p50_latency_ms"] = _percentile(g.latencies_ms, 50)
+    d["p95_latency_ms"] = _percentile(g.latencies_ms, 95)
+    return d
+
+
+def _metrics_table(title: str, groups: dict[str, GroupMetrics]) -> Table:
+    table = Table(title=title)
+    cols = ("", "out", "fail", "repair", "harm", "unres", "$/step", "p50 ms", "p95 ms")
+    for col in cols:
+        table.add_column(col, justify="left" if not col else "right", no_wrap=True)
+    for name, g in sorted(groups.items()):
+        d = _group(g)
+        table.add_row(
+            name, str(g.outputs), str(g.failures), d["repair_rate"] or "-", d["harm_rate"],
+            str(g.unresolved), d["cost_est_per_step_usd"] or "-",
+            str(d["p50_latency_ms"] if d["p50_latency_ms"] is not None else "-"),
+            str(d["p95_latency_ms"] if d["p95_latency_ms"] is not None else "-"),
+        )  # fmt: skip
+    return table
+
+
+def metrics(
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="Exit 1 when a critical pipeline has harm_rate > 0 or unresolved_origin > 0.",
+        ),
+    ] = False,
+    pipeline: Annotated[
+        str | None, typer.Option("--pipeline", help="Only runs of this pipeline.")
+    ] = None,
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Blame, repair and harm metrics, cost and latency per step, by role and pipeline type.
+
+    Computed from the ledger every time (nothing is cached). With --check, each SLO
+    violation of a critical pipeline is listed and the exit code is 1.
+    """
+    from tracebound.events.catalog import RunStarted  # noqa: PLC0415 - lazy, for startup time
+    from tracebound.pipeline.metrics import compute_metrics, slo_violations  # noqa: PLC0415 - lazy, for startup time
+
+    with handled(as_json):
+        ledger = _config(store).open_ledger()
+        try:
+            events: list[RecordedEvent] = list(ledger.store.read_log())
+        finally:
+            ledger.close()
+        if pipeline is not None:
+            run_ids: set[str | None] = {
+                str(e.payload.run_id)
+                for e in events
+                if isinstance(e.payload, RunStarted) and e.payload.pipeline == pipeline
+            }
+            if not run_ids:
+                raise ConfigError(f"no runs of pipeline {pipeline!r} in this ledger")
+            events = [e for e in events if e.workflow_id in run_ids]
+        m = compute_metrics(events)
+        violations = slo_violations(m)
+    failed = check and bool(violations)
+    if as_json:
+        emit_json(
+            {
+                "ok": not failed,
+                "overall": _group(m.overall),
+                "by_role": {k: _group(v) for k, v in sorted(m.by_role.items())},
+                "by_pipeline_type": {k: _group(v) for k, v in sorted(m.by_pipeline_type.items())},
+                "by_pipeline": {k: _group(v) for k, v in sorted(m.by_pipeline.items())},
+                "violations": [
+                    {"pipeline": v.pipeline, "pipeline_type": v.pipeline_type,
+                     "metric": v.metric, "role": v.role, "value": v.value}
+                    for v in violations
+                ],
+            }
+        )  # fmt: skip
+    else:
+        console.print(_metrics_table("by role", m.by_role))
+        console.print(_metrics_table("by pipeline type", m.by_pipeline_type))
+        for v in violations:
+            console.print(f"[bold red]SLO violation[/]: {v.describe()}")
+        if not violations:
+            console.print("[green]No SLO violations[/] in critical pipelines.")
+    if failed:
+        raise typer.Exit(EXIT_DAMAGED)
+
+
+# -- replay --------------------------------------------------------------------------------
+
+
+def replay(
+    run: RunArg,
+    rerun: Annotated[
+        bool,
+        typer.Option(
+            "--rerun",
+            help="Also re-execute the pipeline on the recorded inputs in a scratch ledger "
+            "and report the first divergence.",
+        ),
+    ] = False,
+    pipeline: PipelineRefOpt = None,
+    validations: ValidationsOpt = None,
+    store: StoreOpt = None,
+    policy: PolicyOpt = None,
+    codeowners: CodeownersOpt = None,
+    blobs: BlobsOpt = None,
+    redaction_key: RedactionKeyOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Rebuild a run from the ledger and its blobs, checking every link and digest.
+
+    Exit 1 when the chain is broken, a blob is missing or altered, an artifact no longer
+    meets the TPC contract, or (with --rerun) the rerun diverges.
+    """
+    from tracebound.replay import replay_run, rerun_run  # noqa: PLC0415 - lazy, for startup time
+
+    with handled(as_json):
+        config = _config(
+            store, policy=policy, codeowners=codeowners, blobs=blobs, redaction_key=redaction_key
+        )
+        ledger = config.open_ledger()
+        try:
+            blob_store = config.blob_store()
+            report = replay_run(ledger, blob_store, run)
+            again = None
+            if rerun:
+                _importable_cwd()
+                with progress_bar("re-running", enabled=not as_json):
+                    again = rerun_run(
+                        ledger,
+                        blob_store,
+                        run,
+                        pipeline=pipeline,
+                        policy=config.load_policy(),
+                        redactor=config.redactor(),
+                        validations=_validations(validations),
+                        codeowners=config.load_codeowners(),
+                        workspace=config.workspace,
+                    )
+        finally:
+            ledger.close()
+    failed = not report.ok or (again is not None and not again.identical)
+    if as_json:
+        out = report.as_dict()
+        out["ok"] = not failed
+        out["rerun"] = None if again is None else again.as_dict()
+        emit_json(out)
+        raise typer.Exit(EXIT_DAMAGED if failed else 0)
+    table = Table(title=f"run {run} ({report.pipeline}): {report.status}")
+    for col in ("pos", "step", "parent", "role", "status", "artifact", "blob"):
+        table.add_column(col)
+    for s in report.steps:
+        colour = "green" if s.blob == "ok" else "red"
+        table.add_row(
+            str(s.position), s.step_id, s.parent_step_id or "-", s.role, s.status,
+            s.artifact_hash[:19], f"[{colour}]{s.blob}[/]",
+        )  # fmt: skip
+    console.print(table)
+    console.print(f"[green]chain ok[/]: {report.events} event(s), head {report.head.hex()[:16]}…")
+    for f in report.failures:
+        console.print(f"[bold red]{f.kind}[/] {f.what} of {f.step_id or 'the run'}: {f.detail}")
+    if again is not None:
+        if again.divergence is None:
+            console.print(
+                f"[green]rerun identical[/]: {len(again.rerun)} step(s), {again.rerun_status}"
+            )
+        else:
+            console.print(f"[bold red]rerun diverges[/] at {again.divergence.describe()}")
+    raise typer.Exit(EXIT_DAMAGED if failed else 0)
+
+
+# -- evidence ------------------------------------------------------------------------------
+
+
+def verify_evidence_cmd(
+    file: Annotated[Path, typer.Argument(help="Evidence file (artifacts/agent-runs/<run>.json).")],
+    key: KeyOpt = None,
+    verifier_key: VerifierOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Check a run's evidence file offline, with only the verifier key (no ledger needed).
+
+    Checks the integrity hash, the checkpoint signature, every record's BLAKE3 link and the
+    run stream's continuity, every inclusion proof, and that each artifact digest is
+    listed. Exit 1 names what failed; 3 when the file carries no signed checkpoint.
+    """
+    from tracebound.export.evidence import verify_evidence  # noqa: PLC0415 - lazy, for startup time
+
+    with handled(as_json):
+        verifier = try_verifier(verifier_key, key)
+        if verifier is None:
+            raise PolicyUnusable(
+                "verify-evidence needs --verifier-key (the ledger's public key): without it "
+                "nothing in the file can be trusted"
+            )
+        report = verify_evidence(file, verifier, require_signed=False)
+    code = 0 if report.signed else EXIT_INCOMPLETE
+    if as_json:
+        out = report.as_dict()
+        out["ok"] = report.signed
+        emit_json(out)
+        raise typer.Exit(code)
+    if report.signed:
+        console.print(
+            f"[bold green]OK[/]: run {report.run_id} ({report.pipeline}, {report.status}): "
+            f"{report.events} event(s) and {report.artifacts} digest(s), in {report.origin} "
+            f"(signed tree of {report.tree_size})."
+        )
+    else:
+        console.print(
+            f"[yellow]UNSIGNED[/]: run {report.run_id}'s records chain correctly, but no "
+            "signed checkpoint vouches for them (run `tracebound keys init`, then resume or "
+            "re-export)."
+        )
+    raise typer.Exit(code)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the run commands to the `tracebound` app."""
+    app.command("runs")(runs)
+    app.command("approve")(approve_cmd)
+    app.command("reject")(reject_cmd)
+    app.command("resume")(resume)
+    app.command("metrics")(metrics)
+    app.command("replay")(replay)
+    app.command("verify-evidence")(verify_evidence_cmd)

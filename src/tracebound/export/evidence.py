@@ -1,0 +1,564 @@
+"""Evidence files: one run, self-contained, checkable offline with only the verifier key.
+
+The design record asks that each run emit ``artifacts/agent-runs/{run_id}.json`` plus an
+integrity hash. An auditor receiving that file has no access to the ledger, so the file
+carries everything a check needs:
+
+* the run's events as the *stored records* (the exact bytes that were hashed, base64, with
+  ``prev_hash``, ``hash`` and ``position``), so each BLAKE3 link can be recomputed and the
+  run stream's chain followed from genesis;
+* the digests of the blobs those records name (inputs, artifacts, validation output) and
+  whether each blob was still present when the file was written (blobs may be erased);
+* the newest signed checkpoint (a C2SP signed note) and one RFC 6962 inclusion proof per
+  event against it, so the records are shown to be in the signed log;
+* ``integrity``: SHA-256 over the RFC 8785 form of everything else, which catches
+  corruption in transit. It is not a signature: anyone can recompute it. What an attacker
+  cannot forge without the key is the checkpoint, and through the proofs every record.
+
+Only what the ledger holds goes in, and the ledger holds only redacted data: no secret a
+step saw can reach an evidence file.
+
+Limits, stated plainly: the proofs show that each record is in the signed log, and the
+chain shows that none was removed from the middle of the run. Dropping the newest records
+of a run is detected only when that removes its final ``run_finished``: the SLO alerts a
+critical pipeline records after it could be cut off, and a run resumed after a gate has an
+earlier ``run_finished`` (status ``gated``) it could be cut back to. Only a signed per-run
+head would close that gap.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+
+from tracebound.canonical import canonical_bytes
+from tracebound.errors import (
+    CanonicalizationError,
+    CheckpointError,
+    ConfigError,
+    DamageKind,
+    IntegrityError,
+    LedgerDamaged,
+    ProofError,
+    StorageError,
+)
+from tracebound.events.catalog import RunFinished, RunStarted, StepRecorded, ValidationRecorded
+from tracebound.events.record import RawRecord
+from tracebound.integrity.chain import GENESIS, chain_hash
+from tracebound.integrity.keys import NoteVerifier
+from tracebound.integrity.merkle import (
+    inclusion_proof,
+    leaf_hash,
+    node_hash,
+    root_of,
+    verify_inclusion,
+)
+from tracebound.integrity.note import Checkpoint, SignedNote, open_checkpoint, parse_checkpoint
+from tracebound.ledger import Ledger
+from tracebound.pipeline.runner import run_stream
+from tracebound.replay.rebuild import read_run_records
+from tracebound.store.blobs import BlobStore
+from tracebound.store.keyfile import file_stem, write_file_atomic
+from tracebound.store.port import LedgerStore
+
+__all__ = [
+    "DEFAULT_EVIDENCE_DIR",
+    "FORMAT",
+    "EvidenceInvalid",
+    "EvidenceReport",
+    "EvidenceWriter",
+    "build_evidence",
+    "evidence_path",
+    "integrity_hash",
+    "verify_evidence",
+    "write_evidence",
+]
+
+FORMAT: Final = "tracebound-evidence/1"
+DEFAULT_EVIDENCE_DIR: Final = Path("artifacts") / "agent-runs"
+_LEAF_CHUNK: Final = 4096  # leaves read per query when computing proof subtrees
+_INTEGRITY: Final = {"algorithm": "sha256", "over": "RFC 8785 canonical JSON of every other member"}
+
+
+class EvidenceInvalid(IntegrityError):
+    """An evidence file fails a check; ``part`` names which one.
+
+    ``part`` is one of ``format`` (not an evidence file), ``integrity`` (the integrity hash),
+    ``checkpoint`` (signature, or no checkpoint when one is required), ``record`` (a
+    record's bytes, hash or fields), ``chain`` (the run stream's links, order or ends),
+    ``proof`` (an inclusion proof) or ``digests`` (the artifact digests listed).
+    """
+
+    def __init__(self, part: str, detail: str) -> None:
+        self.part = part
+        self.detail = detail
+        super().__init__(f"evidence {part} check failed: {detail}")
+
+    def __reduce__(self) -> tuple[type[EvidenceInvalid], tuple[str, str]]:
+        return (type(self), (self.part, self.detail))
+
+
+@dataclass(frozen=True)
+class EvidenceReport:
+    """What a verified evidence file says (returned only when every check passed)."""
+
+    run_id: str
+    pipeline: str
+    status: str
+    events: int
+    artifacts: int
+    signed: bool
+    origin: str | None
+    tree_size: int | None
+    root: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "ok": True,
+            "run_id": self.run_id,
+            "pipeline": self.pipeline,
+            "status": self.status,
+            "events": self.events,
+            "artifacts": self.artifacts,
+            "signed": self.signed,
+            "origin": self.origin,
+            "tree_size": self.tree_size,
+            "root": self.root,
+        }
+
+
+def integrity_hash(doc: Mapping[str, Any]) -> str:
+    """``sha256:`` of the RFC 8785 bytes of ``doc`` without its ``integrity`` member."""
+    body = {k: v for k, v in doc.items() if k != "integrity"}
+    return "sha256:" + hashlib.sha256(canonical_bytes(body)).hexdigest()
+
+
+# -- writing ----------------------------------------------------------------------------
+
+
+class _SubtreeRoots:
+    """RFC 6962 subtree roots of the stored log, each computed once for all proofs.
+
+    Every range an inclusion proof asks for is a node of the RFC 6962 tree, and a node is
+    the hash of its two children split at the largest power of two, so computing nodes
+    recursively with a memo shares all work between the proofs of one run: the log is read
+    at most once, in aligned chunks, instead of once per event as :meth:`Ledger.prove`
+    would. A node of at most ``_LEAF_CHUNK`` leaves lies inside one aligned chunk.
+    """
+
+    def __init__(self, store: LedgerStore, size: int) -> None:
+        self._store = store
+        self._size = size
+        self._memo: dict[tuple[int, int], bytes] = {}
+        self._chunks: dict[int, list[bytes]] = {}
+
+    def _leaves(self, chunk: int) -> list[bytes]:
+        leaves = self._chunks.get(chunk)
+        if leaves is None:
+            first = chunk * _LEAF_CHUNK
+            last = min(first + _LEAF_CHUNK, self._size)
+            leaves = [leaf_hash(r.hash) for r in self._store.read_raw(start=first + 1, stop=last)]
+            if len(leaves) != last - first:
+                raise LedgerDamaged(
+                    DamageKind.TRUNCATION,
+                    first + len(leaves) + 1,
+                    f"the checkpoint covers {self._size} events but the log is shorter",
+                )
+            self._chunks[chunk] = leaves
+        return leaves
+
+    def __call__(self, start: int, end: int) -> bytes:
+        key = (start, end)
+        root = self._memo.get(key)
+        if root is not None:
+            return root
+        n = end - start
+        if n <= _LEAF_CHUNK:
+            chunk = start // _LEAF_CHUNK
+            offset = chunk * _LEAF_CHUNK
+            root = root_of(self._leaves(chunk)[start - offset : end - offset])
+        else:
+            k = 1 << ((n - 1).bit_length() - 1)  # the largest power of two below n
+            root = node_hash(self(start, start + k), self(start + k, end))
+        self._memo[key] = root
+        return root
+
+
+def _checkpoint_for(ledger: Ledger, newest: int) -> tuple[str, Checkpoint] | None:
+    """The newest checkpoint note, if it covers position ``newest``."""
+    note = ledger.store.latest_checkpoint()
+    if note is None:
+        return None
+    if ledger.verifier is not None:
+        cp = open_checkpoint(note, ledger.verifier)
+    else:  # still worth including: the auditor checks the signature with their key
+        cp = parse_checkpoint(SignedNote.parse(note).text)
+    return (note, cp) if cp.size >= newest else None
+
+
+def _artifacts(records: Sequence[tuple[RawRecord, Any]], blobs: BlobStore) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    seen: set[tuple[str, str | None, str]] = set()
+    for _, event in records:
+        p = event.payload
+        entry: tuple[str, str | None, str] | None = None
+        if isinstance(p, RunStarted):
+            entry = ("inputs", None, p.inputs_digest)
+        elif isinstance(p, StepRecorded):
+            entry = ("artifact", p.step_id, p.artifact_hash)
+        elif isinstance(p, ValidationRecorded) and p.output_digest is not None:
+            entry = ("validation-output", p.step_id, p.output_digest)
+        if entry is not None and entry not in seen:
+            seen.add(entry)
+            kind, step, digest = entry
+            out.append(
+                {"kind": kind, "step_id": step, "digest": digest, "present": blobs.exists(digest)}
+            )
+    return out
+
+
+def build_evidence(ledger: Ledger, blobs: BlobStore, run_id: str) -> dict[str, Any]:
+    """The evidence document of one run, as JSON-ready data (see the module docstring).
+
+    Proofs are included when the newest checkpoint covers the whole run; otherwise the
+    document is unsigned (``checkpoint`` is null) and says so.
+
+    Raises:
+        ConfigError: there is no such run.
+        LedgerDamaged: the run's chain is broken, or the log is shorter than its checkpoint.
+        ProofError: a proof does not verify against the checkpoint (the log was altered).
+    """
+    records = read_run_records(ledger.store, run_id)
+    started = records[0][1].payload
+    if not isinstance(started, RunStarted):
+        raise ConfigError(f"run {run_id!r} does not start with run_started")
+    status = "running"
+    for _, event in records:
+        if isinstance(event.payload, RunFinished):
+            status = event.payload.status
+    newest = records[-1][0].position
+    signed = _checkpoint_for(ledger, newest)
+    proofs: list[dict[str, Any]] = []
+    if signed is not None:
+        cp = signed[1]
+        roots = _SubtreeRoots(ledger.store, cp.size)
+        for raw, _ in records:
+            proof = inclusion_proof(raw.position - 1, cp.size, roots)
+            verify_inclusion(leaf_hash(raw.hash), raw.position - 1, cp.size, proof, cp.root)
+            proofs.append({"position": raw.position, "proof": [h.hex() for h in proof]})
+    doc: dict[str, Any] = {
+        "format": FORMAT,
+        "run_id": run_id,
+        "stream_id": run_stream(run_id),
+        "pipeline": started.pipeline,
+        "pipeline_type": started.pipeline_type,
+        "critical": started.critical,
+        "status": status,
+        "events": [
+            {
+                "position": raw.position,
+                "stream_version": raw.stream_version,
+                "event_type": raw.event_type,
+                "prev_hash": raw.prev_hash.hex(),
+                "hash": raw.hash.hex(),
+                "body": base64.b64encode(raw.body).decode("ascii"),
+            }
+            for raw, _ in records
+        ],
+        "artifacts": _artifacts(records, blobs),
+        "checkpoint": None if signed is None else signed[0],
+        "tree_size": None if signed is None else signed[1].size,
+        "proofs": proofs,
+    }
+    doc["integrity"] = {**_INTEGRITY, "hash": integrity_hash(doc)}
+    return doc
+
+
+def evidence_path(directory: Path, run_id: str) -> Path:
+    """``<directory>/<run_id>.json`` (an id unsafe as a file name gets a hashed stem)."""
+    return directory / f"{file_stem(run_id)}.json"
+
+
+def write_evidence(ledger: Ledger, blobs: BlobStore, run_id: str, directory: Path) -> Path:
+    """Build the run's evidence, check it as an auditor would, and write it atomically.
+
+    Raises:
+        StorageError: the file could not be written.
+        EvidenceInvalid: what was built does not verify (never handed out).
+    """
+    doc = build_evidence(ledger, blobs, run_id)
+    if ledger.verifier is not None:
+        verify_evidence(doc, ledger.verifier, require_signed=False)
+    path = evidence_path(directory, run_id)
+    data = (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode("ascii")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        write_file_atomic(path, data, mode=0o644, overwrite=True)
+    except OSError as exc:
+        raise StorageError(f"cannot write evidence {path}: {exc}") from exc
+    return path
+
+
+class EvidenceWriter:
+    """A Runner's ``evidence`` sink: at the end of each run, sign and write its evidence.
+
+    With a signing key configured on the ledger, a checkpoint is taken first, so the
+    evidence carries proofs for every event of the run. Note that a checkpoint verifies
+    the whole log before signing: on a large ledger that is the costly part.
+    """
+
+    def __init__(self, directory: Path = DEFAULT_EVIDENCE_DIR, *, checkpoint: bool = True) -> None:
+        self.directory = directory
+        self.checkpoint = checkpoint
+        self.written: list[Path] = []
+
+    def __call__(self, ledger: Ledger, blobs: BlobStore, run_id: str) -> Path:
+        if self.checkpoint and ledger.signer is not None:
+            ledger.checkpoint()
+        path = write_evidence(ledger, blobs, run_id, self.directory)
+        self.written.append(path)
+        return path
+
+
+# -- verifying --------------------------------------------------------------------------
+
+
+def _load(source: Path | str | Mapping[str, Any]) -> dict[str, Any]:
+    if isinstance(source, Mapping):
+        return dict(source)
+    try:
+        data = Path(source).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read evidence {source}: {exc}") from exc
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise EvidenceInvalid("format", f"not JSON: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise EvidenceInvalid("format", "not a JSON object")
+    return doc
+
+
+def _field(obj: Mapping[str, Any], key: str, kind: type | tuple[type, ...], part: str) -> Any:
+    value = obj.get(key) if isinstance(obj, Mapping) else None
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
+        raise EvidenceInvalid(part, f"{key!r} is missing or of the wrong type")
+    return value
+
+
+def _hex(value: Any, part: str, what: str, size: int = 32) -> bytes:
+    try:
+        raw = bytes.fromhex(value) if isinstance(value, str) else b""
+    except ValueError:
+        raw = b""
+    if len(raw) != size or raw.hex() != value:
+        raise EvidenceInvalid(part, f"{what} is not {size} bytes of lower-case hex")
+    return raw
+
+
+@dataclass
+class _Record:
+    position: int
+    version: int
+    prev: bytes
+    hash: bytes
+    body: dict[str, Any]
+
+
+def _check_record(item: Any, stream: str) -> _Record:
+    """One record: its bytes hash to its hash, and its fields agree with those bytes."""
+    position = _field(item, "position", int, "record")
+    where = f"record at position {position}"
+    version = _field(item, "stream_version", int, "record")
+    prev = _hex(item.get("prev_hash"), "record", f"{where}: prev_hash")
+    claimed = _hex(item.get("hash"), "record", f"{where}: hash")
+    try:
+        body_bytes = base64.b64decode(_field(item, "body", str, "record"), validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise EvidenceInvalid("record", f"{where}: body is not base64") from exc
+    if chain_hash(prev, body_bytes) != claimed:
+        raise EvidenceInvalid("record", f"{where}: the bytes do not hash to its hash")
+    try:
+        body = orjson.loads(body_bytes)
+    except orjson.JSONDecodeError as exc:
+        raise EvidenceInvalid("record", f"{where}: the record is not JSON") from exc
+    if not isinstance(body, dict):
+        raise EvidenceInvalid("record", f"{where}: the record is not an object")
+    said = (
+        body.get("position"),
+        body.get("stream_id"),
+        body.get("stream_version"),
+        body.get("prev_hash"),
+        body.get("event_type"),
+    )
+    if said != (position, stream, version, prev.hex(), item.get("event_type")):
+        raise EvidenceInvalid("record", f"{where}: its fields disagree with the hashed record")
+    if not isinstance(body.get("payload"), dict):
+        raise EvidenceInvalid("record", f"{where}: the record has no payload")
+    return _Record(position, version, prev, claimed, body)
+
+
+def _check_chain(records: list[_Record], doc: Mapping[str, Any], run_id: str) -> str:
+    """The run stream from genesis, without gaps, from run_started to run_finished (and the
+    SLO alerts a critical pipeline raises right after it)."""
+    if not records:
+        raise EvidenceInvalid("chain", "the evidence holds no events")
+    head, version, position = bytes(GENESIS), 0, 0
+    for r in records:
+        if r.version != version + 1 or r.prev != head:
+            raise EvidenceInvalid(
+                "chain",
+                f"record at position {r.position} (version {r.version}) does not follow "
+                f"version {version}: an event was removed, reordered or replaced",
+            )
+        if r.position <= position:
+            raise EvidenceInvalid("chain", f"position {r.position} comes after {position}")
+        head, version, position = r.hash, r.version, r.position
+    first = records[0].body["payload"]
+    # A critical pipeline's SLO alerts follow its run_finished; nothing else may.
+    tail = len(records)
+    while tail > 1 and records[tail - 1].body["payload"].get("kind") == "slo_alert_raised":
+        tail -= 1
+    last = records[tail - 1].body["payload"]
+    if first.get("kind") != "run_started" or first.get("run_id") != run_id:
+        raise EvidenceInvalid("chain", f"the stream does not open with run {run_id}'s start")
+    if first.get("pipeline") != doc.get("pipeline"):
+        raise EvidenceInvalid("record", "the pipeline named does not match run_started")
+    status = doc.get("status")
+    if status not in {"running", "completed", "failed", "gated", "rejected"}:
+        raise EvidenceInvalid("format", f"unknown run status {status!r}")
+    if status != "running" and (last.get("kind") != "run_finished" or last.get("status") != status):
+        raise EvidenceInvalid(
+            "chain", f"the stream does not end with the run finishing as {status!r}: truncated"
+        )
+    return str(status)
+
+
+def _check_digests(records: list[_Record], listed: Any) -> int:
+    """Every blob a record names is listed, and nothing else is."""
+    if not isinstance(listed, list):
+        raise EvidenceInvalid("digests", "'artifacts' is not a list")
+    have: set[tuple[str, str | None, str]] = set()
+    for item in listed:
+        kind = _field(item, "kind", str, "digests")
+        digest = _field(item, "digest", str, "digests")
+        step = item.get("step_id")
+        if not isinstance(item.get("present"), bool) or not (step is None or isinstance(step, str)):
+            raise EvidenceInvalid("digests", f"malformed entry for {digest}")
+        have.add((kind, step, digest))
+    need: set[tuple[str, str | None, str]] = set()
+    for r in records:
+        p = r.body["payload"]
+        if p.get("kind") == "run_started":
+            need.add(("inputs", None, p.get("inputs_digest")))
+        elif p.get("kind") == "step_recorded":
+            need.add(("artifact", p.get("step_id"), p.get("artifact_hash")))
+        elif p.get("kind") == "validation_recorded" and p.get("output_digest") is not None:
+            need.add(("validation-output", p.get("step_id"), p.get("output_digest")))
+    missing, extra = need - have, have - need
+    if missing:
+        kind, step, digest = sorted(missing, key=str)[0]
+        raise EvidenceInvalid(
+            "digests", f"the {kind} digest {digest} of step {step} is not listed as recorded"
+        )
+    if extra:
+        kind, step, digest = sorted(extra, key=str)[0]
+        raise EvidenceInvalid("digests", f"{kind} digest {digest} is listed but never recorded")
+    return len(have)
+
+
+def _check_proofs(
+    records: list[_Record], doc: Mapping[str, Any], verifier: NoteVerifier
+) -> Checkpoint:
+    note = _field(doc, "checkpoint", str, "checkpoint")
+    try:
+        cp = open_checkpoint(note, verifier)
+    except CheckpointError as exc:  # SignatureInvalid included
+        raise EvidenceInvalid("checkpoint", str(exc)) from exc
+    if doc.get("tree_size") != cp.size:
+        raise EvidenceInvalid("checkpoint", f"tree_size is not the checkpoint's {cp.size}")
+    proofs = doc.get("proofs")
+    if not isinstance(proofs, list):
+        raise EvidenceInvalid("proof", "'proofs' is not a list")
+    by_position: dict[int, list[bytes]] = {}
+    for item in proofs:
+        pos = _field(item, "position", int, "proof")
+        path = _field(item, "proof", list, "proof")
+        by_position[pos] = [_hex(h, "proof", f"proof of position {pos}") for h in path]
+    if set(by_position) != {r.position for r in records} or len(proofs) != len(records):
+        raise EvidenceInvalid("proof", "there is not exactly one proof per event")
+    for r in records:
+        try:
+            verify_inclusion(
+                leaf_hash(r.hash), r.position - 1, cp.size, by_position[r.position], cp.root
+            )
+        except ProofError as exc:
+            raise EvidenceInvalid("proof", f"position {r.position}: {exc}") from exc
+    return cp
+
+
+def verify_evidence(
+    source: Path | str | Mapping[str, Any],
+    verifier: NoteVerifier,
+    *,
+    require_signed: bool = True,
+) -> EvidenceReport:
+    """Check an evidence file offline: no ledger, no blobs, only the verifier key.
+
+    Checks, in order: the format, the integrity hash, each record's BLAKE3 link and fields,
+    the run stream's continuity from genesis to its end, the listed digests, then the
+    checkpoint's signature and every inclusion proof against it.
+
+    Args:
+        require_signed: refuse evidence without a checkpoint (written before any signing
+            key existed). With False, such evidence passes every other check and the
+            report says ``signed=False``.
+
+    Raises:
+        EvidenceInvalid: a check failed; ``part`` names which.
+        ConfigError: the file cannot be read.
+    """
+    doc = _load(source)
+    if doc.get("format") != FORMAT:
+        raise EvidenceInvalid("format", f"not a tracebound evidence file ({FORMAT})")
+    integrity = _field(doc, "integrity", dict, "integrity")
+    try:
+        expected = integrity_hash(doc)
+    except CanonicalizationError as exc:
+        raise EvidenceInvalid("format", f"cannot be put in canonical form: {exc}") from exc
+    if integrity != {**_INTEGRITY, "hash": expected}:
+        raise EvidenceInvalid("integrity", "the integrity hash does not match the contents")
+    run_id = _field(doc, "run_id", str, "format")
+    stream = run_stream(run_id)
+    if doc.get("stream_id") != stream:
+        raise EvidenceInvalid("format", f"stream_id is not {stream!r}")
+    events = _field(doc, "events", list, "format")
+    records = [_check_record(item, stream) for item in events]
+    status = _check_chain(records, doc, run_id)
+    artifacts = _check_digests(records, doc.get("artifacts"))
+    cp: Checkpoint | None = None
+    if doc.get("checkpoint") is not None:
+        cp = _check_proofs(records, doc, verifier)
+    elif require_signed:
+        raise EvidenceInvalid("checkpoint", "the evidence carries no signed checkpoint")
+    elif doc.get("proofs") or doc.get("tree_size") is not None:
+        raise EvidenceInvalid("checkpoint", "proofs without a checkpoint")
+    return EvidenceReport(
+        run_id=run_id,
+        pipeline=str(doc.get("pipeline")),
+        status=status,
+        events=len(records),
+        artifacts=artifacts,
+        signed=cp is not None,
+        origin=None if cp is None else cp.origin,
+        tree_size=None if cp is None else cp.size,
+        root=None if cp is None else cp.root.hex(),
+    )

@@ -1,0 +1,235 @@
+"""OpenTelemetry metrics for pipelines: from the ledger after the fact, or live from a Runner.
+
+The design record's metrics hooks: counters for steps, gate triggers and redactions,
+histograms of latency and cost, exported to the telemetry sink a team already runs. The
+instruments (names are this package's, under ``tracebound.pipeline.*``):
+
+============================================ ========= =========================================
+instrument                                   kind      attributes
+============================================ ========= =========================================
+``tracebound.pipeline.steps``                counter   role, status, pipeline_type
+``tracebound.pipeline.gate_triggers``        counter   role, pipeline_type
+``tracebound.pipeline.redacted_steps``       counter   reason, role, pipeline_type
+``tracebound.pipeline.repairs``              counter   role (of the origin), succeeded,
+                                                       pipeline_type
+``tracebound.pipeline.slo_alerts``           counter   metric, role, pipeline_type
+``tracebound.pipeline.step.latency``         histogram role, pipeline_type (unit ms)
+``tracebound.pipeline.step.cost``            histogram role, pipeline_type (unit USD)
+``tracebound.redactions``                    counter   reason (observed from RedactionStats)
+============================================ ========= =========================================
+
+Attribute keys are ``tracebound.role``, ``tracebound.step.status``,
+``tracebound.pipeline.type`` and so on. A step's latency and cost are recorded once per
+output (``success`` or ``error``); a ``gated`` record is a pause, not an output, so it
+counts as a step but is not measured.
+
+Two modes, one fold (:class:`_Fold`), so they cannot disagree:
+
+* :func:`export_ledger_metrics` reads the ledger and feeds every event to the instruments
+  (the numbers of a past period, or a backfill);
+* :class:`OtelRunHook` is a Runner's ``on_event``: each event is counted as it becomes
+  durable.
+
+Redactions happen before anything is written, so the ledger holds only which steps were
+redacted and why; exact counts per span come from
+:class:`~tracebound.pipeline.redaction.RedactionStats`, observed by :func:`observe_redactions`.
+This module needs the optional extra: ``pip install 'tracebound[otel]'``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Final
+
+from tracebound.errors import ConfigError
+from tracebound.events.catalog import (
+    GateRequested,
+    RepairAttempted,
+    RunStarted,
+    SloAlertRaised,
+    StepRecorded,
+)
+from tracebound.events.envelope import RecordedEvent
+from tracebound.pipeline.redaction import RedactionStats
+from tracebound.pipeline.runner import run_stream
+from tracebound.store.port import LedgerStore
+
+try:
+    from opentelemetry.metrics import (
+        CallbackOptions,
+        MeterProvider,
+        Observation,
+        get_meter_provider,
+    )
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ConfigError(
+        f"OpenTelemetry export needs the otel extra: pip install 'tracebound[otel]' ({exc})"
+    ) from exc
+
+__all__ = [
+    "METER_NAME",
+    "OtelRunHook",
+    "PipelineInstruments",
+    "export_ledger_metrics",
+    "observe_redactions",
+]
+
+METER_NAME: Final = "tracebound"
+UNKNOWN: Final = "unknown"
+
+ROLE: Final = "tracebound.role"
+STATUS: Final = "tracebound.step.status"
+PIPELINE_TYPE: Final = "tracebound.pipeline.type"
+REASON: Final = "tracebound.redaction.reason"
+SUCCEEDED: Final = "tracebound.repair.succeeded"
+METRIC: Final = "tracebound.slo.metric"
+
+
+class PipelineInstruments:
+    """The pipeline instruments on one meter; create once per provider and share."""
+
+    def __init__(self, meter_provider: MeterProvider | None = None) -> None:
+        meter = (meter_provider or get_meter_provider()).get_meter(METER_NAME)
+        self.steps = meter.create_counter(
+            "tracebound.pipeline.steps", unit="{step}", description="Steps recorded in the ARL"
+        )
+        self.gate_triggers = meter.create_counter(
+            "tracebound.pipeline.gate_triggers",
+            unit="{gate}",
+            description="Steps the policy gate paused for human approval",
+        )
+        self.redacted_steps = meter.create_counter(
+            "tracebound.pipeline.redacted_steps",
+            unit="{step}",
+            description="Steps whose artifact had something redacted, by reason",
+        )
+        self.repairs = meter.create_counter(
+            "tracebound.pipeline.repairs", unit="{repair}", description="Repair attempts"
+        )
+        self.slo_alerts = meter.create_counter(
+            "tracebound.pipeline.slo_alerts",
+            unit="{alert}",
+            description="SLO guardrail alerts of critical pipelines",
+        )
+        self.latency = meter.create_histogram(
+            "tracebound.pipeline.step.latency", unit="ms", description="Step latency"
+        )
+        self.cost = meter.create_histogram(
+            "tracebound.pipeline.step.cost", unit="USD", description="Step cost estimate"
+        )
+
+
+class _Fold:
+    """Turns recorded events into instrument updates; the one place both modes share.
+
+    It remembers each run's pipeline type (from ``run_started``) and each step's role (to
+    attribute a repair to the role it repairs). A run resumed in a new process has no
+    ``run_started`` in this process's stream of events, so ``store`` is asked for it.
+    """
+
+    def __init__(self, instruments: PipelineInstruments, store: LedgerStore | None) -> None:
+        self.i = instruments
+        self._store = store
+        self._types: dict[str, str] = {}
+        self._roles: dict[tuple[str, str], str] = {}
+
+    def _type(self, run_id: str | None) -> str:
+        if run_id is None:
+            return UNKNOWN
+        found = self._types.get(run_id)
+        if found is None and self._store is not None:
+            for e in self._store.read_stream(run_stream(run_id), to_version=1):
+                if isinstance(e.payload, RunStarted):
+                    found = e.payload.pipeline_type
+            self._types[run_id] = found = found or UNKNOWN
+        return found or UNKNOWN
+
+    def add(self, event: RecordedEvent) -> None:
+        p = event.payload
+        if isinstance(p, RunStarted):
+            self._types[p.run_id] = p.pipeline_type
+        elif isinstance(p, StepRecorded):
+            self._step(p)
+        elif isinstance(p, GateRequested):
+            self.i.gate_triggers.add(1, {ROLE: p.role, PIPELINE_TYPE: self._type(p.run_id)})
+        elif isinstance(p, RepairAttempted):
+            role = self._roles.get((p.run_id, p.origin_step_id), UNKNOWN)
+            self.i.repairs.add(
+                1, {ROLE: role, SUCCEEDED: p.succeeded, PIPELINE_TYPE: self._type(p.run_id)}
+            )
+        elif isinstance(p, SloAlertRaised):
+            attrs = {METRIC: p.metric, ROLE: p.role or "any", PIPELINE_TYPE: p.pipeline_type}
+            self.i.slo_alerts.add(1, attrs)
+
+    def _step(self, p: StepRecorded) -> None:
+        ptype = self._type(p.run_id)
+        self._roles[(p.run_id, p.step_id)] = p.role
+        self.i.steps.add(1, {ROLE: p.role, STATUS: p.status, PIPELINE_TYPE: ptype})
+        group = {ROLE: p.role, PIPELINE_TYPE: ptype}
+        if p.redaction_reason:
+            for reason in p.redaction_reason.split("; "):
+                self.i.redacted_steps.add(1, {REASON: reason, **group})
+        if p.status != "gated":
+            self.i.latency.record(p.latency_ms, group)
+            self.i.cost.record(float(p.cost_est.compute_usd_est), group)
+
+
+def export_ledger_metrics(
+    store: LedgerStore,
+    meter_provider: MeterProvider | None = None,
+    *,
+    start: int = 1,
+    instruments: PipelineInstruments | None = None,
+) -> int:
+    """Feed every event of the ledger (from ``start``) into the pipeline instruments.
+
+    Returns the number of events read, so a caller can continue from ``start + n`` later.
+    """
+    fold = _Fold(instruments or PipelineInstruments(meter_provider), store)
+    n = 0
+    for event in store.read_log(start=start):
+        fold.add(event)
+        n += 1
+    return n
+
+
+class OtelRunHook:
+    """A Runner's ``on_event``: count each event as it is recorded.
+
+    Args:
+        meter_provider: the provider (default: the global one).
+        store: the ledger's store, to find the pipeline type of a run resumed in this
+            process (its ``run_started`` was recorded by another).
+    """
+
+    def __init__(
+        self,
+        meter_provider: MeterProvider | None = None,
+        *,
+        store: LedgerStore | None = None,
+        instruments: PipelineInstruments | None = None,
+    ) -> None:
+        self._fold = _Fold(instruments or PipelineInstruments(meter_provider), store)
+
+    def __call__(self, event: RecordedEvent) -> None:
+        self._fold.add(event)
+
+
+def observe_redactions(stats: RedactionStats, meter_provider: MeterProvider | None = None) -> None:
+    """Register ``tracebound.redactions``: the redactor's own counts, per reason.
+
+    An observable counter: the SDK reads :meth:`RedactionStats.snapshot` at each
+    collection, so the hot path of redaction pays nothing for telemetry.
+    """
+    meter = (meter_provider or get_meter_provider()).get_meter(METER_NAME)
+
+    def observe(_options: CallbackOptions) -> Iterable[Observation]:
+        by_reason = stats.snapshot()["by_reason"]
+        return [Observation(count, {REASON: reason}) for reason, count in by_reason.items()]
+
+    meter.create_observable_counter(
+        "tracebound.redactions",
+        callbacks=[observe],
+        unit="{redaction}",
+        description="Spans redacted before any write, by reason",
+    )

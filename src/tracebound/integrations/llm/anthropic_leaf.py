@@ -1,0 +1,101 @@
+"""``AnthropicLeaf``: the Messages API.
+
+Token mapping to the catalog's "cached ⊆ input" convention, explicitly: Anthropic reports
+``input_tokens`` *excluding* the cache, with cache reads (``cache_read_input_tokens``) and
+cache writes (``cache_creation_input_tokens``) beside it. So
+
+* ``input_tokens`` (ours) = ``input_tokens + cache_read_input_tokens +
+  cache_creation_input_tokens``
+* ``cached_input_tokens`` (ours) = ``cache_read_input_tokens`` (billed at the cached rate)
+* ``cache_write_input_tokens`` (ours) = ``cache_creation_input_tokens`` (billed at the
+  cache-write rate if the pricing table has one, else at the input rate)
+* ``output_tokens`` = ``output_tokens``, which already includes extended-thinking tokens;
+  ``reasoning_tokens`` = ``output_tokens_details.thinking_tokens`` when the API reports
+  it, else 0.
+"""
+
+from __future__ import annotations
+
+from pydantic import ValidationError
+
+from tracebound.integrations.llm._common import digest, missing_extra, raw_body
+from tracebound.pipeline.fallback.leaf import LeafCallFailed, LeafResponse, TokenUsage
+
+try:
+    import anthropic
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise missing_extra("anthropic", "anthropic") from exc
+
+__all__ = ["AnthropicLeaf"]
+
+
+class AnthropicLeaf:
+    """An :class:`~tracebound.pipeline.fallback.LLMLeaf` over ``POST {base_url}/v1/messages``.
+
+    Args:
+        api_key: the ``x-api-key`` credential.
+        model: the model name the tier prices and requests.
+        base_url: the API root (``https://api.anthropic.com`` when ``None``).
+        timeout: seconds per request.
+        max_retries: the SDK's retries on connection errors, 429 and 5xx.
+    """
+
+    def __init__(
+        self,
+        api_key: str,
+        *,
+        model: str,
+        base_url: str | None = None,
+        timeout: float = 60.0,
+        max_retries: int = 2,
+    ) -> None:
+        self._model = model
+        self._client = anthropic.Anthropic(
+            api_key=api_key, base_url=base_url, timeout=timeout, max_retries=max_retries
+        )
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    def close(self) -> None:
+        self._client.close()
+
+    def complete(self, prompt: str, *, model: str, max_tokens: int) -> LeafResponse:
+        """One message.
+
+        Raises:
+            LeafCallFailed: transport error, error status, or an unusable body.
+        """
+        try:
+            raw = self._client.messages.with_raw_response.create(
+                model=model, max_tokens=max_tokens, messages=[{"role": "user", "content": prompt}]
+            )
+            body = raw_body(raw)
+            message = raw.parse()
+        except (anthropic.AnthropicError, TypeError, ValueError) as exc:
+            raise LeafCallFailed(f"message failed: {type(exc).__name__}: {exc}") from exc
+        try:
+            text = "".join(
+                getattr(block, "text", "") for block in message.content if block.type == "text"
+            )
+            u = message.usage
+            cache_read = u.cache_read_input_tokens or 0
+            cache_write = u.cache_creation_input_tokens or 0
+            details = getattr(u, "output_tokens_details", None)
+            thinking = (getattr(details, "thinking_tokens", None) or 0) if details else 0
+            tokens = TokenUsage(
+                input_tokens=u.input_tokens + cache_read + cache_write,
+                output_tokens=u.output_tokens,
+                cached_input_tokens=cache_read,
+                cache_write_input_tokens=cache_write,
+                reasoning_tokens=thinking,
+            )
+            return LeafResponse(
+                text=text,
+                usage=tokens,
+                model=message.model or model,
+                raw_digest_blake3=digest(body),
+            )
+        except (AttributeError, TypeError, ValidationError) as exc:
+            raise LeafCallFailed(f"unusable message: {exc}") from exc

@@ -1,0 +1,320 @@
+"""Building a :class:`~tracebound.pipeline.runner.Runner` from files, for the CLI and scripts.
+
+A run that paused at a gate is resumed by another process, often days later and from a
+shell, so everything a Runner needs must be found again from the working directory and a
+few options, and anything missing must be a clear error, never a silently weaker runner:
+
+============== ================================================ ===================
+what           default                                          option
+============== ================================================ ===================
+store          ``./.tracebound``                                ``--store``
+policy         ``./tracebound-policy.toml`` (required)          ``--policy``
+CODEOWNERS     ``./CODEOWNERS``, then ``./.github/CODEOWNERS``  ``--codeowners``
+blobs          ``<store dir>/blobs``                            ``--blobs``
+redaction key  ``~/.config/tracebound/keys/redaction.key``      ``--redaction-key``
+signing key    ``~/.config/tracebound/keys/tracebound.key``     ``--key``
+witness        ``~/.local/state/tracebound/witness/<origin>``   ``--witness``
+============== ================================================ ===================
+
+The policy fails closed (a missing or empty file raises
+:class:`~tracebound.errors.PolicyUnusable`). The redaction key is an HMAC key: it is created
+on first use, 32 random bytes in a 0600 file, and like the signing key it must live outside
+the store, because whoever holds store and key together can test guesses against every
+redaction digest.
+"""
+
+from __future__ import annotations
+
+import importlib
+import secrets
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from tracebound.errors import ConfigError, PolicyUnusable, SigningKeyError
+from tracebound.integrity.keys import NoteSigner, NoteVerifier
+from tracebound.ledger import Ledger
+from tracebound.pipeline.codeowners import CodeOwners
+from tracebound.pipeline.policy import Policy
+from tracebound.pipeline.redaction import RedactionStats, Redactor
+from tracebound.pipeline.runner import Runner
+from tracebound.pipeline.runtime import Pipeline
+from tracebound.store.blobs import BlobStore
+from tracebound.store.keyfile import (
+    default_key_dir,
+    default_key_path,
+    load_signer,
+    load_verifier,
+    make_private_dir,
+    write_file_atomic,
+)
+from tracebound.store.url import open_store, store_path
+from tracebound.store.witness import FileWitness, default_witness_path
+from tracebound.system import RandomIds, SystemClock
+
+__all__ = [
+    "DEFAULT_CODEOWNERS",
+    "DEFAULT_POLICY",
+    "REDACTION_KEY_BYTES",
+    "RunnerConfig",
+    "load_pipeline",
+    "load_redaction_key",
+]
+
+DEFAULT_POLICY: Final = Path("tracebound-policy.toml")
+DEFAULT_CODEOWNERS: Final = (Path("CODEOWNERS"), Path(".github") / "CODEOWNERS")
+REDACTION_KEY_BYTES: Final = 32
+_SIGNING_KEY_NAME: Final = "tracebound"
+
+
+def _inside(path: Path, directory: Path | None) -> bool:
+    if directory is None:
+        return False
+    here, there = path.expanduser().resolve(), directory.expanduser().resolve()
+    return here == there or here.is_relative_to(there)
+
+
+def load_redaction_key(
+    path: Path,
+    *,
+    store_dir: Path | None = None,
+    create: bool = True,
+    random_bytes: Callable[[int], bytes] = secrets.token_bytes,
+) -> bytes:
+    """Read the 32-byte redaction HMAC key, creating it (0600) on first use.
+
+    Raises:
+        SigningKeyError: the key sits inside the store, is readable by group or others,
+            is not exactly 32 bytes, or cannot be read or written.
+    """
+    path = path.expanduser()
+    if _inside(path, store_dir):
+        raise SigningKeyError(
+            f"refusing to keep the redaction key {path} inside the store {store_dir}: whoever "
+            "holds both can test guesses against every redaction digest"
+        )
+    if not path.exists():
+        if not create:
+            raise SigningKeyError(f"no redaction key at {path}")
+        try:
+            make_private_dir(path.parent)
+            write_file_atomic(path, random_bytes(REDACTION_KEY_BYTES), mode=0o600, overwrite=False)
+        except FileExistsError:
+            pass  # another process created it first: use theirs
+        except OSError as exc:
+            raise SigningKeyError(f"could not create the redaction key {path}: {exc}") from exc
+    try:
+        st = path.stat()
+        if st.st_mode & 0o077:
+            raise SigningKeyError(
+                f"redaction key {path} is accessible by group or others "
+                f"(mode {stat.S_IMODE(st.st_mode):04o}); fix it with: chmod 600 {path}"
+            )
+        key = path.read_bytes()
+    except OSError as exc:
+        raise SigningKeyError(f"cannot read the redaction key {path}: {exc}") from exc
+    if len(key) != REDACTION_KEY_BYTES:
+        raise SigningKeyError(
+            f"redaction key {path} holds {len(key)} bytes, not {REDACTION_KEY_BYTES}"
+        )
+    return key
+
+
+def load_pipeline(ref: str) -> Pipeline:
+    """Import a pipeline from ``"package.module:attribute"`` (dotted attributes allowed).
+
+    The attribute is a :class:`Pipeline`, or a callable without arguments that returns one
+    (a factory, for pipelines built from configuration).
+
+    Raises:
+        ConfigError: the reference is malformed, cannot be imported, or is not a pipeline.
+    """
+    module_name, sep, attr = ref.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(f"a pipeline reference is 'module:attribute', not {ref!r}")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"cannot import {module_name!r} for pipeline {ref!r}: {exc}") from exc
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ConfigError(f"{module_name!r} has no attribute {attr!r} (pipeline {ref!r})")
+        obj = getattr(obj, part)
+    if not isinstance(obj, Pipeline) and callable(obj):
+        obj = obj()
+    if not isinstance(obj, Pipeline):
+        raise ConfigError(f"{ref!r} is a {type(obj).__name__}, not a tracebound Pipeline")
+    return obj
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    """Where a Runner's parts live; ``None`` means the documented default.
+
+    Relative defaults resolve against ``base`` (the working directory when omitted), so a
+    config built in one directory means the same files wherever it is used later.
+    """
+
+    store: str | None = None
+    policy: Path | None = None
+    codeowners: Path | None = None
+    blobs: Path | None = None
+    redaction_key: Path | None = None
+    key: Path | None = None
+    verifier_key: str | None = None
+    witness: Path | None = None
+    workspace: Path | None = None
+    base: Path | None = None
+    stats: RedactionStats = field(default_factory=RedactionStats, compare=False)
+
+    def _base(self) -> Path:
+        return self.base if self.base is not None else Path.cwd()
+
+    def _rel(self, path: Path) -> Path:
+        path = path.expanduser()
+        return path if path.is_absolute() else self._base() / path
+
+    # -- where things are ----------------------------------------------------------------
+
+    @property
+    def store_url(self) -> str:
+        """The store as a URL or an absolute directory (``./.tracebound`` by default)."""
+        if self.store is not None and "://" in self.store:
+            return self.store
+        return str(self._rel(Path(self.store or ".tracebound")))
+
+    def store_dir(self) -> Path | None:
+        """The directory of a local store; None for a database server."""
+        try:
+            path = store_path(self.store_url)
+        except ConfigError:
+            return None  # postgresql:// has no directory
+        return self._rel(path if path.suffix == "" else path.parent)
+
+    def blobs_dir(self) -> Path:
+        if self.blobs is not None:
+            return self._rel(self.blobs)
+        directory = self.store_dir()
+        if directory is None:
+            raise ConfigError(
+                f"the store {self.store_url} has no directory to keep blobs beside; "
+                "pass --blobs DIR"
+            )
+        return directory / "blobs"
+
+    def policy_path(self) -> Path:
+        return self._rel(self.policy if self.policy is not None else DEFAULT_POLICY)
+
+    def codeowners_path(self) -> Path | None:
+        """The CODEOWNERS file in use: the one given (which must exist), or the first default."""
+        if self.codeowners is not None:
+            return self._rel(self.codeowners)
+        for candidate in DEFAULT_CODEOWNERS:
+            if self._rel(candidate).is_file():
+                return self._rel(candidate)
+        return None
+
+    def redaction_key_path(self) -> Path:
+        if self.redaction_key is not None:
+            return self.redaction_key.expanduser()
+        return default_key_dir() / "redaction.key"
+
+    # -- loading -------------------------------------------------------------------------
+
+    def load_policy(self) -> Policy:
+        """The gate's policy; missing, empty or malformed raises PolicyUnusable (fail closed)."""
+        path = self.policy_path()
+        if not path.exists():
+            raise PolicyUnusable(
+                f"no policy at {path}: a runner without a policy would gate nothing. Write "
+                "one (see docs/pipeline.md) or pass --policy FILE"
+            )
+        return Policy.load(path)
+
+    def load_codeowners(self, *, required: bool = False) -> CodeOwners | None:
+        """Who may approve gates; None when there is no file (then nobody can approve).
+
+        Raises:
+            PolicyUnusable: the file given is missing or malformed, or ``required`` and
+                none was found.
+        """
+        path = self.codeowners_path()
+        if path is None:
+            if required:
+                tried = " or ".join(str(self._rel(p)) for p in DEFAULT_CODEOWNERS)
+                raise PolicyUnusable(
+                    f"no CODEOWNERS at {tried}: nobody may lift a gate without one; "
+                    "pass --codeowners FILE"
+                )
+            return None
+        return CodeOwners.load(path)
+
+    def redactor(self) -> Redactor:
+        """A redactor with this installation's key (created on first use)."""
+        key = load_redaction_key(self.redaction_key_path(), store_dir=self.store_dir())
+        return Redactor(key, stats=self.stats)
+
+    def blob_store(self) -> BlobStore:
+        return BlobStore(self.blobs_dir())
+
+    def _signer(self) -> NoteSigner | None:
+        path = self.key.expanduser() if self.key is not None else None
+        path = path or default_key_path(_SIGNING_KEY_NAME)
+        if not path.exists():
+            if self.key is not None:
+                raise SigningKeyError(f"no signing key at {path}")
+            return None
+        return load_signer(path, store_dir=self.store_dir())
+
+    def _verifier(self, signer: NoteSigner | None) -> NoteVerifier | None:
+        if self.verifier_key is not None:
+            return load_verifier(self.verifier_key)
+        if signer is not None:
+            return signer.verifier
+        pub = (self.key or default_key_path(_SIGNING_KEY_NAME)).expanduser().with_suffix(".pub")
+        return load_verifier(pub) if pub.exists() else None
+
+    def open_ledger(self, *, need_signer: bool = False) -> Ledger:
+        """The ledger with whatever signing key and witness are configured.
+
+        Raises:
+            StoreNotFound: there is no store (run ``tracebound init``).
+            SigningKeyError: ``need_signer`` and there is no signing key.
+        """
+        signer = self._signer()
+        if need_signer and signer is None:
+            raise SigningKeyError(
+                f"no signing key at {default_key_path(_SIGNING_KEY_NAME)}; "
+                "run `tracebound keys init` first"
+            )
+        verifier = self._verifier(signer)
+        backend = open_store(self.store_url)
+        ledger = Ledger(
+            backend, clock=SystemClock(), ids=RandomIds(), signer=signer, verifier=verifier
+        )
+        try:
+            origin = ledger.origin
+            witness = self.witness.expanduser() if self.witness else default_witness_path(origin)
+            ledger.witness = FileWitness(witness, origin=origin, store_dir=self.store_dir())
+        except BaseException:
+            backend.close()
+            raise
+        return ledger
+
+    def build_runner(self, ledger: Ledger, **extra: Any) -> Runner:
+        """A Runner over ``ledger`` with this config's blobs, policy, redactor and owners.
+
+        ``extra`` goes to :class:`Runner` as is (``validations``, ``evidence``, ``on_event``).
+        """
+        workspace = self._rel(self.workspace) if self.workspace is not None else self._base()
+        return Runner(
+            ledger,
+            blobs=self.blob_store(),
+            policy=self.load_policy(),
+            redactor=self.redactor(),
+            codeowners=self.load_codeowners(),
+            workspace=workspace,
+            **extra,
+        )

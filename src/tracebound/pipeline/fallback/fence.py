@@ -1,0 +1,459 @@
+"""The fence: how untrusted text reaches a prompt without being able to act as instructions.
+
+Everything the planner did not write itself (advisory text, repository files, retrieved
+examples, and above all the summaries of failed attempts built from sandbox output) goes
+through three layers, following "spotlighting" (Hines et al., 2024):
+
+1. **Sanitise** (:meth:`FenceWrapper.sanitize`). Unicode tricks are undone first (NFKC,
+   zero-width and bidi-override characters removed, every line-break character made
+   ``\\n``, mixed-script homoglyph words folded to Latin) so that the patterns see what a
+   model would read. Then known injection shapes are replaced by an inert
+   ``[neutralised:<rule>]`` marker: instruction overrides, persona switches, chat-template
+   tokens, role prefixes, code-fence and HTML breakouts, boundary and canary forgeries,
+   exfiltration requests. What was neutralised is *recorded* (rule and count), never
+   silently dropped.
+2. **Delimit** (:meth:`FenceWrapper.wrap`). The text is put between a BEGIN and an END
+   boundary line that carry a fresh per-attempt canary drawn from the injected id source.
+   The text cannot contain a boundary: ``<<<``, ``>>>``, ``TB-UNTRUSTED`` and anything
+   canary-shaped were neutralised in step 1, and it cannot know this attempt's canary anyway.
+3. **Datamark**. Every line inside the fence starts with :data:`DATAMARK` and every space
+   becomes :data:`DATAMARK`, so even a sentence that slipped past step 1 no longer reads as
+   the planner's own prose, and no line inside the fence can equal a boundary line.
+
+A canary found in a model's *answer* (:meth:`FenceWrapper.leaked`) means the fenced text
+leaked into the output channel; the tier refuses such an answer.
+
+The patterns are a floor, not a wall: the structural guarantees are delimiting and
+datamarking. ``tests/fence/test_injection_corpus.py`` runs a corpus of injection strings
+through the whole path and parses the resulting prompts.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Sequence
+from typing import Annotated, Final
+from uuid import UUID
+
+from blake3 import blake3
+from pydantic import BaseModel, ConfigDict, Field
+
+from tracebound.errors import ValidationFailed
+from tracebound.pipeline.retry.models import MAX_SUMMARY_BYTES, AttemptSummary, FailingSignal
+from tracebound.sources import IdSource
+
+__all__ = [
+    "BOUNDARY_TOKEN",
+    "CANARY_PATTERN",
+    "DATAMARK",
+    "FenceWrapper",
+    "Neutralisation",
+    "SanitizedText",
+    "build_attempt_summary",
+    "merge_reports",
+]
+
+DATAMARK: Final = "\u02c6"  # MODIFIER LETTER CIRCUMFLEX: rare in code and logs, not a space
+BOUNDARY_TOKEN: Final = "TB-UNTRUSTED"  # noqa: S105 - a fence marker, not a password
+CANARY_PATTERN: Final = r"tbc-[a-z2-7]{24}"
+_CANARY = re.compile(rf"^{CANARY_PATTERN}$")
+_LABEL = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
+
+# --- step 1a: unicode --------------------------------------------------------------------
+
+_LINE_BREAKS = re.compile(r"\r\n|[\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+_VARIATION = re.compile(r"[\ufe00-\ufe0f\U000e0100-\U000e01ef]")
+# Latin look-alikes in Cyrillic and Greek: enough to fold the confusables attackers use.
+_CONFUSABLES: Final = str.maketrans(
+    "аАвВеЕкКмМнНоОрРсСтТуУхХіІјЈѕЅԁԛԝӏɡαΑβΒεΕηΗιΙκΚμΜνΝοΟρΡτΤυΥχΧζΖ",
+    "aABBeEkKmMHHoOpPcCtTyYxXiIjJsSdqwlgaABBeEnHiIkKuMvNoOpPtTuYxXzZ",
+)
+_LATIN_OR_CONFUSABLE = re.compile(r"[^\W\d_]+", re.UNICODE)
+
+
+def _is_latin(ch: str) -> bool:
+    return "LATIN" in unicodedata.name(ch, "")
+
+
+def _is_lookalike(ch: str) -> bool:
+    return ch.translate(_CONFUSABLES) != ch
+
+
+def _genuine_foreign(line: str) -> bool:
+    """Whether a line has letters of another script with no Latin twin (real Cyrillic or
+    Greek text, where all-look-alike words such as "ответ" are ordinary words)."""
+    return any(
+        ch.isalpha() and not ch.isascii() and not _is_latin(ch) and not _is_lookalike(ch)
+        for ch in line
+    )
+
+
+def _fold_word(match: re.Match[str], *, whole_words: bool) -> str:
+    word = match.group(0)
+    folded = word.translate(_CONFUSABLES)
+    if folded == word:
+        return word
+    has_latin = any(_is_latin(ch) for ch in word)
+    all_lookalike = all(_is_latin(ch) or _is_lookalike(ch) for ch in word)
+    # Mixed Latin + look-alikes is always a disguise; a word made only of look-alikes is
+    # one only where the line is not genuinely written in that script.
+    if all_lookalike and (has_latin or (whole_words and len(word) > 1)):
+        return folded
+    return word
+
+
+def _fold_homoglyphs(text: str) -> str:
+    out: list[str] = []
+    for line in text.split("\n"):
+        whole = not _genuine_foreign(line)
+        out.append(_LATIN_OR_CONFUSABLE.sub(lambda m: _fold_word(m, whole_words=whole), line))  # noqa: B023 - used at once
+    return "\n".join(out)
+
+
+# --- step 1b: patterns ---------------------------------------------------------------------
+
+
+def _words(*words: str) -> str:
+    return "(?:" + "|".join(words) + ")"
+
+
+_ROLES = _words(
+    "system", "assistant", "user", "developer", "human", "ai", "bot", "model", "admin", "root",
+    "operator", "instructions?", "response",
+)  # fmt: skip
+_OVERRIDE_VERB = _words(
+    "ignore", "disregard", "forget", "override", "bypass", "skip", "drop", "abandon",
+    "overwrite", "cancel",
+)  # fmt: skip
+_OVERRIDE_SCOPE = _words(
+    "previous", "prior", "above", "earlier", "preceding", "all", "any", "every", "your",
+    "the", "these", "those", "system", "safety", "original",
+)  # fmt: skip
+_OVERRIDE_OBJECT = _words(
+    "instructions?", "prompts?", "rules?", "directions?", "directives?", "guidelines?",
+    "guardrails?", "context", "constraints?", "polic(?:y|ies)", "messages?", "commands?",
+    "tasks?", "fences?", "restrictions?",
+)  # fmt: skip
+_LEAK_VERB = _words(
+    "reveal", "print", "output", "show", "repeat", "leak", "send", "post", "upload",
+    "exfiltrate", "disclose", "echo", "dump",
+)  # fmt: skip
+_LEAK_OBJECT = _words(
+    r"system\s+prompt", "canary", "secrets?", r"api[\s_-]?keys?", "credentials?", "tokens?",
+    "passwords?", "instructions", r"env(?:ironment)?\s+var(?:iable)?s?", r"\.env",
+)  # fmt: skip
+_CHAT_TAGS = _words("im_start", "im_end", "endoftext", "eot_id", "start_of_turn", "end_of_turn")
+_HTML_TAGS = _words(
+    "system", "assistant", "user", "developer", "human", "instructions?", "prompt", "context",
+    "tool", "data", "fence", "untrusted", "script", "iframe", "img", "style", "svg", "object",
+    "embed", "meta", "link", "a",
+)  # fmt: skip
+
+_RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = tuple(
+    (name, re.compile(pattern, re.IGNORECASE | re.MULTILINE))
+    for name, pattern in (
+        ("canary", r"tbc[\W_]{0,3}[a-z2-7]{6,}"),
+        ("boundary", r"tb[\W_]{0,3}untrusted|<{3,}|>{3,}|«|»"),
+        ("code-fence", r"`{3,}|~{3,}"),
+        (
+            "chat-token",
+            (
+                r"<\|[^|\n]{0,40}\|>|\[/?(?:inst|sys)\]|<</?sys>>"
+                rf"|<\s*/?\s*{_CHAT_TAGS}[^>\n]{{0,40}}>"
+            ),
+        ),
+        ("html-tag", rf"<!--.*?-->|<\s*/?\s*{_HTML_TAGS}\b[^>\n]{{0,200}}>"),
+        ("markdown-link", r"!?\[[^\]\n]{0,200}\]\(\s*(?:https?|data|javascript):[^)\n]{0,500}\)"),
+        (
+            "role-prefix",
+            rf"^[ \t>*#-]*{_ROLES}(?:[ \t]+(?:prompt|message|instructions?|override|note))?[ \t]*:",
+        ),
+        (
+            "override",
+            (
+                rf"\b{_OVERRIDE_VERB}\b[^.\n]{{0,60}}?\b{_OVERRIDE_SCOPE}\b[^.\n]{{0,60}}?"
+                rf"\b{_OVERRIDE_OBJECT}\b"
+            ),
+        ),
+        (
+            "new-instructions",
+            (
+                r"\b(?:new|updated|revised|real|actual|true|hidden|secret|additional|important|urgent)"
+                r"\s+(?:instructions?|system\s+prompts?|rules|directives?|tasks?|orders?)\b"
+                r"|\bsystem\s+(?:prompt|override|message|instructions?)\b"
+                r"|\b(?:do\s+not|don'?t|never|stop)\s+(?:follow|obey|listen\s+to)\b"
+            ),
+        ),
+        (
+            "persona",
+            (
+                r"\byou\s+are\s+(?:now|no\s+longer|actually|really|free|in)\b"
+                r"|\b(?:act|behave|respond|answer|reply)\s+(?:as|like)\s+(?:if|an?|the|though)?\b"
+                r"|\bpretend\b|\brole[\s-]?play|\bfrom\s+now\s+on\b"
+                r"|\b(?:developer|god|admin|sudo|debug|unrestricted|jailbreak|dan)\s+mode\b"
+                r"|\bjailbr[e3]ak"
+            ),
+        ),
+        ("exfiltration", rf"\b{_LEAK_VERB}\b[^\n]{{0,40}}?\b{_LEAK_OBJECT}\b"),
+        (
+            "remote-fetch",
+            (
+                r"\b(?:curl|wget|nc|netcat)\b[^\n]{0,20}?"
+                r"\b(?:https?://|ftp://|\d{1,3}(?:\.\d{1,3}){3})"
+            ),
+        ),
+    )
+)
+_NEUTRAL = "[neutralised:{}]"
+_MARKER = re.compile(r"(\[neutralised:[a-z-]+\])")
+
+
+def _apply_rule(pattern: re.Pattern[str], name: str, text: str) -> tuple[str, int]:
+    """Apply one rule outside the markers earlier rules left, so markers stay inert."""
+    parts = _MARKER.split(text)
+    hits = 0
+    for i in range(0, len(parts), 2):
+        parts[i], n = pattern.subn(_NEUTRAL.format(name), parts[i])
+        hits += n
+    return "".join(parts), hits
+
+
+class Neutralisation(BaseModel):
+    """How often one rule fired while sanitising a text."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    rule: str
+    count: Annotated[int, Field(ge=1)]
+
+
+class SanitizedText(BaseModel):
+    """A sanitised text and the record of what sanitising changed."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    text: str
+    neutralised: tuple[Neutralisation, ...] = ()
+
+    @property
+    def total(self) -> int:
+        """How many things were neutralised in all."""
+        return sum(n.count for n in self.neutralised)
+
+    @property
+    def rules(self) -> tuple[str, ...]:
+        return tuple(n.rule for n in self.neutralised)
+
+
+def merge_reports(reports: Sequence[SanitizedText]) -> tuple[Neutralisation, ...]:
+    """Sum several sanitising reports per rule (for the attempt's anchor extras)."""
+    counts: Counter[str] = Counter()
+    for report in reports:
+        for n in report.neutralised:
+            counts[n.rule] += n.count
+    return tuple(Neutralisation(rule=r, count=c) for r, c in sorted(counts.items()))
+
+
+class FenceWrapper:
+    """Sanitises, delimits and datamarks untrusted text (see the module docstring).
+
+    Args:
+        ids: the injected randomness a canary is drawn from (pass ``ledger.ids``), so a
+            recorded attempt replays to the same prompt bytes.
+    """
+
+    def __init__(self, ids: IdSource) -> None:
+        self._ids = ids
+
+    # -- canaries ----------------------------------------------------------------------
+
+    def new_canary(self) -> str:
+        """A fresh canary: ``tbc-`` and 24 base32 characters (120 bits) from the id source.
+
+        Hashed rather than used raw so that sequential test ids still yield canaries that
+        look random, and a canary reveals nothing about the id it came from.
+        """
+        digest = blake3(b"tracebound/fence-canary/v1\x00" + self._ids.new_id().bytes).digest()
+        return "tbc-" + base64.b32encode(digest[:15]).decode("ascii").lower()
+
+    @staticmethod
+    def leaked(text: str, canary: str) -> bool:
+        """Whether ``canary`` shows up in ``text`` (a model's answer), even disguised."""
+        folded = unicodedata.normalize("NFKC", text).casefold()
+        squeezed = re.sub(r"[\W_]+", "", folded)
+        return canary in folded or canary.replace("-", "") in squeezed
+
+    # -- step 1 --------------------------------------------------------------------------
+
+    def sanitize(self, text: str) -> SanitizedText:
+        """Undo unicode tricks and neutralise injection shapes; idempotent.
+
+        Raises:
+            ValidationFailed: ``text`` is not a ``str``.
+        """
+        if not isinstance(text, str):
+            raise ValidationFailed("text", f"expected str, got {type(text).__name__}")
+        counts: Counter[str] = Counter()
+        out = unicodedata.normalize("NFKC", text)
+        out = _LINE_BREAKS.sub("\n", out)
+        kept: list[str] = []
+        invisible = 0
+        for ch in out:
+            cat = unicodedata.category(ch)
+            if ch in "\n\t":
+                kept.append(ch)
+            elif cat in {"Cc", "Cf", "Cs", "Co", "Cn"}:
+                invisible += 1
+            elif cat in {"Zs", "Zl", "Zp"}:
+                kept.append(" ")
+            else:
+                kept.append(ch)
+        out, variation = _VARIATION.subn("", "".join(kept))
+        invisible += variation
+        if invisible:
+            counts["invisible-char"] += invisible
+        folded = _fold_homoglyphs(out)
+        if folded != out:
+            counts["homoglyph"] += sum(a != b for a, b in zip(out, folded, strict=True))
+            out = folded
+        if DATAMARK in out:
+            counts["datamark-char"] += out.count(DATAMARK)
+            out = out.replace(DATAMARK, "^")
+        for name, pattern in _RULES:
+            out, hits = _apply_rule(pattern, name, out)
+            if hits:
+                counts[name] += hits
+        return SanitizedText(
+            text=out,
+            neutralised=tuple(Neutralisation(rule=r, count=c) for r, c in sorted(counts.items())),
+        )
+
+    # -- steps 2 and 3 -----------------------------------------------------------------
+
+    @staticmethod
+    def begin_line(label: str, canary: str) -> str:
+        return f"<<<{BOUNDARY_TOKEN} {label} BEGIN {canary}>>>"
+
+    @staticmethod
+    def end_line(label: str, canary: str) -> str:
+        return f"<<<{BOUNDARY_TOKEN} {label} END {canary}>>>"
+
+    def fence(
+        self, text: str, *, canary: str, label: str = "untrusted"
+    ) -> tuple[str, SanitizedText]:
+        """Sanitise, then wrap; returns the block and the sanitising report.
+
+        Raises:
+            ValidationFailed: the canary is not one :meth:`new_canary` makes, or the label
+                is not a short lower-case slug (both appear outside the fence).
+        """
+        if not _CANARY.fullmatch(canary):
+            raise ValidationFailed("canary", "not a canary made by FenceWrapper.new_canary")
+        if not _LABEL.fullmatch(label):
+            raise ValidationFailed("label", "a fence label is a lower-case slug")
+        report = self.sanitize(text)
+        body = report.text.removesuffix("\n")
+        marked = "\n".join(DATAMARK + line.replace(" ", DATAMARK) for line in body.split("\n"))
+        block = f"{self.begin_line(label, canary)}\n{marked}\n{self.end_line(label, canary)}"
+        return block, report
+
+    def wrap(self, text: str, *, canary: str, label: str = "untrusted") -> str:
+        """The fenced, datamarked block for ``text`` (sanitised first, always)."""
+        return self.fence(text, canary=canary, label=label)[0]
+
+    @staticmethod
+    def unmark(line: str) -> str:
+        """Undo datamarking on one fenced line (for tools that read a prompt back)."""
+        return line.removeprefix(DATAMARK).replace(DATAMARK, " ")
+
+
+# --- ADR-0002: the summary of a failed attempt ----------------------------------------------
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _one_line(text: str) -> str:
+    return " | ".join(part.strip() for part in text.split("\n") if part.strip())
+
+
+def _clean_signal(
+    signal: FailingSignal, fence: FenceWrapper
+) -> tuple[FailingSignal, list[SanitizedText]]:
+    reports: list[SanitizedText] = []
+
+    def clean(value: str, limit: int) -> str:
+        report = fence.sanitize(value)
+        reports.append(report)
+        return _clip(_one_line(report.text), limit)
+
+    location = None if signal.location is None else clean(signal.location, 512)
+    cleaned = FailingSignal(
+        gate=clean(signal.gate, 512) or "[empty]",
+        kind=signal.kind,
+        subject=clean(signal.subject, 512) or "[empty]",
+        message=clean(signal.message, 1024),
+        location=location or None,
+    )
+    return cleaned, reports
+
+
+def _cap_bytes(lines: list[str], limit: int) -> str:
+    out: list[str] = []
+    used = 0
+    for index, line in enumerate(lines):
+        size = len(line.encode("utf-8")) + 1
+        trailer = f"[… {len(lines) - index} more signal(s) omitted]"
+        if used + size + len(trailer.encode("utf-8")) + 1 > limit and index < len(lines) - 1:
+            out.append(trailer)
+            break
+        if used + size > limit:
+            room = max(limit - used - 4, 0)
+            out.append(line.encode("utf-8")[:room].decode("utf-8", "ignore") + "…")
+            break
+        out.append(line)
+        used += size
+    return "\n".join(out)
+
+
+def build_attempt_summary(
+    *,
+    attempt_id: UUID,
+    sandbox_run_id: str,
+    failing_signals: Sequence[FailingSignal],
+    fence: FenceWrapper,
+    evidence_paths: Sequence[str] = (),
+) -> AttemptSummary:
+    """ADR-0002's summary of a failed attempt: from structured signals only, sanitised,
+    at most 4 KB.
+
+    No raw sandbox output is accepted: the gate parses tool output into
+    :class:`FailingSignal` values first. Each signal field is sanitised again here (it is
+    untrusted text even after parsing) and flattened to one line; the summary lists one
+    signal per line and, past :data:`MAX_SUMMARY_BYTES`, says how many it left out. The
+    prompt builder still fences and datamarks the summary before use.
+    """
+    cleaned: list[FailingSignal] = []
+    for signal in failing_signals:
+        c, _ = _clean_signal(signal, fence)
+        cleaned.append(c)
+    run_id = _clip(_one_line(fence.sanitize(sandbox_run_id).text), 512) or "[empty]"
+    lines = [f"{len(cleaned)} failing signal(s) from sandbox run {run_id}:"]
+    for s in cleaned:
+        where = f" at {s.location}" if s.location else ""
+        why = f": {s.message}" if s.message else ""
+        lines.append(f"- [{s.gate}] {s.kind} {s.subject}{where}{why}")
+    summary = _cap_bytes(lines, MAX_SUMMARY_BYTES)
+    return AttemptSummary.model_validate(
+        {
+            "attempt_id": attempt_id,
+            "sandbox_run_id": run_id,
+            "failing_signals": tuple(cleaned),
+            "prior_failure_summary": summary,
+            "evidence_paths": tuple(evidence_paths),
+        }
+    )

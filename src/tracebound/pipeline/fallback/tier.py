@@ -1,0 +1,685 @@
+"""``FallbackTier``: one planning attempt, recipe → retrieval → LLM, closed by its anchor.
+
+``run`` is the planning side of the retry loop ("Phase 4"). One call is one attempt: it
+mints an ``attempt_id``, plans, lets the verifying side judge the plan (the ``verify``
+hook), and closes the attempt with exactly one ``AttemptAnchorRecorded``, the last event of
+the attempt on every path, refusals included (ADR-04-0017).
+
+Tiers, in order:
+
+1. **Recipe** (:class:`RecipeBook`): deterministic, free. Not used directly on the retry
+   path (``attempt_index >= 1`` with prior attempts): the recipe's patch either already
+   failed or was chosen without knowing why the last attempt failed, so re-applying it
+   would be blind. Its candidates are shown to the model instead.
+2. **Retrieval** (:class:`SolvedExampleStore`): a verified patch for a similar advisory;
+   if it applies as-is the plan is ``RagOnlyApplicable``; otherwise the examples are
+   evidence for the model. Bypassed on the retry path (ADR-0011: the retry is driven by the
+   failure summary, and the evidence head is then ``None``).
+3. **LLM leaf**: prompt built with every untrusted text fenced, budget prechecked,
+   precharged and reconciled, the answer redacted, canary-checked, and its diff dry-run.
+
+Events per path (each path keeps ``PHASE4_ATTEMPT_TYPES`` order; a step that did not run
+emits nothing; docs/retry.md has the table, and the tests pin each sequence):
+
+* recipe: ProvenanceClassified, BudgetPrechecked, RagMiss(bypassed), TransformBuilt,
+  PlanOutcomeEmitted, AttemptAnchorRecorded
+* retrieval: ProvenanceClassified, BudgetPrechecked, RagHit, TransformBuilt,
+  PlanOutcomeEmitted, AttemptAnchorRecorded
+* LLM: ProvenanceClassified, BudgetPrechecked, Rag*, PromptBuilt, BudgetPrecharged,
+  LeafInvoked, LeafReturned, BudgetReconciled, TransformBuilt, PlanOutcomeEmitted,
+  AttemptAnchorRecorded (a refusal after the call has no TransformBuilt; a failed call has
+  no LeafReturned; a precheck refusal stops after Rag*).
+
+After the anchor, ``<workdir>/<workflow_id>/chain_head.bin`` receives the stream's last
+``hash`` (32 bytes, atomic, fsync'd, 0600): the head the RetryLedger continues (ADR-0005).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Final, Literal
+
+from blake3 import blake3
+
+from tracebound.errors import (
+    AuditChainCorrupted,
+    BudgetExceeded,
+    ConfigError,
+    StorageError,
+    ValidationFailed,
+)
+from tracebound.events.anchor import AttemptAnchor, PlanOutcomeTag, PlanProposalKind
+from tracebound.events.catalog import (
+    AttemptAnchorRecorded,
+    BudgetPrecharged,
+    BudgetPrechecked,
+    BudgetReconciled,
+    FallbackTierName,
+    LeafInvoked,
+    LeafReturned,
+    PlanOutcomeEmitted,
+    PromptBuilt,
+    ProvenanceClassified,
+    RagDegraded,
+    RagHit,
+    RagMiss,
+    TransformBuilt,
+)
+from tracebound.ids import (
+    AdvisoryId,
+    AttemptId,
+    ChainHead,
+    PatchDigest,
+    PromptDigest,
+    RagRecordId,
+    ResponseDigest,
+    WorkflowId,
+)
+from tracebound.ledger import Ledger
+from tracebound.pipeline.fallback.budget import Budget, PricingTable
+from tracebound.pipeline.fallback.eventlog import AttemptEventLog
+from tracebound.pipeline.fallback.fence import FenceWrapper, SanitizedText, merge_reports
+from tracebound.pipeline.fallback.leaf import LeafCallFailed, LeafResponse, LLMLeaf
+from tracebound.pipeline.fallback.models import (
+    WORKFLOW_ID_PATTERN,
+    AnchorHook,
+    ApplyContext,
+    PlanOutcome,
+    RefusalReason,
+)
+from tracebound.pipeline.fallback.patch import (
+    PatchRejected,
+    apply_patch,
+    extract_patch,
+    parse_patch,
+)
+from tracebound.pipeline.fallback.prompt import build_prompt
+from tracebound.pipeline.fallback.recipes import RecipeBook, RecipeProposal
+from tracebound.pipeline.fallback.retrieval import SolvedExample, SolvedExampleStore
+from tracebound.pipeline.redaction import Redactor
+from tracebound.pipeline.retry.models import AttemptSummary, TrustOutcome
+
+__all__ = ["CHAIN_HEAD_FILENAME", "EMPTY_DIGEST", "FallbackTier"]
+
+CHAIN_HEAD_FILENAME: Final = "chain_head.bin"
+EMPTY_DIGEST: Final = blake3(b"").hexdigest()
+"""The digest recorded for a prompt or response that does not exist (no model call):
+BLAKE3 of zero bytes, "nothing was sent", rather than a made-up value."""
+_WORKFLOW_ID = re.compile(WORKFLOW_ID_PATTERN)
+_MARKER = re.compile(r"\[neutralised:([a-z-]+)\]")
+_UNMARKED_RULES = frozenset({"invisible-char", "homoglyph", "datamark-char"})
+
+
+@dataclass
+class _Frame:
+    """What one attempt accumulates for its anchor while it runs."""
+
+    attempt_id: AttemptId
+    attempt_index: int
+    workflow_id: str
+    retry: bool
+    canary: str | None = None
+    prior_attempt_count: int = 0
+    closed_at: datetime | None = None
+    prompt: str | None = None
+    prompt_digest: str = EMPTY_DIGEST
+    response_digest: str = EMPTY_DIGEST
+    model: str | None = None
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost: Decimal = Decimal(0)
+    evidence_head: ChainHead | None = None
+    record_ids: tuple[RagRecordId, ...] = ()
+    reports: list[SanitizedText] = field(default_factory=list)
+    extras: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class _Draft:
+    """The plan before the anchor: what ``PlanOutcomeEmitted`` said."""
+
+    tag: PlanOutcomeTag
+    kind: PlanProposalKind
+    patch: str | None = None
+    refusal_reason: RefusalReason | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Rag:
+    """What the retrieval step found, decided before any event is written."""
+
+    status: Literal["bypassed", "miss", "hit", "degraded"]
+    examples: tuple[SolvedExample, ...] = ()
+    head: ChainHead | None = None
+    reason: str = ""
+    applicable: SolvedExample | None = None
+
+
+class FallbackTier:
+    """The planning side: recipe, then retrieval, then the LLM leaf, one attempt per ``run``.
+
+    Args:
+        ledger: where attempt events go (stream ``attempts/<workflow_id>``); its clock and
+            id source are the attempt's (ids for ``attempt_id`` and, via the fence, canaries).
+        recipes: the deterministic first tier.
+        retrieval: the solved-example store, or ``None`` to go without retrieval.
+        leaf: the model, or ``None`` (then only recipes and retrieval can plan).
+        budget: the spending limit model calls are checked against and charged to.
+        pricing: per-model token prices; an unpriced model is never called.
+        fence: sanitises, delimits and datamarks untrusted text; draws the canary.
+        redactor: applied to the prompt before it is sent and to the answer and the patch
+            before anything uses them.
+        workdir: ``.tracebound/remediation/``; each workflow's ``chain_head.bin`` goes in
+            ``<workdir>/<workflow_id>/``.
+    """
+
+    def __init__(
+        self,
+        *,
+        ledger: Ledger,
+        recipes: RecipeBook,
+        retrieval: SolvedExampleStore | None,
+        leaf: LLMLeaf | None,
+        budget: Budget,
+        pricing: PricingTable,
+        fence: FenceWrapper,
+        redactor: Redactor,
+        workdir: Path,
+    ) -> None:
+        self._ledger = ledger
+        self._recipes = recipes
+        self._retrieval = retrieval
+        self._leaf = leaf
+        self._budget = budget
+        self._pricing = pricing
+        self._fence = fence
+        self._redactor = redactor
+        self.workdir = Path(workdir)
+
+    # -- the attempt -----------------------------------------------------------------------
+
+    def run(
+        self,
+        ctx: ApplyContext,
+        *,
+        workflow_id: str,
+        attempt_index: int = 0,
+        prior_attempts: list[AttemptSummary] = [],  # noqa: B006 - ADR-0002 fixes this signature; never mutated (tests/unit/fallback/test_fallback_tier.py)
+        verify: AnchorHook | None = None,
+    ) -> PlanOutcome:
+        """Run one attempt and return its plan, with the anchor as recorded.
+
+        Refusals (budget, no plan, a bad answer) are returned as ``tag="Refused"`` with a
+        ``refusal_reason``; they are not exceptions. If ``verify`` raises, the attempt is
+        still closed by its anchor (without trust fields) and the error is re-raised.
+
+        Raises:
+            ValidationFailed: the workflow id is not one safe path segment, the attempt
+                index is negative, or prior attempts are given on attempt 0 or given twice
+                (in ``ctx`` and here) with different contents.
+            LedgerAttemptOutOfOrder, ConcurrencyConflict, StorageError: the ledger refused
+                a write; the attempt is then incomplete and is not retried here.
+        """
+        if not _WORKFLOW_ID.fullmatch(workflow_id):
+            raise ValidationFailed("workflow_id", f"must match {WORKFLOW_ID_PATTERN}")
+        if attempt_index < 0:
+            raise ValidationFailed("attempt_index", "must be >= 0")
+        priors = _effective_priors(ctx, prior_attempts)
+        if priors and attempt_index == 0:
+            raise ValidationFailed("prior_attempts", "attempt 0 has no prior attempts")
+        log = AttemptEventLog(self._ledger, workflow_id=workflow_id)
+        frame = _Frame(
+            attempt_id=AttemptId(self._ledger.ids.new_id()),
+            attempt_index=attempt_index,
+            workflow_id=workflow_id,
+            retry=bool(priors),
+        )
+        draft = self._plan(ctx, frame, log, priors)
+        return self._close(ctx, frame, log, draft, verify)
+
+    def _plan(
+        self,
+        ctx: ApplyContext,
+        frame: _Frame,
+        log: AttemptEventLog,
+        priors: tuple[AttemptSummary, ...],
+    ) -> _Draft:
+        """Everything up to and including ``PlanOutcomeEmitted``; never the anchor."""
+        tried = log.tried_patch_digests
+        recipe = None if frame.retry else self._recipes.propose(ctx)
+        rag = self._retrieve(ctx, tried) if recipe is None and not frame.retry else _Rag("bypassed")
+        provenance: FallbackTierName = (
+            "recipe" if recipe else "retrieval" if rag.applicable else "llm"
+        )
+        estimate = Decimal(0)
+        refusal: RefusalReason | None = None
+        if provenance == "llm" and self._leaf is not None:
+            frame.model = self._leaf.model
+            frame.canary = self._fence.new_canary()
+            built = build_prompt(
+                ctx,
+                fence=self._fence,
+                canary=frame.canary,
+                examples=rag.examples,
+                prior_attempts=priors,
+                recipe_candidates=self._recipes.candidates(ctx) if frame.retry else (),
+                tried_patch_digests=tried,
+            )
+            frame.reports.extend(built.reports)
+            frame.prior_attempt_count = built.prior_attempt_count
+            frame.prompt = self._redactor.redact_text(built.text).value
+            frame.extras["phase4.model"] = frame.model
+            try:
+                estimate = self._pricing.estimate(
+                    frame.model, frame.prompt, max_tokens=self._budget.max_output_tokens
+                )
+            except ConfigError:
+                refusal = "unpriced_model"
+        allowed = refusal is None and self._budget.precheck(estimate)
+        log.emit(
+            ProvenanceClassified(
+                attempt_id=frame.attempt_id,
+                attempt_index=frame.attempt_index,
+                advisory_id=AdvisoryId(ctx.advisory.id),
+                provenance=provenance,
+            )
+        )
+        log.emit(
+            BudgetPrechecked(
+                attempt_id=frame.attempt_id,
+                attempt_index=frame.attempt_index,
+                estimated_usd=estimate,
+                available_usd=self._budget.available_usd,
+                allowed=allowed,
+            )
+        )
+        self._emit_rag(frame, log, rag)
+        if recipe is not None:
+            frame.extras["phase4.recipe"] = recipe.recipe
+            return self._applied(frame, log, "AppliedFromRecipe", "apply_recipe", recipe)
+        if rag.applicable is not None:
+            frame.extras["phase4.applied_record_id"] = rag.applicable.record_id
+            return self._applied(
+                frame, log, "RagOnlyApplicable", "apply_transform", rag.applicable.patch
+            )
+        if self._leaf is None or frame.prompt is None or frame.model is None:
+            return self._refused(frame, log, "no_plan")
+        if not allowed:
+            return self._refused(frame, log, refusal or "budget")
+        return self._call_leaf(ctx, frame, log, self._leaf, estimate=estimate, tried=tried)
+
+    def _call_leaf(
+        self,
+        ctx: ApplyContext,
+        frame: _Frame,
+        log: AttemptEventLog,
+        leaf: LLMLeaf,
+        *,
+        estimate: Decimal,
+        tried: tuple[str, ...],
+    ) -> _Draft:
+        """PromptBuilt through BudgetReconciled, then the answer is judged."""
+        assert frame.prompt is not None
+        assert frame.model is not None
+        prompt_bytes = frame.prompt.encode("utf-8")
+        frame.prompt_digest = blake3(prompt_bytes).hexdigest()
+        digest = PromptDigest(frame.prompt_digest)
+        log.emit(
+            PromptBuilt(
+                attempt_id=frame.attempt_id,
+                attempt_index=frame.attempt_index,
+                prompt_digest_blake3=digest,
+                prompt_bytes=len(prompt_bytes),
+                prior_attempt_count=frame.prior_attempt_count,
+            )
+        )
+        try:
+            reservation = self._budget.precharge(estimate)
+        except BudgetExceeded:
+            return self._refused(frame, log, "budget")
+        log.emit(
+            BudgetPrecharged(
+                attempt_id=frame.attempt_id,
+                attempt_index=frame.attempt_index,
+                precharged_usd=estimate,
+                model=frame.model,
+            )
+        )
+        log.emit(
+            LeafInvoked(
+                attempt_id=frame.attempt_id,
+                attempt_index=frame.attempt_index,
+                model=frame.model,
+                prompt_digest_blake3=digest,
+            )
+        )
+        response: LeafResponse | None
+        try:
+            response = leaf.complete(
+                frame.prompt, model=frame.model, max_tokens=self._budget.max_output_tokens
+            )
+        except LeafCallFailed as exc:
+            frame.extras["phase4.leaf_error"] = type(exc).__name__
+            response = None
+        if response is not None:
+            frame.response_digest = response.raw_digest_blake3
+            usage = response.usage
+            frame.tokens_in, frame.tokens_out = usage.input_tokens, usage.output_tokens
+            log.emit(
+                LeafReturned(
+                    attempt_id=frame.attempt_id,
+                    attempt_index=frame.attempt_index,
+                    model=response.model,
+                    response_digest_blake3=ResponseDigest(frame.response_digest),
+                    tokens_in=usage.input_tokens,
+                    tokens_out=usage.output_tokens,
+                    cached_input_tokens=usage.cached_input_tokens,
+                    reasoning_tokens=usage.reasoning_tokens,
+                )
+            )
+            if usage.cache_write_input_tokens:
+                # LeafReturned has no field for cache writes: they are plain input there,
+                # and their count is kept here so the price difference stays auditable.
+                frame.extras["phase4.cache_write_input_tokens"] = str(
+                    usage.cache_write_input_tokens
+                )
+            frame.cost = self._pricing.cost(frame.model, usage)
+        remaining = self._budget.reconcile(reservation, frame.cost)
+        log.emit(
+            BudgetReconciled(
+                attempt_id=frame.attempt_id,
+                attempt_index=frame.attempt_index,
+                precharged_usd=estimate,
+                actual_usd=frame.cost,
+                remaining_usd=remaining,
+                tokens_in=frame.tokens_in,
+                tokens_out=frame.tokens_out,
+            )
+        )
+        if response is None:
+            return self._refused(frame, log, "leaf_error")
+        if remaining < 0:
+            return self._refused(frame, log, "budget")
+        patch, refusal = self._judge(ctx, frame, response.text, tried=tried)
+        if patch is None:
+            return self._refused(frame, log, refusal or "no_patch_in_response")
+        return self._applied(frame, log, "AppliedFromLlm", "apply_transform", patch)
+
+    def _judge(
+        self, ctx: ApplyContext, frame: _Frame, text: str, *, tried: tuple[str, ...]
+    ) -> tuple[str | None, RefusalReason | None]:
+        """The answer's patch, or why there is none. The answer is redacted first, so a
+        secret the model echoed never reaches a patch, a log or the retry loop."""
+        assert frame.canary is not None
+        answer = self._redactor.redact_text(text).value
+        if self._fence.leaked(answer, frame.canary):
+            return None, "canary_leaked"
+        patch = extract_patch(answer)
+        if patch is None:
+            return None, "no_patch_in_response"
+        try:
+            apply_patch(ctx.repo_path, patch)
+        except PatchRejected as exc:
+            frame.extras["phase4.patch_error"] = _one_line(str(exc))
+            return None, "patch_does_not_apply"
+        if blake3(patch.encode()).hexdigest() in tried:
+            return None, "repeats_failed_patch"
+        return patch, None
+
+    # -- steps ---------------------------------------------------------------------------
+
+    def _retrieve(self, ctx: ApplyContext, tried: tuple[str, ...]) -> _Rag:
+        """Search the store; the head is captured here, at retrieval time (ADR-04-0017)."""
+        if self._retrieval is None:
+            return _Rag("bypassed")
+        try:
+            found = self._retrieval.search(ctx)
+        except (StorageError, AuditChainCorrupted) as exc:
+            return _Rag("degraded", reason=_one_line(f"{type(exc).__name__}: {exc}"))
+        if not found.examples:
+            return _Rag("miss", head=found.chain_head)
+        applicable = None
+        for example in found.examples:
+            if example.patch_blake3 in tried:
+                continue
+            try:
+                apply_patch(ctx.repo_path, example.patch)
+            except PatchRejected:
+                continue
+            applicable = example
+            break
+        return _Rag("hit", examples=found.examples, head=found.chain_head, applicable=applicable)
+
+    def _emit_rag(self, frame: _Frame, log: AttemptEventLog, rag: _Rag) -> None:
+        if rag.status == "hit":
+            frame.evidence_head, frame.record_ids = (
+                rag.head,
+                tuple(e.record_id for e in rag.examples),
+            )
+            assert rag.head is not None
+            log.emit(
+                RagHit(
+                    attempt_id=frame.attempt_id,
+                    attempt_index=frame.attempt_index,
+                    record_ids=frame.record_ids,
+                    evidence_chain_head=rag.head,
+                )
+            )
+        elif rag.status == "degraded":
+            log.emit(
+                RagDegraded(
+                    attempt_id=frame.attempt_id,
+                    attempt_index=frame.attempt_index,
+                    reason=rag.reason or "retrieval failed",
+                )
+            )
+        elif rag.status == "miss":
+            frame.evidence_head = rag.head
+            log.emit(
+                RagMiss(
+                    attempt_id=frame.attempt_id,
+                    attempt_index=frame.attempt_index,
+                    evidence_chain_head=rag.head,
+                )
+            )
+        else:
+            log.emit(
+                RagMiss(
+                    attempt_id=frame.attempt_id,
+                    attempt_index=frame.attempt_index,
+                    evidence_chain_head=None,
+                    bypassed=True,
+                )
+            )
+
+    def _applied(
+        self,
+        frame: _Frame,
+        log: AttemptEventLog,
+        tag: PlanOutcomeTag,
+        kind: PlanProposalKind,
+        source: RecipeProposal | str,
+    ) -> _Draft:
+        patch = source.patch if isinstance(source, RecipeProposal) else source
+        redacted = self._redactor.redact_text(patch)
+        if redacted.redacted:
+            return self._refused(frame, log, "patch_contains_secret")
+        digest = blake3(patch.encode()).hexdigest()
+        files = len(parse_patch(patch))
+        log.emit(
+            TransformBuilt(
+                attempt_id=frame.attempt_id,
+                attempt_index=frame.attempt_index,
+                patch_digest_blake3=PatchDigest(digest),
+                files_changed=files,
+            )
+        )
+        log.emit(
+            PlanOutcomeEmitted(
+                attempt_id=frame.attempt_id,
+                attempt_index=frame.attempt_index,
+                plan_proposal_kind=kind,
+                outcome=tag,
+            )
+        )
+        return _Draft(tag=tag, kind=kind, patch=patch)
+
+    def _refused(self, frame: _Frame, log: AttemptEventLog, reason: RefusalReason) -> _Draft:
+        log.emit(
+            PlanOutcomeEmitted(
+                attempt_id=frame.attempt_id,
+                attempt_index=frame.attempt_index,
+                plan_proposal_kind="refuse",
+                outcome="Refused",
+                refusal_reason=reason,
+            )
+        )
+        return _Draft(tag="Refused", kind="refuse", refusal_reason=reason)
+
+    # -- closing: the anchor is the last event ------------------------------------------------
+
+    def _close(
+        self,
+        ctx: ApplyContext,
+        frame: _Frame,
+        log: AttemptEventLog,
+        draft: _Draft,
+        verify: AnchorHook | None,
+    ) -> PlanOutcome:
+        """Judge the plan, then record the anchor: the attempt's last event, on every path.
+
+        Nothing emits after ``log.record_anchor``; ``tests/fence`` checks this by walking the
+        AST, and :class:`AttemptEventLog` refuses it at run time.
+        """
+        self._record_fence_counts(frame)
+        frame.closed_at = self._ledger.clock.now()
+        anchor = self._anchor(ctx, frame, draft)
+        plan = self._outcome(frame, draft, anchor, None)
+        trust: TrustOutcome | None = None
+        failure: Exception | None = None
+        if verify is not None and draft.tag != "Refused":
+            try:
+                trust = verify(plan)
+            except Exception as exc:  # noqa: BLE001 - the anchor closes the attempt whatever the gate did; re-raised below
+                failure = exc
+                frame.extras["phase4.verify_error"] = type(exc).__name__
+                anchor = self._anchor(ctx, frame, draft)
+        if trust is not None:
+            anchor = anchor.attach_trust_outcome(trust)
+        recorded = log.record_anchor(AttemptAnchorRecorded(anchor=anchor))
+        self._write_chain_head(frame.workflow_id, recorded.hash)
+        if failure is not None:
+            raise failure
+        return self._outcome(frame, draft, anchor, trust)
+
+    @staticmethod
+    def _record_fence_counts(frame: _Frame) -> None:
+        """Put what the fence neutralised into the anchor's extras (``phase4.fence_*``).
+
+        ``PromptBuilt`` has no field for it, and the catalog is not this module's to change;
+        extras is ADR-04-0017's slot for exactly this. Counted from the prompt's markers (so
+        neutralisations made earlier, by ``build_attempt_summary``, count too) plus the
+        rules that leave no marker (invisible characters, homoglyphs).
+        """
+        if frame.prompt is None:
+            return
+        counts: dict[str, int] = {}
+        for rule in _MARKER.findall(frame.prompt):
+            counts[rule] = counts.get(rule, 0) + 1
+        for n in merge_reports(frame.reports):
+            if n.rule in _UNMARKED_RULES:
+                counts[n.rule] = counts.get(n.rule, 0) + n.count
+        if counts:
+            frame.extras["phase4.fence_neutralised"] = str(sum(counts.values()))
+            frame.extras["phase4.fence_rules"] = ",".join(
+                f"{rule}:{count}" for rule, count in sorted(counts.items())
+            )
+
+    def _anchor(self, ctx: ApplyContext, frame: _Frame, draft: _Draft) -> AttemptAnchor:
+        return AttemptAnchor(
+            attempt_id=frame.attempt_id,
+            workflow_id=WorkflowId(frame.workflow_id),
+            attempt_index=frame.attempt_index,
+            advisory_id=AdvisoryId(ctx.advisory.id),
+            prompt_digest_blake3=PromptDigest(frame.prompt_digest),
+            retrieved_evidence_chain_head=frame.evidence_head,
+            retrieved_record_ids=frame.record_ids,
+            plan_proposal_kind=draft.kind,
+            response_digest_blake3=ResponseDigest(frame.response_digest),
+            validator_outcome=draft.tag,
+            refusal_reason=draft.refusal_reason,
+            tokens_in=frame.tokens_in,
+            tokens_out=frame.tokens_out,
+            cost_usd=frame.cost,
+            timestamp_utc=frame.closed_at or self._ledger.clock.now(),
+            extras=frame.extras,
+        )
+
+    def _outcome(
+        self, frame: _Frame, draft: _Draft, anchor: AttemptAnchor, trust: TrustOutcome | None
+    ) -> PlanOutcome:
+        return PlanOutcome(
+            tag=draft.tag,
+            attempt_id=frame.attempt_id,
+            attempt_index=frame.attempt_index,
+            workflow_id=frame.workflow_id,
+            patch=draft.patch,
+            patch_blake3=None if draft.patch is None else blake3(draft.patch.encode()).hexdigest(),
+            refusal_reason=draft.refusal_reason,
+            prompt=frame.prompt if frame.prompt_digest != EMPTY_DIGEST else None,
+            anchor=anchor,
+            trust=trust,
+        )
+
+    def chain_head_path(self, workflow_id: str) -> Path:
+        """Where the planning side's last chain head for ``workflow_id`` is written."""
+        if not _WORKFLOW_ID.fullmatch(workflow_id):
+            raise ValidationFailed("workflow_id", f"must match {WORKFLOW_ID_PATTERN}")
+        return self.workdir / workflow_id / CHAIN_HEAD_FILENAME
+
+    def _write_chain_head(self, workflow_id: str, head: bytes) -> None:
+        """Atomically replace ``chain_head.bin``: temp file (0600), fsync, rename, fsync dir.
+
+        A reader therefore sees the old head or the new one, never a torn file.
+        """
+        target = self.chain_head_path(workflow_id)
+        try:
+            target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".chain_head.", dir=target.parent)
+            try:
+                os.fchmod(fd, 0o600)
+                os.write(fd, head)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            Path(tmp).replace(target)
+            dir_fd = os.open(target.parent, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+        except OSError as exc:
+            raise StorageError(f"cannot write {target}: {exc}") from exc
+
+
+def _effective_priors(
+    ctx: ApplyContext, prior_attempts: list[AttemptSummary]
+) -> tuple[AttemptSummary, ...]:
+    """The kwarg or ``ctx.prior_attempts``; both may be given only if they agree.
+
+    Copied into a tuple: the caller's list (and the default) are never mutated.
+    """
+    given, in_ctx = tuple(prior_attempts), tuple(ctx.prior_attempts)
+    if given and in_ctx and given != in_ctx:
+        raise ValidationFailed("prior_attempts", "given in ctx and as a keyword, differently")
+    return given or in_ctx
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())[:200] or "unknown"

@@ -1,0 +1,382 @@
+"""AttemptAnchor files (ADR-04-0017) and the critic-training dataset exported from them.
+
+**Projection.** :class:`AnchorWriter` keeps one JSON line per anchor in
+``<root>/fallback/anchors/<YYYY-MM-DD>/<workflow_id>.jsonl`` (UTC date of the anchor's
+``timestamp_utc``; files 0600, folders 0700, fsync per write, append only). The ledger's
+``attempt_anchor_recorded`` events are the source of truth; the files are a projection a
+trainer can read without a ledger, so writing is idempotent (an anchor already there is
+skipped) and a *different* anchor for a known attempt is refused rather than appended.
+
+**One adapter.** Every read goes through one ``TypeAdapter``: :data:`ANCHOR_ADAPTER` by
+default, which reads ``schema_version`` 1; when version 2 exists, the discriminated
+``AnyAttemptAnchor`` union of :mod:`tracebound.events.anchor` reads both side by side, and
+a writer or reader built with that adapter needs no other change.
+
+**Dataset.** :func:`anchor_dataset` turns each anchor event into an
+:class:`AnchorDatasetRow`: the anchor, the event's ledger position and hash (the link back),
+and an inclusion proof against the newest signed checkpoint, so a consumer can check
+offline, with only the verifier key, that a training example is in the signed log.
+:func:`write_dataset` writes JSON lines or Parquet (optional ``pyarrow``), and
+:func:`read_dataset` reads either back through :data:`DATASET_ROW_ADAPTER`.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import IO, Annotated, Any, Final, Literal, Self, TypeAlias
+from uuid import UUID
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
+
+from tracebound.canonical import canonical_bytes
+from tracebound.errors import (
+    CheckpointError,
+    ConfigError,
+    IntegrityError,
+    ProofError,
+    ValidationFailed,
+)
+from tracebound.events.anchor import (
+    ANCHOR_ADAPTER,
+    BLAKE3_HEX_PATTERN,
+    AnyAttemptAnchor,
+    AttemptAnchor,
+    AttemptAnchorBase,
+)
+from tracebound.events.catalog import AttemptAnchorRecorded
+from tracebound.events.envelope import RecordedEvent
+from tracebound.integrity.note import open_checkpoint
+from tracebound.ledger import InclusionBundle, Ledger
+from tracebound.store.keyfile import file_stem, make_private_dir
+
+__all__ = [
+    "ANCHORS_DIR",
+    "DATASET_ROW_ADAPTER",
+    "AnchorDatasetRow",
+    "AnchorWriter",
+    "DatasetFormat",
+    "anchor_dataset",
+    "anchor_events",
+    "read_anchor_file",
+    "read_dataset",
+    "write_dataset",
+]
+
+ANCHORS_DIR: Final = Path("fallback") / "anchors"
+DatasetFormat: TypeAlias = Literal["jsonl", "parquet"]
+_ANCHOR_EVENT: Final = "attempt_anchor_recorded"
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_anchor_file(path: Path, adapter: TypeAdapter[Any] = ANCHOR_ADAPTER) -> list[Any]:
+    """Every anchor in one anchors file, each validated by ``adapter``.
+
+    Raises:
+        ValidationFailed: a line is not a valid anchor (``field`` is ``<path>:<line>``).
+    """
+    out: list[Any] = []
+    with path.open("rb") as fh:
+        for number, line in enumerate(fh, start=1):
+            if not line.endswith(b"\n"):
+                raise ValidationFailed(f"{path}:{number}", "incomplete line (a torn write)")
+            try:
+                out.append(adapter.validate_json(line))
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                where = ".".join(str(p) for p in err["loc"]) or "anchor"
+                raise ValidationFailed(f"{path}:{number}", f"{where}: {err['msg']}") from exc
+    return out
+
+
+class AnchorWriter:
+    """Projects anchors to ``<root>/fallback/anchors/{utc-date}/{workflow_id}.jsonl``.
+
+    Args:
+        root: The store directory (``.tracebound``), or any directory for tests.
+        adapter: The one adapter anchors are read with; pass the ``AnyAttemptAnchor``
+            union's adapter once a second schema version exists.
+    """
+
+    def __init__(self, root: Path, *, adapter: TypeAdapter[Any] = ANCHOR_ADAPTER) -> None:
+        self.root = Path(root)
+        self.adapter = adapter
+
+    @property
+    def directory(self) -> Path:
+        return self.root / ANCHORS_DIR
+
+    def path_for(self, anchor: AttemptAnchorBase) -> Path:
+        """Where an anchor goes: its UTC date and its workflow (made file-name safe)."""
+        date = anchor.timestamp_utc.date().isoformat()
+        return self.directory / date / f"{file_stem(anchor.workflow_id)}.jsonl"
+
+    def write(self, anchor: AttemptAnchorBase) -> bool:
+        """Append ``anchor``; False when the identical anchor is already there.
+
+        Raises:
+            ValidationFailed: another anchor with this attempt_id is already in the file
+                (the projection is append-only; an anchor is never replaced).
+        """
+        path = self.path_for(anchor)
+        if path.exists():
+            for existing in read_anchor_file(path, self.adapter):
+                if existing.attempt_id != anchor.attempt_id:
+                    continue
+                if existing == anchor:
+                    return False
+                raise ValidationFailed(
+                    "attempt_id",
+                    f"{path} already holds a different anchor for attempt {anchor.attempt_id}",
+                )
+        created = not path.exists()
+        make_private_dir(path.parent)
+        line = canonical_bytes(anchor.model_dump(mode="json")) + b"\n"
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+        fd = os.open(path, flags, 0o600)
+        try:
+            os.fchmod(fd, 0o600)
+            view = memoryview(line)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if created:
+            _fsync_dir(path.parent)
+        return True
+
+    def files(self) -> list[Path]:
+        """Every anchors file, by date then workflow."""
+        if not self.directory.is_dir():
+            return []
+        return sorted(self.directory.glob("*/*.jsonl"))
+
+    def read(self, *, workflow_id: str | None = None) -> Iterator[Any]:
+        """Every anchor in the projection (optionally one workflow's), via the adapter."""
+        stem = None if workflow_id is None else f"{file_stem(workflow_id)}.jsonl"
+        for path in self.files():
+            if stem is None or path.name == stem:
+                yield from read_anchor_file(path, self.adapter)
+
+    def sync(self, ledger: Ledger) -> int:
+        """Project every ``attempt_anchor_recorded`` event of the ledger; returns how many
+        anchors were new. Safe to repeat."""
+        return sum(self.write(anchor) for _event, anchor in anchor_events(ledger))
+
+
+def anchor_events(ledger: Ledger) -> Iterator[tuple[RecordedEvent, AttemptAnchor]]:
+    """The ledger's anchor events with their anchors, in log order."""
+    for event in ledger.store.read_log():
+        if event.event_type == _ANCHOR_EVENT:
+            payload = event.payload
+            assert isinstance(payload, AttemptAnchorRecorded)
+            yield event, payload.anchor
+
+
+# --- the dataset ---------------------------------------------------------------------------
+
+
+def _json_text(value: Any) -> Any:
+    # Parquet keeps nested values as JSON text; JSON lines keep them as objects.
+    return json.loads(value) if isinstance(value, str) else value
+
+
+class AnchorDatasetRow(BaseModel):
+    """One critic-training example: an anchor, where it sits in the ledger, and the proof.
+
+    ``schema_version``, ``workflow_id``, ``attempt_id`` and ``attempt_index`` repeat the
+    anchor's for filtering without parsing it, and are checked against it on load.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: int
+    workflow_id: str
+    attempt_id: UUID
+    attempt_index: int
+    ledger_position: Annotated[int, Field(ge=1)]
+    ledger_stream_id: str
+    ledger_event_hash: Annotated[str, Field(pattern=BLAKE3_HEX_PATTERN)]
+    anchor: Annotated[AnyAttemptAnchor, BeforeValidator(_json_text)]
+    inclusion_proof: Annotated[dict[str, Any] | None, BeforeValidator(_json_text)] = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        a = self.anchor
+        if (self.schema_version, self.workflow_id, self.attempt_id, self.attempt_index) != (
+            a.schema_version,
+            a.workflow_id,
+            a.attempt_id,
+            a.attempt_index,
+        ):
+            raise ValueError("the row's key columns disagree with its anchor")
+        if self.inclusion_proof is not None:
+            try:
+                bundle = InclusionBundle.from_dict(self.inclusion_proof)
+            except ProofError as exc:
+                raise ValueError(str(exc)) from exc
+            if bundle.position != self.ledger_position or bundle.hash.hex() != (
+                self.ledger_event_hash
+            ):
+                raise ValueError("the inclusion proof is for another ledger event")
+        return self
+
+
+DATASET_ROW_ADAPTER: TypeAdapter[AnchorDatasetRow] = TypeAdapter(AnchorDatasetRow)
+"""The one adapter the dataset is read back with, from JSON lines or Parquet."""
+
+
+def _covered(ledger: Ledger) -> int:
+    note = ledger.store.latest_checkpoint()
+    if note is None or ledger.verifier is None:
+        return 0
+    return open_checkpoint(note, ledger.verifier).size
+
+
+def anchor_dataset(
+    ledger: Ledger, *, prove: bool = True, projection: AnchorWriter | None = None
+) -> list[AnchorDatasetRow]:
+    """One row per anchor event, with its ledger position and (``prove``) inclusion proof.
+
+    Proofs are against the newest signed checkpoint; when it does not cover the last
+    anchor and the ledger has a signer, a checkpoint is signed first. With ``projection``,
+    the anchors files must agree with the ledger: each file anchor is the ledger's anchor
+    for that attempt, so a trainer reading the files reads what the signed log holds.
+
+    Raises:
+        CheckpointError: proofs were asked for, no checkpoint covers the anchors and there
+            is no signing key to make one.
+        IntegrityError: the projection disagrees with the ledger.
+    """
+    events = list(anchor_events(ledger))
+    last = events[-1][0].position if events else 0
+    if prove and events and _covered(ledger) < last:
+        if ledger.signer is None:
+            raise CheckpointError(
+                f"no signed checkpoint covers position {last} (the last anchor) "
+                "and no signing key is configured; run `tracebound checkpoint`, or export "
+                "without proofs (--no-proofs)"
+            )
+        ledger.checkpoint()
+    rows: list[AnchorDatasetRow] = []
+    by_attempt: dict[UUID, AttemptAnchorBase] = {}
+    for event, anchor in events:
+        by_attempt[anchor.attempt_id] = anchor
+        proof = ledger.prove(event.position).as_dict() if prove else None
+        rows.append(
+            AnchorDatasetRow(
+                schema_version=anchor.schema_version,
+                workflow_id=anchor.workflow_id,
+                attempt_id=anchor.attempt_id,
+                attempt_index=anchor.attempt_index,
+                ledger_position=event.position,
+                ledger_stream_id=event.stream_id,
+                ledger_event_hash=event.hash.hex(),
+                anchor=anchor,
+                inclusion_proof=proof,
+            )
+        )
+    if projection is not None:
+        for anchor in projection.read():
+            if by_attempt.get(anchor.attempt_id) != anchor:
+                raise IntegrityError(
+                    f"the anchors file entry for attempt {anchor.attempt_id} "
+                    f"({projection.path_for(anchor)}) is not what the ledger recorded"
+                )
+    return rows
+
+
+_PARQUET_COLUMNS: Final = (
+    ("schema_version", "int64"),
+    ("workflow_id", "string"),
+    ("attempt_id", "string"),
+    ("attempt_index", "int64"),
+    ("ledger_position", "int64"),
+    ("ledger_stream_id", "string"),
+    ("ledger_event_hash", "string"),
+    ("anchor", "string"),
+    ("inclusion_proof", "string"),
+)
+
+
+def _pyarrow() -> tuple[Any, Any]:
+    try:
+        # pyarrow ships no type information; it is an optional extra, imported on use.
+        import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]  # noqa: PLC0415
+        import pyarrow.parquet as pq  # type: ignore[import-untyped,unused-ignore]  # noqa: PLC0415
+    except ImportError as exc:
+        raise ConfigError(
+            "Parquet export needs pyarrow: pip install 'tracebound[parquet]' "
+            "(or export --format jsonl)"
+        ) from exc
+    return pa, pq
+
+
+def _flat(row: AnchorDatasetRow) -> dict[str, Any]:
+    data = row.model_dump(mode="json")
+    data["anchor"] = canonical_bytes(data["anchor"]).decode("utf-8")
+    proof = data["inclusion_proof"]
+    data["inclusion_proof"] = None if proof is None else json.dumps(proof, sort_keys=True)
+    return data
+
+
+def write_dataset(rows: Sequence[AnchorDatasetRow], fmt: DatasetFormat, out: IO[bytes]) -> None:
+    """Write the rows as JSON lines (one row object per line) or a Parquet file.
+
+    Raises:
+        ConfigError: Parquet was asked for and pyarrow is not installed.
+    """
+    if fmt == "jsonl":
+        for row in rows:
+            out.write(canonical_bytes(row.model_dump(mode="json")) + b"\n")
+        return
+    pa, pq = _pyarrow()
+    schema = pa.schema([(name, getattr(pa, kind)()) for name, kind in _PARQUET_COLUMNS])
+    table = pa.Table.from_pylist([_flat(r) for r in rows], schema=schema)
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer)
+    out.write(buffer.getvalue())
+
+
+def read_dataset(path: Path, fmt: DatasetFormat) -> list[AnchorDatasetRow]:
+    """Read an exported dataset back, every row through :data:`DATASET_ROW_ADAPTER`.
+
+    Raises:
+        ValidationFailed: a row is not a valid dataset row.
+        ConfigError: Parquet and no pyarrow.
+    """
+    if fmt == "jsonl":
+        raw: list[Any] = [
+            json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line
+        ]
+    else:
+        _pa, pq = _pyarrow()
+        raw = pq.read_table(path).to_pylist()
+    rows: list[AnchorDatasetRow] = []
+    for number, item in enumerate(raw, start=1):
+        try:
+            rows.append(DATASET_ROW_ADAPTER.validate_python(item))
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err["loc"]) or "row"
+            raise ValidationFailed(f"{path}: row {number}: {where}", err["msg"]) from exc
+    return rows

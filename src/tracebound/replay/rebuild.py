@@ -1,0 +1,349 @@
+"""Rebuild a recorded run from the ledger and the blob store, checking everything on the way.
+
+The ledger holds one stream per run (``run/<run_id>``) with digests, not payloads; the blob
+store holds the payloads by digest. :func:`replay_run` puts the two together again and
+trusts neither:
+
+* every record of the run is read back as stored bytes and re-hashed, and each must link
+  to the one before it (BLAKE3 chain, from genesis): a damaged stream raises
+  :class:`~tracebound.errors.LedgerDamaged`, because nothing built on it could be trusted;
+* every blob a record names (the inputs, each step's artifact, each validation's output)
+  is fetched and its SHA-256 compared with the digest the record holds;
+* every accepted artifact is validated against the TPC contract again (the schema may
+  have been tightened since; an artifact that no longer passes is reported).
+
+Blob problems are *reported*, not raised: a blob may have been erased on purpose (the chain
+still verifies without it), and an auditor wants the whole list, not the first one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+import orjson
+
+from tracebound.contract import TPCArtifact, validate_tpc
+from tracebound.errors import (
+    ConfigError,
+    DamageKind,
+    IntegrityError,
+    LedgerDamaged,
+    StorageError,
+    ValidationFailed,
+)
+from tracebound.events.catalog import (
+    ApprovalRecorded,
+    BlameAssigned,
+    RunFinished,
+    RunStarted,
+    StepRecorded,
+    ValidationRecorded,
+)
+from tracebound.events.envelope import RecordedEvent
+from tracebound.events.record import RawRecord, decode_record
+from tracebound.integrity.chain import GENESIS, chain_hash
+from tracebound.integrity.verify import link_damage
+from tracebound.ledger import Ledger
+from tracebound.pipeline.runner import run_stream
+from tracebound.store.blobs import BlobStore
+from tracebound.store.port import LedgerStore
+
+__all__ = [
+    "BlobCheck",
+    "ChecksumFailure",
+    "ReplayReport",
+    "ReplayedStep",
+    "read_run_records",
+    "replay_run",
+]
+
+BlobCheck = Literal["ok", "missing", "mismatch", "contract"]
+
+
+@dataclass(frozen=True)
+class ChecksumFailure:
+    """One blob that does not back its record: which step, what blob, and what is wrong.
+
+    ``kind`` is ``missing`` (erased or never stored), ``mismatch`` (the bytes do not hash
+    to the digest) or ``contract`` (the bytes are there but are not a valid artifact).
+    """
+
+    step_id: str | None
+    what: Literal["inputs", "artifact", "validation-output"]
+    kind: Literal["missing", "mismatch", "contract"]
+    digest: str
+    detail: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "step_id": self.step_id,
+            "what": self.what,
+            "kind": self.kind,
+            "digest": self.digest,
+            "detail": self.detail,
+        }
+
+
+@dataclass(frozen=True)
+class ReplayedStep:
+    """One ARL entry, rebuilt: the record's fields and the artifact its digest names."""
+
+    position: int
+    step_id: str
+    role: str
+    status: str
+    parent_step_id: str | None
+    error_origin: str | None
+    artifact_hash: str
+    blob: BlobCheck
+    artifact: TPCArtifact | None = None
+    error: str | None = None  # a failed step's recorded error text (redacted)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "position": self.position,
+            "step_id": self.step_id,
+            "role": self.role,
+            "status": self.status,
+            "parent_step_id": self.parent_step_id,
+            "error_origin": self.error_origin,
+            "artifact_hash": self.artifact_hash,
+            "blob": self.blob,
+            "summary": None if self.artifact is None else self.artifact.outputs.summary,
+            "error": self.error,
+        }
+
+
+@dataclass
+class ReplayReport:
+    """A run rebuilt from ``run_id`` and its artifact hashes."""
+
+    run_id: str
+    pipeline: str
+    pipeline_type: str
+    pipeline_ref: str | None
+    critical: bool
+    inputs_digest: str
+    inputs: dict[str, Any] | None
+    status: str  # the newest RunFinished's status; "running" when there is none
+    events: int
+    head: bytes  # the run stream's chain head after its last record
+    steps: list[ReplayedStep] = field(default_factory=list)
+    lineage: dict[str, str | None] = field(default_factory=dict)  # step -> parent
+    blame: list[tuple[str, str | None]] = field(default_factory=list)  # (failed, origin)
+    approvals: list[ApprovalRecorded] = field(default_factory=list)
+    failures: list[ChecksumFailure] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """Every blob is present, matches its digest, and meets the contract."""
+        return not self.failures
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "run_id": self.run_id,
+            "pipeline": self.pipeline,
+            "pipeline_type": self.pipeline_type,
+            "pipeline_ref": self.pipeline_ref,
+            "critical": self.critical,
+            "status": self.status,
+            "events": self.events,
+            "head": self.head.hex(),
+            "inputs_digest": self.inputs_digest,
+            "chain": "ok",
+            "steps": [s.as_dict() for s in self.steps],
+            "lineage": self.lineage,
+            "blame": [{"failed": f, "origin": o} for f, o in self.blame],
+            "approvals": [
+                {
+                    "step_id": a.step_id,
+                    "approver": a.approver,
+                    "decision": a.decision,
+                    "timestamp": a.timestamp.isoformat(),
+                }
+                for a in self.approvals
+            ],
+            "failures": [f.as_dict() for f in self.failures],
+        }
+
+
+def _ranges(positions: Iterable[int]) -> Iterator[tuple[int, int]]:
+    """Consecutive positions as (first, last) ranges: one read per range, not per event."""
+    first = last = None
+    for p in sorted(positions):
+        if last is not None and p == last + 1:
+            last = p
+            continue
+        if first is not None and last is not None:
+            yield first, last
+        first = last = p
+    if first is not None and last is not None:
+        yield first, last
+
+
+def read_run_records(store: LedgerStore, run_id: str) -> list[tuple[RawRecord, RecordedEvent]]:
+    """The run stream's records as stored bytes, each re-hashed and linked from genesis.
+
+    The stream index only says *where* the records are; what is returned is decoded from
+    the bytes that were hashed, so an index that lies cannot change what a caller sees.
+
+    Raises:
+        ConfigError: there is no such run.
+        LedgerDamaged: a record does not hash to its stored hash, does not link to the one
+            before it, or is not where the index says.
+    """
+    stream = run_stream(run_id)
+    positions = [e.position for e in store.read_stream(stream)]
+    if not positions:
+        raise ConfigError(f"no run {run_id!r} in this ledger")
+    raws: list[RawRecord] = []
+    for first, last in _ranges(positions):
+        raws += store.read_raw(start=first, stop=last)
+    out: list[tuple[RawRecord, RecordedEvent]] = []
+    version, head = 0, bytes(GENESIS)
+    for raw in raws:
+        if raw.stream_id != stream:
+            raise LedgerDamaged(
+                DamageKind.TAMPER, raw.position, f"indexed in {stream!r} but stored as another"
+            )
+        damage = link_damage(stream, version, head, raw)
+        if damage is not None:
+            raise damage
+        if chain_hash(raw.prev_hash, raw.body) != raw.hash:
+            raise LedgerDamaged(
+                DamageKind.TAMPER, raw.position, "the record's bytes do not hash to its hash"
+            )
+        event = decode_record(raw.body, raw.hash)
+        if (event.stream_id, event.stream_version, event.position) != (
+            stream,
+            raw.stream_version,
+            raw.position,
+        ):
+            raise LedgerDamaged(
+                DamageKind.TAMPER, raw.position, "the record's bytes disagree with its columns"
+            )
+        version, head = raw.stream_version, raw.hash
+        out.append((raw, event))
+    return out
+
+
+def _fetch(
+    blobs: BlobStore,
+    digest: str,
+    step_id: str | None,
+    what: Literal["inputs", "artifact", "validation-output"],
+    failures: list[ChecksumFailure],
+) -> bytes | None:
+    try:
+        return blobs.get(digest)
+    except IntegrityError as exc:
+        failures.append(ChecksumFailure(step_id, what, "mismatch", digest, str(exc)))
+    except StorageError as exc:
+        failures.append(ChecksumFailure(step_id, what, "missing", digest, str(exc)))
+    return None
+
+
+def _step(
+    raw: RawRecord, s: StepRecorded, blobs: BlobStore, failures: list[ChecksumFailure]
+) -> ReplayedStep:
+    data = _fetch(blobs, s.artifact_hash, s.step_id, "artifact", failures)
+    step = ReplayedStep(
+        position=raw.position,
+        step_id=s.step_id,
+        role=s.role,
+        status=s.status,
+        parent_step_id=s.parent_step_id,
+        error_origin=s.error_origin,
+        artifact_hash=s.artifact_hash,
+        blob="ok",
+    )
+    if data is None:
+        return replace(step, blob=failures[-1].kind)
+    try:
+        artifact, error = _decode_artifact(data, s)
+    except ValidationFailed as exc:
+        detail = f"not a valid artifact: {exc}"
+        failures.append(ChecksumFailure(s.step_id, "artifact", "contract", s.artifact_hash, detail))
+        return replace(step, blob="contract")
+    return replace(step, artifact=artifact, error=error)
+
+
+def _decode_artifact(data: bytes, s: StepRecorded) -> tuple[TPCArtifact | None, str | None]:
+    """The artifact a blob holds, checked against the TPC contract and the step's role; a
+    failed step's blob is its error record ``{"step": ..., "error": ...}`` instead."""
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise ValidationFailed("$", f"not JSON: {exc}") from exc
+    if s.status == "error":
+        if not isinstance(doc, dict) or doc.get("step") != s.step_id:
+            raise ValidationFailed("$", "not the error record of this step")
+        return None, str(doc.get("error"))
+    artifact = validate_tpc(doc)
+    if artifact.role != s.role:
+        raise ValidationFailed("role", f"is {artifact.role} but the step is a {s.role}")
+    return artifact, None
+
+
+def _decode_inputs(data: bytes) -> dict[str, Any]:
+    try:
+        loaded = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise ValidationFailed("$", f"not JSON: {exc}") from exc
+    if not isinstance(loaded, dict):
+        raise ValidationFailed("$", "the run's inputs are not an object")
+    return loaded
+
+
+def replay_run(ledger: Ledger | LedgerStore, blobs: BlobStore, run_id: str) -> ReplayReport:
+    """Rebuild every step of ``run_id`` from the ledger and the blob store; see the module doc.
+
+    Raises:
+        ConfigError: there is no such run, or its stream does not start with RunStarted.
+        LedgerDamaged: the run's chain is broken (see :func:`read_run_records`).
+    """
+    store = ledger.store if isinstance(ledger, Ledger) else ledger
+    records = read_run_records(store, run_id)
+    first = records[0][1].payload
+    if not isinstance(first, RunStarted):
+        raise ConfigError(f"run {run_id!r} does not start with run_started")
+    failures: list[ChecksumFailure] = []
+    inputs: dict[str, Any] | None = None
+    data = _fetch(blobs, first.inputs_digest, None, "inputs", failures)
+    if data is not None:
+        try:
+            inputs = _decode_inputs(data)
+        except ValidationFailed as exc:
+            failures.append(
+                ChecksumFailure(None, "inputs", "contract", first.inputs_digest, str(exc))
+            )
+    report = ReplayReport(
+        run_id=run_id,
+        pipeline=first.pipeline,
+        pipeline_type=first.pipeline_type,
+        pipeline_ref=first.pipeline_ref,
+        critical=first.critical,
+        inputs_digest=first.inputs_digest,
+        inputs=inputs,
+        status="running",
+        events=len(records),
+        head=records[-1][0].hash,
+        failures=failures,
+    )
+    for raw, event in records:
+        p = event.payload
+        if isinstance(p, StepRecorded):
+            report.steps.append(_step(raw, p, blobs, failures))
+            report.lineage[p.step_id] = p.parent_step_id
+        elif isinstance(p, ValidationRecorded) and p.output_digest is not None:
+            _fetch(blobs, p.output_digest, p.step_id, "validation-output", failures)
+        elif isinstance(p, BlameAssigned):
+            report.blame.append((p.failed_step_id, p.origin_step_id))
+        elif isinstance(p, ApprovalRecorded):
+            report.approvals.append(p)
+        elif isinstance(p, RunFinished):
+            report.status = p.status
+    return report

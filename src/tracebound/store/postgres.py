@@ -1,0 +1,981 @@
+"""The PostgreSQL backend: many writer processes and hosts, one gap-free global order.
+
+**Positions.** A one-row table, ``log_head``, holds the last assigned position. An append
+runs ``UPDATE log_head SET position = position + n RETURNING position`` as the first
+statement of its transaction. The row lock this takes is held until COMMIT, so appends
+serialise on it and each one gets the block of positions right after the previous one.
+Because the lock is released only after the commit is visible to other sessions, commit
+order *is* position order: the positions any reader can see always form a prefix
+``1..k``. A reader tailing the log by position therefore never passes a position that
+commits later. That is the bug of a plain ``bigserial`` event table: its sequence hands
+out numbers without waiting, so transaction 6 can commit before transaction 5, a reader
+sees 6, moves on, and never sees 5.
+
+Only the position comes from the locked row. Stream heads are read by a *later* statement
+of the same transaction: under READ COMMITTED each statement takes a new snapshot, so once
+the lock is held the heads include every earlier append. (A head read in the same statement
+as the lock would use a snapshot from before the wait, and could chain onto a stale head.)
+
+**Record bytes.** The writer canonicalises each payload before the lock
+(:func:`~tracebound.events.record.event_prefix`); under the lock the store formats the
+suffix and hashes, exactly as the SQLite backend does, so the same events at the same
+positions hash to the same bytes in both.
+
+**Durability.** Every session sets ``synchronous_commit = on``: an append returns only once
+its commit record is flushed (and, with synchronous replication configured on the server,
+replicated).
+
+**Subscriptions** LISTEN on a per-schema channel; each append sends ``NOTIFY`` with its
+last position in the same transaction, so the notification is delivered only if and after
+the events commit. **Tracking** keeps projection positions in ``projection_positions``,
+updated in the projection's own transaction.
+
+Every ``psycopg.Error`` is translated into :class:`~tracebound.errors.StorageError` (or
+:class:`~tracebound.errors.ConcurrencyError` for lock and serialisation failures).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from time import monotonic
+from typing import TYPE_CHECKING, Any, Final, Self
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+
+import psycopg
+from blake3 import blake3
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.pq import TransactionStatus
+
+from tracebound.canonical import canonical_bytes
+from tracebound.errors import (
+    ConcurrencyConflict,
+    ConcurrencyError,
+    ConfigError,
+    DamageKind,
+    LedgerDamaged,
+    StorageError,
+    StoreClosed,
+    StoreNotFound,
+    TraceboundError,
+)
+from tracebound.events.envelope import Event, RecordedEvent
+from tracebound.events.record import LedgerFields, decode_record, event_prefix, record_suffix
+from tracebound.ids import ChainHead, Position, StreamId, StreamVersion
+from tracebound.integrity.chain import GENESIS
+from tracebound.store.port import ANY_VERSION, AppendRequest, RawRecord, StreamHead
+
+if TYPE_CHECKING:
+    from tracebound.store.port import LedgerStore, Subscription, SubscriptionStore, TrackingStore
+
+__all__ = [
+    "DEFAULT_SCHEMA",
+    "SCHEMA_VERSION",
+    "PostgresStore",
+    "PostgresSubscription",
+    "PostgresTracking",
+    "parse_url",
+]
+
+DEFAULT_SCHEMA: Final = "tracebound"
+SCHEMA_VERSION: Final = 1
+_PAGE: Final = 1000  # rows per keyset page: bounded memory, one short statement per page
+_VERIFY_PAGE: Final = 2048  # verify's page: a power of two, so a page is one Merkle subtree
+_COPY_THRESHOLD: Final = 64  # rows from which binary COPY beats a pipelined INSERT
+_NO_UPPER: Final = (1 << 62) - 1  # "no upper bound" that still fits a bigint
+_MAX_IDENTIFIER: Final = 63  # PostgreSQL truncates longer names (NAMEDATALEN - 1)
+
+_Conn = psycopg.Connection[tuple[Any, ...]]
+
+_COLUMNS: Final = (
+    "position",
+    "stream_id",
+    "stream_version",
+    "event_type",
+    "workflow_id",
+    "timestamp",
+    "schema_version",
+    "prev_hash",
+    "hash",
+    "body",
+)
+_COPY_TYPES: Final = ["int8", "text", "int8", "text", "text", "text", "int4"] + ["bytea"] * 3
+
+_DDL: Final = """
+CREATE SCHEMA IF NOT EXISTS {schema};
+CREATE TABLE IF NOT EXISTS {meta} (
+    key   text PRIMARY KEY,
+    value text NOT NULL
+);
+CREATE TABLE IF NOT EXISTS {events} (
+    position       bigint  PRIMARY KEY,
+    stream_id      text    NOT NULL,
+    stream_version bigint  NOT NULL,
+    event_type     text    NOT NULL,
+    workflow_id    text,
+    timestamp      text    NOT NULL,
+    schema_version integer NOT NULL,
+    prev_hash      bytea   NOT NULL,
+    hash           bytea   NOT NULL,
+    body           bytea   NOT NULL,
+    UNIQUE (stream_id, stream_version)
+);
+CREATE INDEX IF NOT EXISTS {events_by_workflow} ON {events} (workflow_id, position);
+CREATE TABLE IF NOT EXISTS {checkpoints} (
+    size bigint PRIMARY KEY,
+    note text   NOT NULL
+);
+CREATE TABLE IF NOT EXISTS {log_head} (
+    id       boolean PRIMARY KEY DEFAULT true CHECK (id),
+    position bigint  NOT NULL
+);
+INSERT INTO {log_head} (id, position) VALUES (true, 0) ON CONFLICT DO NOTHING;
+CREATE TABLE IF NOT EXISTS {projection_positions} (
+    name     text   PRIMARY KEY,
+    position bigint NOT NULL CHECK (position >= 0)
+);
+INSERT INTO {meta} (key, value) VALUES ('schema_version', {version}) ON CONFLICT DO NOTHING
+"""
+_TABLES: Final = ("meta", "events", "checkpoints", "log_head", "projection_positions")
+
+
+def _translate(exc: psycopg.Error, what: str) -> TraceboundError:
+    """The tracebound error for a psycopg error: the retryable ones become ConcurrencyError."""
+    if isinstance(
+        exc,
+        psycopg.errors.SerializationFailure
+        | psycopg.errors.DeadlockDetected
+        | psycopg.errors.LockNotAvailable,
+    ):
+        return ConcurrencyError(f"postgresql {what} lost a race, retry: {exc}")
+    if isinstance(exc, psycopg.errors.InvalidSchemaName | psycopg.errors.UndefinedTable):
+        return StoreNotFound(f"postgresql {what}: no ledger here ({exc}); create it first")
+    return StorageError(f"postgresql {what} failed: {exc}")
+
+
+@contextmanager
+def _translated(what: str) -> Iterator[None]:
+    """Turn psycopg errors into tracebound errors: no backend exception escapes the API."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        raise _translate(exc, what) from exc
+
+
+def parse_url(url: str) -> tuple[str, str]:
+    """Split a store URL into a libpq connection string and the schema it names.
+
+    ``postgresql://user@host:5432/db?schema=ledger&sslmode=require``: ``schema`` is ours
+    (default ``tracebound``); every other query parameter is libpq's and stays in the DSN.
+    ``postgres://`` is accepted too, as libpq accepts it.
+    """
+    parts = urlsplit(url)
+    if parts.scheme not in {"postgresql", "postgres"}:
+        raise ConfigError(f"not a postgresql:// URL: {url!r}")
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    schemas = [v for k, v in query if k == "schema"]
+    if len(schemas) > 1:
+        raise ConfigError("a store URL names one schema")
+    rest = urlencode([(k, v) for k, v in query if k != "schema"], quote_via=quote)
+    dsn = urlunsplit(("postgresql", parts.netloc, parts.path, rest, parts.fragment))
+    return dsn, schemas[0] if schemas else DEFAULT_SCHEMA
+
+
+def _display_url(conninfo: str, schema: str) -> str:
+    """A ``postgresql://`` URL that reopens this store, without the password.
+
+    The URL is shown to people (``tracebound init`` prints it) and handed to verify's worker
+    processes; a password given in the DSN is left out, so those connect with libpq's own
+    sources (``PGPASSWORD``, ``~/.pgpass``) or trust/peer authentication.
+    """
+    params = {k: str(v) for k, v in conninfo_to_dict(conninfo).items() if v is not None}
+    params.pop("password", None)
+    user = params.pop("user", "")
+    dbname = params.pop("dbname", "")
+    host = params.get("host", "")
+    netloc = ""
+    if host and "/" not in host and "," not in host:
+        params.pop("host")
+        port = params.pop("port", "")
+        netloc = f"[{host}]" if ":" in host else host
+        netloc += f":{port}" if port else ""
+    if user:
+        netloc = f"{quote(user, safe='')}@{netloc}"
+    params["schema"] = schema
+    return urlunsplit(
+        ("postgresql", netloc, "/" + quote(dbname, safe=""), urlencode(params, quote_via=quote), "")
+    )
+
+
+class _Prepared:
+    """An event's writer-side work, done before the lock: canonical prefix and fields."""
+
+    __slots__ = ("event", "fields", "prefix")
+
+    def __init__(self, event: Event) -> None:
+        self.event = event
+        self.prefix = event_prefix(event)
+        self.fields = LedgerFields(event)
+
+
+class _Statements:
+    """Every statement, with the schema's qualified names quoted in once."""
+
+    def __init__(self, schema: str, conn: _Conn) -> None:
+        def q(template: str, **extra: sql.Composable) -> bytes:
+            names: dict[str, sql.Composable] = {t: sql.Identifier(schema, t) for t in _TABLES}
+            # An index lives in its table's schema and is named without one.
+            names["events_by_workflow"] = sql.Identifier("events_by_workflow")
+            names["schema"] = sql.Identifier(schema)
+            names["columns"] = sql.SQL(", ").join(map(sql.Identifier, _COLUMNS))
+            names.update(extra)
+            return sql.SQL(template).format(**names).as_bytes(conn)
+
+        self.ddl = q(_DDL, version=sql.Literal(str(SCHEMA_VERSION)))
+        self.allocate = q("UPDATE {log_head} SET position = position + %s RETURNING position")
+        self.head = q(
+            "SELECT stream_version, hash FROM {events} WHERE stream_id = %s "
+            "ORDER BY stream_version DESC LIMIT 1"
+        )
+        self.heads = q(
+            "SELECT s.sid, e.stream_version, e.hash FROM unnest(%s::text[]) AS s(sid) "
+            "LEFT JOIN LATERAL (SELECT stream_version, hash FROM {events} "
+            "WHERE stream_id = s.sid ORDER BY stream_version DESC LIMIT 1) AS e ON true"
+        )
+        # One statement for any number of rows (a column per array), so that in a pipeline
+        # it is queued with NOTIFY and COMMIT instead of syncing on its own as executemany does.
+        self.insert = q(
+            "INSERT INTO {events} ({columns}) SELECT * FROM unnest("
+            "%s::int8[], %s::text[], %s::int8[], %s::text[], %s::text[], %s::text[], "
+            "%s::int4[], %s::bytea[], %s::bytea[], %s::bytea[])"
+        )
+        self.copy = q("COPY {events} ({columns}) FROM STDIN (FORMAT BINARY)")
+        self.notify = q("SELECT pg_notify(%s, %s)")
+        self.size = q("SELECT COALESCE(MAX(position), 0) FROM {events}")
+        self.read_raw = q(
+            "SELECT {columns} FROM {events} WHERE position >= %s AND position <= %s "
+            "ORDER BY position LIMIT %s"
+        )
+        self.read_tail = q(
+            "SELECT position, hash, body FROM {events} WHERE position > %s "
+            "ORDER BY position LIMIT %s"
+        )
+        self.read_stream = q(
+            "SELECT position, stream_version, hash, body FROM {events} "
+            "WHERE stream_id = %s AND stream_version >= %s AND stream_version <= %s "
+            "ORDER BY stream_version LIMIT %s"
+        )
+        self.save_checkpoint = q(
+            "INSERT INTO {checkpoints} (size, note) VALUES (%s, %s) "
+            "ON CONFLICT (size) DO UPDATE SET note = excluded.note"
+        )
+        self.latest_checkpoint = q("SELECT note FROM {checkpoints} ORDER BY size DESC LIMIT 1")
+        self.checkpoints = q("SELECT size, note FROM {checkpoints} ORDER BY size")
+        self.get_meta = q("SELECT value FROM {meta} WHERE key = %s")
+        self.set_meta = q(
+            "INSERT INTO {meta} (key, value) VALUES (%s, %s) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+        )
+        # ON CONFLICT DO UPDATE locks an existing row and returns its newest value, so one
+        # statement both creates a projection's row and serialises its workers.
+        self.track = q(
+            "INSERT INTO {projection_positions} (name, position) VALUES (%s, 0) "
+            "ON CONFLICT (name) DO UPDATE SET position = {projection_positions}.position "
+            "RETURNING position"
+        )
+        self.advance = q("UPDATE {projection_positions} SET position = %s WHERE name = %s")
+        self.tracked = q("SELECT position FROM {projection_positions} WHERE name = %s")
+        self.missing_tables = q(
+            "SELECT t FROM unnest(%s::text[]) AS t "
+            "WHERE to_regclass(quote_ident(%s) || '.' || quote_ident(t)) IS NULL"
+        )
+
+
+def _channel(schema: str) -> str:
+    """The NOTIFY channel of a schema: one per ledger, so two ledgers never wake each other."""
+    name = f"tracebound.{schema}"
+    if len(name.encode()) > _MAX_IDENTIFIER:  # keep it unique rather than let it be truncated
+        name = "tracebound." + blake3(schema.encode()).hexdigest()[:40]
+    return name
+
+
+class PostgresStore:
+    """A ledger in one PostgreSQL schema. Safe to share between threads; open one per process.
+
+    Each thread gets its own connection (a psycopg connection serves one thread at a time).
+
+    Args:
+        dsn: a libpq connection string or ``postgresql://`` URI, without ``schema``
+            (see :func:`parse_url` for store URLs).
+        schema: the schema holding this ledger's tables; several ledgers can share a database.
+        create: create the schema and tables if they are missing; otherwise a missing ledger
+            raises StoreNotFound. Existing tables are never touched, so a role without CREATE
+            privileges (or a read replica) can open a ledger someone else created.
+        notify: send NOTIFY for subscribers with each append. NOTIFY takes a database-wide
+            lock at commit; appends are serialised anyway, so it only costs if other
+            applications in the same database notify heavily.
+        lock_timeout: seconds an append waits for the log's lock before failing with
+            ConcurrencyError; None waits as long as it takes.
+        connect_timeout: seconds to wait for a connection.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str = DEFAULT_SCHEMA,
+        create: bool = True,
+        notify: bool = True,
+        lock_timeout: float | None = None,
+        connect_timeout: float = 30.0,
+    ) -> None:
+        if not schema or len(schema.encode()) > _MAX_IDENTIFIER or "\x00" in schema:
+            raise ConfigError(f"schema must be 1-{_MAX_IDENTIFIER} bytes, not {schema!r}")
+        try:
+            conninfo_to_dict(dsn)
+        except psycopg.Error as exc:
+            raise ConfigError(f"invalid PostgreSQL connection string: {exc}") from exc
+        self._dsn = dsn
+        self.schema = schema
+        self.channel = _channel(schema)
+        self.url = _display_url(dsn, schema)
+        self._notify = notify
+        self._lock_timeout = lock_timeout
+        self._connect_timeout = connect_timeout
+        self._local = threading.local()
+        self._closed = False
+        self._pid = os.getpid()
+        self._connections: list[tuple[threading.Thread, _Conn]] = []
+        self._inherited: list[_Conn] = []  # a parent's sockets: never used, never closed
+        self._connections_lock = threading.Lock()
+        with _translated("open"):
+            conn = self._conn()
+            self._sql = _Statements(schema, conn)
+            missing = conn.execute(self._sql.missing_tables, (list(_TABLES), schema)).fetchall()
+            if missing:
+                if not create:
+                    raise StoreNotFound(f"no ledger in schema {schema!r} at {self.url}")
+                with conn.transaction():
+                    # Concurrent CREATE ... IF NOT EXISTS can still collide in the catalog;
+                    # a transaction-scoped advisory lock makes first-time creation one-at-a-time.
+                    conn.execute(
+                        "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                        (f"tracebound:{schema}",),
+                    )
+                    conn.execute(self._sql.ddl)
+
+    # -- connections ---------------------------------------------------------------------
+
+    def _connect(self) -> _Conn:
+        """A new autocommit session with the settings every tracebound session needs."""
+        conn: _Conn = psycopg.connect(
+            self._dsn,
+            autocommit=True,
+            connect_timeout=max(1, round(self._connect_timeout)),
+            application_name="tracebound",
+        )
+        try:
+            conn.execute("SET synchronous_commit TO on")
+            if self._lock_timeout is not None:
+                ms = max(1, round(self._lock_timeout * 1000))
+                conn.execute(sql.SQL("SET lock_timeout TO {}").format(sql.Literal(ms)))
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _conn(self) -> _Conn:
+        if self._closed:
+            raise StoreClosed(f"{self.url} is closed")
+        if os.getpid() != self._pid:
+            self._forget_parent_connections()
+        conn: _Conn | None = getattr(self._local, "conn", None)
+        if conn is not None and not conn.broken and not conn.closed:
+            return conn
+        conn = self._connect()
+        self._local.conn = conn
+        with self._connections_lock:
+            # Threads come and go; their connections go with them, not at close() only.
+            alive = []
+            for thread, c in self._connections:
+                if thread.is_alive() and not c.closed:
+                    alive.append((thread, c))
+                else:
+                    c.close()
+            alive.append((threading.current_thread(), conn))
+            self._connections = alive
+        return conn
+
+    def _forget_parent_connections(self) -> None:
+        """After fork: the parent's sessions are not ours to use, nor to close (closing
+        would send the server a goodbye on the parent's socket)."""
+        with self._connections_lock:
+            self._inherited.extend(c for _, c in self._connections)
+            self._connections = []
+            self._local = threading.local()
+            self._pid = os.getpid()
+
+    def close(self) -> None:
+        with self._connections_lock:
+            for _, conn in self._connections:
+                conn.close()
+            self._connections.clear()
+        self._closed = True
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- appends -------------------------------------------------------------------------
+
+    def append(
+        self,
+        stream_id: str,
+        events: Sequence[Event],
+        *,
+        expected_version: int | None = ANY_VERSION,
+    ) -> list[RecordedEvent]:
+        return self.append_batch([AppendRequest(StreamId(stream_id), events, expected_version)])
+
+    def append_batch(self, requests: Sequence[AppendRequest]) -> list[RecordedEvent]:
+        prepared = [(r, [_Prepared(e) for e in r.events]) for r in requests]
+        count = sum(len(items) for _, items in prepared)
+        streams = list(dict.fromkeys(r.stream_id for r in requests))
+        with _translated("append"):
+            conn = self._conn()
+            if count < _COPY_THRESHOLD and conn.info.transaction_status == TransactionStatus.IDLE:
+                rows = self._append_pipelined(conn, count, streams, prepared)
+            else:
+                rows = self._append_in_transaction(conn, count, streams, prepared)
+        return _recorded_events(prepared, rows)
+
+    def _append_pipelined(
+        self,
+        conn: _Conn,
+        count: int,
+        streams: Sequence[str],
+        prepared: Sequence[tuple[AppendRequest, list[_Prepared]]],
+    ) -> list[tuple[Any, ...]]:
+        """A small append in two round trips, both of them while the lock is held.
+
+        Round trips made under the lock limit every writer on every host. So BEGIN, the lock
+        and the stream heads go in one pipeline flush; the rows, NOTIFY and COMMIT in a
+        second. (``conn.transaction()`` would add a sync before COMMIT, hence the explicit
+        BEGIN and COMMIT, used only when the session is not already in a transaction.)
+        """
+        try:
+            with conn.pipeline(), conn.cursor() as cur, conn.cursor() as head_cur:
+                conn.execute(b"BEGIN")
+                # The lock: held from here to COMMIT, so commit order is position order.
+                cur.execute(self._sql.allocate, (count,))
+                # A separate statement, so it reads with a snapshot taken after the lock.
+                self._send_heads(head_cur, streams)
+                last = self._allocated(cur)
+                rows = _rows_for(last - count, self._heads(head_cur, streams), prepared)
+                if rows:
+                    conn.execute(self._sql.insert, [list(col) for col in zip(*rows, strict=True)])
+                    if self._notify:
+                        conn.execute(self._sql.notify, (self.channel, str(last)))
+                conn.execute(b"COMMIT")
+        except BaseException:
+            if not conn.broken and conn.info.transaction_status != TransactionStatus.IDLE:
+                with suppress(psycopg.Error):
+                    conn.execute(b"ROLLBACK")
+            raise
+        return rows
+
+    def _append_in_transaction(
+        self,
+        conn: _Conn,
+        count: int,
+        streams: Sequence[str],
+        prepared: Sequence[tuple[AppendRequest, list[_Prepared]]],
+    ) -> list[tuple[Any, ...]]:
+        """A bulk append (binary COPY, which cannot run in a pipeline), or one that joins the
+        session's open transaction (a tracking block), as a savepoint."""
+        with conn.transaction(), conn.cursor() as cur:
+            cur.execute(self._sql.allocate, (count,))  # the lock, as above
+            last = self._allocated(cur)
+            self._send_heads(cur, streams)  # a later statement: a snapshot after the lock
+            rows = _rows_for(last - count, self._heads(cur, streams), prepared)
+            if len(rows) >= _COPY_THRESHOLD:
+                with cur.copy(self._sql.copy) as copy:
+                    copy.set_types(_COPY_TYPES)
+                    for row in rows:
+                        copy.write_row(row)
+            elif rows:
+                cur.execute(self._sql.insert, [list(col) for col in zip(*rows, strict=True)])
+            if self._notify and rows:
+                cur.execute(self._sql.notify, (self.channel, str(last)))
+        return rows
+
+    def _allocated(self, cur: psycopg.Cursor[Any]) -> int:
+        """The last position of the block the lock statement assigned."""
+        row = cur.fetchone()
+        if row is None:
+            raise StorageError(f"{self.url}: the log_head row is missing; recreate the schema")
+        return int(row[0])
+
+    def _send_heads(self, cur: psycopg.Cursor[Any], streams: Sequence[str]) -> None:
+        if len(streams) == 1:
+            cur.execute(self._sql.head, (streams[0],))
+        else:
+            cur.execute(self._sql.heads, (list(streams),))
+
+    @staticmethod
+    def _heads(cur: psycopg.Cursor[Any], streams: Sequence[str]) -> dict[str, StreamHead]:
+        """The heads :meth:`_send_heads` asked for: stream id -> version and chain head."""
+        if len(streams) == 1:
+            row = cur.fetchone()
+            rows = [] if row is None else [(streams[0], *row)]
+        else:
+            rows = cur.fetchall()
+        return {
+            sid: StreamHead(StreamVersion(version), ChainHead(digest))
+            for sid, version, digest in rows
+            if version is not None
+        }
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def _fetch(
+        self, what: str, query: bytes, params: Sequence[Any] | None = None
+    ) -> list[tuple[Any, ...]]:
+        """Run one idempotent statement (a read or an upsert) and return its rows.
+
+        If the session turns out to be dead (the server restarted, a failover), the statement
+        is run once more on a fresh session: it has no effect that could apply twice.
+        Appends are never retried this way, since a lost connection leaves their commit
+        unknown; they fail, and the next call reconnects. Inside a tracking transaction
+        there is no retry either: the transaction is gone with the session.
+        """
+        conn = self._conn()
+        retry = conn.info.transaction_status == TransactionStatus.IDLE
+        try:
+            with _translated(what):
+                return _rows(conn.execute(query, params, binary=True))
+        except StorageError:
+            if not (retry and conn.broken):
+                raise
+        with _translated(what):
+            return _rows(self._conn().execute(query, params, binary=True))
+
+    def stream_head(self, stream_id: str) -> StreamHead | None:
+        rows = self._fetch("read", self._sql.head, (stream_id,))
+        return StreamHead(StreamVersion(rows[0][0]), ChainHead(rows[0][1])) if rows else None
+
+    def size(self) -> int:
+        return int(self._fetch("read", self._sql.size)[0][0])
+
+    def read_raw_pages(
+        self, *, start: int = 1, stop: int | None = None, page_size: int = _VERIFY_PAGE
+    ) -> Iterator[list[tuple[Any, ...]]]:
+        """Pages of rows in :class:`RawRecord` field order: the bulk reader behind ``verify``.
+
+        Keyset pages, each one short statement (its own snapshot): a long reader holds no
+        transaction open, so it neither blocks vacuum nor grows in memory. Positions that
+        are visible always form a prefix (see the module docstring), so paging by position
+        cannot skip a row.
+        """
+        upper = stop if stop is not None else _NO_UPPER
+        cursor = start
+        while cursor <= upper:
+            page = self._fetch("read", self._sql.read_raw, (cursor, upper, page_size))
+            if not page:
+                return
+            yield page
+            cursor = page[-1][0] + 1
+
+    def read_raw(self, *, start: int = 1, stop: int | None = None) -> Iterator[RawRecord]:
+        for page in self.read_raw_pages(start=start, stop=stop, page_size=_PAGE):
+            for row in page:
+                yield RawRecord(*row)
+
+    def read_log(self, *, start: int = 1, stop: int | None = None) -> Iterator[RecordedEvent]:
+        for raw in self.read_raw(start=start, stop=stop):
+            yield _decode_at(raw.position, raw.hash, raw.body)
+
+    def read_stream(
+        self, stream_id: str, *, from_version: int = 1, to_version: int | None = None
+    ) -> Iterator[RecordedEvent]:
+        upper = to_version if to_version is not None else _NO_UPPER
+        cursor = from_version
+        while cursor <= upper:
+            page = self._fetch("read", self._sql.read_stream, (stream_id, cursor, upper, _PAGE))
+            if not page:
+                return
+            for position, version, digest, body in page:
+                event = decode_record(body, digest)
+                if event.stream_id != stream_id or event.stream_version != version:
+                    raise LedgerDamaged(
+                        DamageKind.TAMPER,
+                        position,
+                        f"indexed as {stream_id!r} v{version}, but the record says "
+                        f"{event.stream_id!r} v{event.stream_version}",
+                    )
+                yield event
+            cursor = page[-1][1] + 1
+
+    # -- checkpoints and metadata --------------------------------------------------------
+
+    def save_checkpoint(self, size: int, note: str) -> None:
+        self._fetch("checkpoint", self._sql.save_checkpoint, (size, note))
+
+    def latest_checkpoint(self) -> str | None:
+        rows = self._fetch("read", self._sql.latest_checkpoint)
+        return str(rows[0][0]) if rows else None
+
+    def checkpoints(self) -> list[tuple[int, str]]:
+        return [(int(s), str(n)) for s, n in self._fetch("read", self._sql.checkpoints)]
+
+    def get_meta(self, key: str) -> str | None:
+        rows = self._fetch("read", self._sql.get_meta, (key,))
+        return str(rows[0][0]) if rows else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        self._fetch("write", self._sql.set_meta, (key, value))
+
+    # -- subscriptions -------------------------------------------------------------------
+
+    def subscribe(self, start: int = 1, *, poll_interval: float = 1.0) -> PostgresSubscription:
+        """Follow the log from ``start`` (inclusive): the backlog, then events as they commit.
+
+        ``poll_interval`` is how long a waiting subscriber sleeps between re-reads when no
+        notification arrives: a safety net for writers opened with ``notify=False``, and
+        how quickly a close from another thread is noticed. It is not needed for ordering.
+        """
+        return PostgresSubscription(self, start, poll_interval=poll_interval)
+
+    # -- tracking ------------------------------------------------------------------------
+
+    @contextmanager
+    def tracking(self, name: str, *, expected: int | None = None) -> Iterator[PostgresTracking]:
+        """One transaction for projection ``name``: its writes and its position, atomically.
+
+        The transaction runs on this thread's connection, so an :meth:`append` inside the
+        block joins it too: a process manager can record the events it derives and the
+        position it derived them from in one commit. The projection's row stays locked
+        until the block ends, so two workers of one projection take turns.
+
+        Raises:
+            ConcurrencyConflict: ``expected`` is given and the tracked position differs.
+        """
+        with _translated("tracking"):
+            conn = self._conn()
+            with conn.transaction(), conn.cursor() as cur:
+                row = cur.execute(self._sql.track, (name,)).fetchone()
+                position = 0 if row is None else int(row[0])
+                if expected is not None and expected != position:
+                    raise ConcurrencyConflict(name, expected, position)
+                tx = PostgresTracking(conn, cur, name, position, self._sql.advance)
+                yield tx
+                if conn.info.transaction_status == TransactionStatus.INERROR:
+                    # A statement failed and the caller caught it: COMMIT would quietly roll
+                    # back, and the caller would believe the position advanced.
+                    raise StorageError(
+                        f"projection {name!r}: a statement in the transaction failed; "
+                        "nothing was committed"
+                    )
+
+    def tracked_position(self, name: str) -> int:
+        rows = self._fetch("read", self._sql.tracked, (name,))
+        return int(rows[0][0]) if rows else 0
+
+
+def _rows(cursor: psycopg.Cursor[Any]) -> list[tuple[Any, ...]]:
+    return cursor.fetchall() if cursor.description is not None else []
+
+
+def _decode_at(position: int, digest: bytes, body: bytes) -> RecordedEvent:
+    event = decode_record(body, digest)
+    if event.position != position:
+        raise LedgerDamaged(
+            DamageKind.REORDER,
+            position,
+            f"the record stored here says it is position {event.position}",
+        )
+    return event
+
+
+def _rows_for(
+    last: int,
+    heads: dict[str, StreamHead],
+    prepared: Sequence[tuple[AppendRequest, list[_Prepared]]],
+) -> list[tuple[Any, ...]]:
+    """Rows to insert, positions ``last + 1`` onwards, in :data:`_COLUMNS` order.
+
+    This runs under the log's lock, so it does only what needs the position and the stream
+    heads: format the suffix and hash. The events handed back are built after the commit.
+    """
+    position = last
+    chain: dict[str, tuple[int, bytes]] = {}
+    rows: list[tuple[Any, ...]] = []
+    add = rows.append
+    suffix = record_suffix
+    for request, items in prepared:
+        sid = request.stream_id
+        if sid not in chain:
+            head = heads.get(sid)
+            chain[sid] = (0, GENESIS) if head is None else (head.version, head.head)
+        version, prev = chain[sid]
+        if request.expected_version is not None and request.expected_version != version:
+            raise ConcurrencyConflict(sid, request.expected_version, version)
+        sid_json = canonical_bytes(sid)
+        for item in items:
+            position += 1
+            version += 1
+            fields = item.fields
+            body = item.prefix + suffix(
+                fields,
+                position=position,
+                prev_hash=prev,
+                stream_id_json=sid_json,
+                stream_version=version,
+            )
+            digest = blake3(prev).update(body).digest()
+            ev = item.event
+            add(
+                (
+                    position,
+                    sid,
+                    version,
+                    ev.event_type,
+                    ev.workflow_id,
+                    fields.timestamp[1:-1].decode(),
+                    fields.schema_version,
+                    prev,
+                    digest,
+                    body,
+                )
+            )
+            prev = digest
+        chain[sid] = (version, prev)
+    return rows
+
+
+def _recorded_events(
+    prepared: Sequence[tuple[AppendRequest, list[_Prepared]]], rows: list[tuple[Any, ...]]
+) -> list[RecordedEvent]:
+    """The appended events as the store recorded them, paired with their rows in order."""
+    items = (item for _, batch in prepared for item in batch)
+    return [
+        RecordedEvent.model_construct(
+            **item.event.__dict__,
+            stream_id=StreamId(sid),
+            stream_version=StreamVersion(version),
+            position=Position(position),
+            prev_hash=ChainHead(prev),
+            hash=ChainHead(digest),
+        )
+        for item, (position, sid, version, _, _, _, _, prev, digest, _) in zip(
+            items, rows, strict=True
+        )
+    ]
+
+
+class PostgresTracking:
+    """The projection's side of one tracking transaction (see :meth:`PostgresStore.tracking`).
+
+    ``connection`` and ``cursor`` are the live psycopg objects of the transaction, for
+    writes :meth:`execute` cannot express (COPY, server-side cursors). Errors they raise
+    are translated when they leave the ``with`` block.
+    """
+
+    def __init__(
+        self,
+        connection: _Conn,
+        cursor: psycopg.Cursor[Any],
+        name: str,
+        position: int,
+        advance: bytes,
+    ) -> None:
+        self.connection = connection
+        self.cursor = cursor
+        self._name = name
+        self._position = position
+        self._advance = advance
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def position(self) -> int:
+        return self._position
+
+    def execute(
+        self, query: str, params: Sequence[Any] | Mapping[str, Any] = ()
+    ) -> list[tuple[Any, ...]]:
+        with _translated(f"projection {self._name!r}"):
+            cur = self.cursor.execute(query.encode(), params or None)
+            return cur.fetchall() if cur.description is not None else []
+
+    def advance(self, position: int) -> None:
+        if position <= self._position:
+            # Another worker (or an earlier run) already applied this far.
+            raise ConcurrencyConflict(self._name, position, self._position)
+        with _translated(f"projection {self._name!r}"):
+            self.cursor.execute(self._advance, (position, self._name))
+        self._position = position
+
+
+class PostgresSubscription:
+    """Catch-up, then live: every event from ``start`` on, in order, exactly once.
+
+    The switch from reading to waiting loses nothing because of its order: LISTEN first (on
+    the subscription's own session, so the server queues every later notification for it),
+    then read the backlog by position, then wait for a notification, then read again from
+    the last position seen. An event that commits while the backlog is read is either in
+    the read or announced by a notification that is already queued. Reads are always by
+    position greater than the last one handed out, and visible positions are a prefix of
+    the log, so nothing is skipped or repeated. A notification carries the appending
+    transaction's last position; one that announces nothing new is skipped without a read.
+    """
+
+    def __init__(
+        self,
+        store: PostgresStore,
+        start: int = 1,
+        *,
+        poll_interval: float = 1.0,
+        page_size: int = _PAGE,
+    ) -> None:
+        if start < 1:
+            raise ConfigError(f"positions start at 1, not {start}")
+        self._store = store
+        self._last = start - 1
+        self._announced = 0  # the highest position a notification announced
+        self._poll = poll_interval
+        self._page = page_size
+        self._buffer: deque[RecordedEvent] = deque()
+        self._closed = False
+        self._waiting = False
+        self._lock = threading.Lock()
+        with _translated("subscribe"):
+            if store._closed:
+                raise StoreClosed(f"{store.url} is closed")
+            self._conn = store._connect()
+            self._wake = f"{store.channel}.wake.{self._conn.info.backend_pid}"[:_MAX_IDENTIFIER]
+            self._conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(store.channel)))
+            self._conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._wake)))
+        self._statement = store._sql.read_tail
+
+    @property
+    def last_position(self) -> int:
+        return self._last
+
+    def __iter__(self) -> Iterator[RecordedEvent]:
+        return self
+
+    def __next__(self) -> RecordedEvent:
+        while True:
+            event = self.next_event(timeout=None)
+            if event is not None:
+                return event
+            if self._closed:
+                raise StopIteration
+
+    def next_event(self, timeout: float | None = None) -> RecordedEvent | None:
+        deadline = None if timeout is None else monotonic() + timeout
+        while not self._closed:
+            if not self._buffer:
+                self._fill()
+            if self._buffer:
+                event = self._buffer.popleft()
+                self._last = event.position
+                return event
+            wait = self._poll
+            if deadline is not None:
+                wait = min(wait, deadline - monotonic())
+                if wait <= 0:
+                    return None
+            self._wait(wait)
+        return None
+
+    def _fill(self) -> None:
+        """Read the next page after the last position handed out."""
+        with self._lock:
+            if self._closed:
+                return
+            with _translated("subscription read"):
+                rows = self._conn.execute(
+                    self._statement, (self._last, self._page), binary=True
+                ).fetchall()
+        expected = self._last + 1
+        for position, digest, body in rows:
+            if position != expected:  # visible positions form a prefix; a hole is damage
+                raise LedgerDamaged(
+                    DamageKind.GAP, expected, f"position {expected} is missing from the log"
+                )
+            self._buffer.append(_decode_at(position, digest, body))
+            expected += 1
+
+    def _wait(self, seconds: float) -> None:
+        """Wait until a notification announces a position past the last one seen."""
+        deadline = monotonic() + seconds
+        with self._lock:
+            if self._closed:
+                return
+            self._waiting = True
+        try:
+            with _translated("subscription wait"):
+                while self._announced <= self._last and not self._closed:
+                    remaining = deadline - monotonic()
+                    if remaining <= 0:
+                        return  # no news: the caller re-reads anyway (the safety net)
+                    for notify in self._conn.notifies(timeout=remaining, stop_after=1):
+                        if notify.channel == self._store.channel:
+                            self._announce(notify.payload)
+        finally:
+            self._end_wait()
+
+    def _end_wait(self) -> None:
+        """Leave the wait; if close() came meanwhile, this thread closes the connection."""
+        with self._lock:
+            self._waiting = False
+            if self._closed:
+                self._conn.close()
+
+    def _announce(self, payload: str) -> None:
+        try:
+            self._announced = max(self._announced, int(payload))
+        except ValueError:
+            self._announced = self._last + 1  # unreadable: read to find out
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            waiting = self._waiting
+            if not waiting:
+                self._conn.close()
+        if waiting:
+            # The owner thread is blocked in the wait: wake it through the server, and it
+            # closes the connection itself (closing a socket another thread is polling is
+            # unsafe). If that fails, it notices within poll_interval.
+            try:
+                with _translated("subscription close"):
+                    self._store._conn().execute("SELECT pg_notify(%s, '')", (self._wake,))
+            except TraceboundError:
+                pass
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+if TYPE_CHECKING:  # mypy holds the classes to the port's protocols
+
+    def _meets_the_port(
+        store: PostgresStore, sub: PostgresSubscription
+    ) -> tuple[LedgerStore, SubscriptionStore, TrackingStore, Subscription]:
+        return store, store, store, sub

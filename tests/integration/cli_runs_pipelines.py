@@ -1,0 +1,92 @@
+"""Pipelines the CLI tests start and resume by reference (``cli_runs_pipelines:<name>``).
+
+The tests put this file's directory on PYTHONPATH, so `tracebound resume` imports the
+pipeline exactly as a user's shell would. ``python cli_runs_pipelines.py NAME [SECRET]``
+starts a run with the same files the CLI uses (RunnerConfig defaults in the working
+directory) and prints ``{"run_id": ..., "status": ...}``.
+
+Pipelines: ``gated`` (an Executor bumps requirements.txt, a sensitive path), ``harmful``
+(critical; the Critic reports a harmful output it cannot attribute), and ``clean``
+(critical, nothing goes wrong).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from tracebound.pipeline.config import RunnerConfig
+from tracebound.pipeline.runtime import Pipeline, StepContext
+
+
+def tpc(role: str, **overrides: Any) -> dict[str, Any]:
+    artifact: dict[str, Any] = {
+        "role": role,
+        "goal": "upgrade urllib3 past the advisory",
+        "input_refs": [],
+        "assumptions": [],
+        "constraints": [],
+        "actions": ["analyse the advisory"],
+        "outputs": {"summary": f"{role} done", "artifacts": []},
+        "diffs": [],
+        "tests_run": [],
+        "confidence": 8000,
+        "risks": [],
+        "cost_est": {"prompt_tokens": 1000, "compute_usd_est": "0.01"},
+        "latency_est": {"p50_ms": 800, "p95_ms": 1500},
+        "required_validations": [],
+        "handoff_envelope": {
+            "assumptions": ["the repository builds"],
+            "constraints": ["no-exec"],
+            "required_validations": ["schema-validation"],
+            "minimal_diff": "bump one pin",
+        },
+    }
+    artifact.update(overrides)
+    return artifact
+
+
+def _pipeline(name: str, *, path: str, critical: bool, harmful: bool) -> Pipeline:
+    pipe = Pipeline(
+        name, pipeline_type="remediation", critical=critical, ref=f"cli_runs_pipelines:{name}"
+    )
+
+    @pipe.planner()
+    def plan(ctx: StepContext) -> dict[str, object]:
+        return tpc("Planner", goal=f"fix {ctx.inputs.get('ticket', '?')}")
+
+    @pipe.executor()
+    def execute(ctx: StepContext) -> dict[str, object]:
+        token = ctx.inputs.get("token", "")
+        diff = f"--- a/{path}\n+++ b/{path}\n-urllib3==1.26.0\n+urllib3==2.2.2\n"
+        return tpc("Executor", diffs=[diff], outputs={"summary": f"used {token}", "artifacts": []})
+
+    @pipe.critic()
+    def review(ctx: StepContext) -> dict[str, object]:
+        if harmful:
+            ctx.report("the patch broke an API nobody can trace", unresolved=True)
+        return tpc("Critic")
+
+    return pipe
+
+
+gated = _pipeline("gated", path="requirements.txt", critical=False, harmful=False)
+harmful = _pipeline("harmful", path="src/app.py", critical=True, harmful=True)
+clean = _pipeline("clean", path="src/app.py", critical=True, harmful=False)
+
+
+def main(argv: list[str]) -> None:
+    from tracebound.export.evidence import EvidenceWriter
+
+    pipe = {"gated": gated, "harmful": harmful, "clean": clean}[argv[0]]
+    inputs = {"ticket": "SEC-1", "token": argv[1] if len(argv) > 1 else ""}
+    config = RunnerConfig()
+    with config.open_ledger() as ledger:
+        runner = config.build_runner(ledger, evidence=EvidenceWriter())
+        result = runner.run(pipe, inputs)
+    sys.stdout.write(json.dumps({"run_id": result.run_id, "status": result.status}) + "\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

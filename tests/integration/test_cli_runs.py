@@ -1,0 +1,281 @@
+"""The run commands as a user runs them: real `python -m tracebound` processes, HOME in tmp.
+
+A gated run is started by a small pipeline module (tests/integration/cli_runs_pipelines.py,
+put on PYTHONPATH like a user's own code), approved by a CODEOWNER, resumed by another
+process, measured, replayed and exported as evidence that is then tampered with. The
+RunnerConfig defaults those commands rely on are tested here too, and docs/pipeline.md is
+executed block by block.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tracebound.errors import ConfigError, PolicyUnusable, SigningKeyError
+from tracebound.pipeline.config import RunnerConfig, load_redaction_key
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+SECRET = "ghp_" + "Q7" * 18  # GitHub-token-shaped, fake
+POLICY = """version = 1
+[gate]
+sensitive_paths = ["requirements*.txt"]
+[scopes]
+allowed = ["read", "write"]
+Executor = ["read"]
+after_approval = { Executor = ["read", "write"] }
+"""
+CODEOWNERS = "*  @platform\nrequirements.txt  @alice\n"
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEBOUND_")}
+    env["HOME"] = str(tmp_path / "home")
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(ROOT / "src")])
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["COLUMNS"] = "200"
+    return env
+
+
+class Shell:
+    """`tracebound` and the pipeline module, run as processes in one working directory."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.cwd = tmp_path / "work"
+        self.cwd.mkdir()
+        self.env = _env(tmp_path)
+
+    def run(self, *args: str, code: int | None = 0) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [sys.executable, *args], cwd=self.cwd, env=self.env, capture_output=True,
+            text=True, timeout=180, check=False,
+        )  # fmt: skip
+        if code is not None:
+            assert proc.returncode == code, (args, proc.returncode, proc.stdout, proc.stderr)
+        return proc
+
+    def tb(self, *args: str, code: int | None = 0) -> subprocess.CompletedProcess[str]:
+        return self.run("-m", "tracebound", *args, code=code)
+
+    def tb_json(self, *args: str, code: int | None = 0) -> dict[str, Any]:
+        out: dict[str, Any] = json.loads(self.tb(*args, "--json", code=code).stdout)
+        return out
+
+    def start(self, pipeline: str, secret: str = "") -> str:
+        proc = self.run(str(HERE / "cli_runs_pipelines.py"), pipeline, secret)
+        run_id: str = json.loads(proc.stdout.strip().splitlines()[-1])["run_id"]
+        return run_id
+
+
+@pytest.fixture
+def sh(tmp_path: Path) -> Shell:
+    shell = Shell(tmp_path)
+    shell.tb("init", "--origin", "test.example/cli-runs")
+    shell.tb("keys", "init")
+    (shell.cwd / "tracebound-policy.toml").write_text(POLICY)
+    (shell.cwd / "CODEOWNERS").write_text(CODEOWNERS)
+    return shell
+
+
+def test_gated_run_approve_resume_replay_and_evidence(sh: Shell) -> None:
+    run = sh.start("gated", SECRET)
+    (row,) = sh.tb_json("runs")["runs"]
+    assert (row["run_id"], row["status"], row["waiting_at"], row["owners"]) == (
+        run,
+        "gated",
+        "execute",
+        ["@alice"],
+    )
+
+    refused = sh.tb_json("approve", run, "execute", "--as", "@mallory", code=2)
+    assert refused["error"]["kind"] == "NotAnOwner"
+    assert "requirements.txt" in refused["error"]["message"]
+    not_gated = sh.tb_json("approve", run, "plan", "--as", "@alice", code=2)
+    assert "not gated" in not_gated["error"]["message"]
+    # Resuming before anyone decided leaves the run waiting (exit 3: incomplete).
+    assert sh.tb_json("resume", run, code=3)["status"] == "gated"
+
+    approval = sh.tb_json("approve", run, "execute", "--as", "@alice")
+    assert (approval["approver"], approval["decision"]) == ("@alice", "approved")
+    assert approval["timestamp"].endswith("+00:00")
+    assert sh.tb_json("approve", run, "execute", "--as", "@alice", code=2)["error"]
+
+    done = sh.tb_json("resume", run)
+    assert (done["status"], done["evidence"]) == ("completed", f"artifacts/agent-runs/{run}.json")
+    assert [s["status"] for s in done["steps"]][-2:] == ["success", "success"]
+    assert sh.tb_json("runs")["runs"][0]["status"] == "completed"
+
+    replayed = sh.tb_json("replay", run)
+    assert replayed["ok"] and replayed["chain"] == "ok"
+    assert [s["step_id"] for s in replayed["steps"]] == ["plan", "execute", "execute", "review"]
+    assert replayed["approvals"][0]["approver"] == "@alice"
+    rerun = sh.tb_json("replay", run, "--rerun")
+    assert rerun["rerun"]["identical"] and rerun["rerun"]["divergence"] is None
+
+    evidence = sh.cwd / "artifacts" / "agent-runs" / f"{run}.json"
+    assert SECRET not in evidence.read_text()
+    checked = sh.tb_json("verify-evidence", str(evidence))
+    assert checked["ok"] and checked["signed"] and checked["run_id"] == run
+    assert "OK" in sh.tb("verify-evidence", str(evidence)).stdout
+
+    tampered = sh.cwd / "tampered.json"
+    tampered.write_text(evidence.read_text().replace('"status": "completed"', '"status": "failed"'))
+    bad = sh.tb_json("verify-evidence", str(tampered), code=1)
+    assert bad["error"]["kind"] == "EvidenceInvalid" and "integrity" in bad["error"]["message"]
+
+
+def test_reject_ends_the_run(sh: Shell) -> None:
+    run = sh.start("gated")
+    assert sh.tb_json("reject", run, "execute", "--as", "@platform", code=2)["error"]
+    rejected = sh.tb_json("reject", run, "execute", "--as", "@alice")
+    assert rejected["decision"] == "rejected"
+    ended = sh.tb_json("resume", run, code=1)
+    assert (ended["status"], ended["failed_step"]) == ("rejected", "execute")
+
+
+def test_metrics_check_exit_codes(sh: Shell) -> None:
+    sh.start("clean")
+    assert sh.tb_json("metrics", "--check")["violations"] == []
+    sh.start("harmful")
+    failed = sh.tb_json("metrics", "--check", code=1)
+    assert {(v["pipeline"], v["metric"], v["role"]) for v in failed["violations"]} == {
+        ("harmful", "harm_rate", None),
+        ("harmful", "unresolved_origin", "Executor"),
+    }
+    assert failed["by_role"]["Executor"]["unresolved_origin"] == 1
+    assert failed["by_pipeline_type"]["remediation"]["outputs"] == 6
+    text = sh.tb("metrics", "--check", code=1).stdout
+    assert "SLO violation" in text and "harmful: unresolved_origin (Executor) = 1" in text
+    # Without --check the same numbers are a report, not a failure.
+    assert sh.tb_json("metrics")["ok"]
+    assert sh.tb_json("metrics", "--check", "--pipeline", "clean")["violations"] == []
+    assert "no runs" in sh.tb_json("metrics", "--pipeline", "nope", code=2)["error"]["message"]
+
+
+def test_resume_fails_closed_without_a_policy(sh: Shell) -> None:
+    run = sh.start("gated")
+    sh.tb("approve", run, "execute", "--as", "@alice")
+    (sh.cwd / "tracebound-policy.toml").unlink()
+    error = sh.tb_json("resume", run, code=2)["error"]
+    assert error["kind"] == "PolicyUnusable" and "tracebound-policy.toml" in error["message"]
+    (sh.cwd / "empty.toml").write_text("")
+    assert sh.tb_json("resume", run, "--policy", "empty.toml", code=2)["error"]["kind"] == (
+        "PolicyUnusable"
+    )
+
+
+def test_verify_evidence_needs_a_key_and_reports_unsigned(sh: Shell, tmp_path: Path) -> None:
+    run = sh.start("clean")
+    evidence = sh.cwd / "artifacts" / "agent-runs" / f"{run}.json"
+    other_home = tmp_path / "auditor"
+    sh.env["HOME"] = str(other_home)  # an auditor without the ledger's key files
+    assert sh.tb_json("verify-evidence", str(evidence), code=2)["error"]["kind"] == (
+        "PolicyUnusable"
+    )
+    sh.env["HOME"] = str(tmp_path / "home")
+    key = sh.tb_json("keys", "show")["verifier_key"]
+    sh.env["HOME"] = str(other_home)
+    assert sh.tb_json("verify-evidence", str(evidence), "--verifier-key", key)["ok"]
+    doc = json.loads(evidence.read_text())
+    doc.update(checkpoint=None, tree_size=None, proofs=[])
+    from tracebound.export.evidence import integrity_hash
+
+    doc["integrity"]["hash"] = integrity_hash(doc)
+    unsigned = sh.cwd / "unsigned.json"
+    unsigned.write_text(json.dumps(doc))
+    out = sh.tb_json("verify-evidence", str(unsigned), "--verifier-key", key, code=3)
+    assert out["signed"] is False
+
+
+def test_replay_reports_a_missing_blob(sh: Shell) -> None:
+    run = sh.start("clean")
+    replayed = sh.tb_json("replay", run)
+    digest = replayed["steps"][1]["artifact_hash"].removeprefix("sha256:")
+    (sh.cwd / ".tracebound" / "blobs" / "sha256" / digest[:2] / digest[2:]).unlink()
+    broken = sh.tb_json("replay", run, code=1)
+    assert [(f["step_id"], f["kind"]) for f in broken["failures"]] == [("execute", "missing")]
+    assert "missing" in sh.tb("replay", run, code=1).stdout
+    assert sh.tb_json("replay", "no-such-run", code=2)["error"]["kind"] == "ConfigError"
+
+
+# -- RunnerConfig ----------------------------------------------------------------------------
+
+
+def test_redaction_key_is_created_once_outside_the_store(tmp_path: Path) -> None:
+    path = tmp_path / "keys" / "redaction.key"
+    key = load_redaction_key(path, store_dir=tmp_path / "store")
+    assert len(key) == 32 and stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert load_redaction_key(path) == key  # created on first use only
+    with pytest.raises(SigningKeyError, match="inside the store"):
+        load_redaction_key(tmp_path / "store" / "r.key", store_dir=tmp_path / "store")
+    path.chmod(0o644)
+    with pytest.raises(SigningKeyError, match="chmod 600"):
+        load_redaction_key(path)
+    short = tmp_path / "short.key"
+    short.write_bytes(b"x" * 16)
+    short.chmod(0o600)
+    with pytest.raises(SigningKeyError, match="16 bytes"):
+        load_redaction_key(short)
+    with pytest.raises(SigningKeyError, match="no redaction key"):
+        load_redaction_key(tmp_path / "absent.key", create=False)
+
+
+def test_runner_config_defaults_and_clear_errors(tmp_path: Path) -> None:
+    config = RunnerConfig(base=tmp_path, redaction_key=tmp_path / "k" / "r.key")
+    assert config.store_dir() == tmp_path / ".tracebound"
+    assert config.blobs_dir() == tmp_path / ".tracebound" / "blobs"
+    assert config.policy_path() == tmp_path / "tracebound-policy.toml"
+    with pytest.raises(PolicyUnusable, match="no policy"):
+        config.load_policy()
+    assert config.load_codeowners() is None
+    with pytest.raises(PolicyUnusable, match="nobody may lift a gate"):
+        config.load_codeowners(required=True)
+    (tmp_path / ".github").mkdir()
+    (tmp_path / ".github" / "CODEOWNERS").write_text("* @ops\n")
+    owners = config.load_codeowners()
+    assert owners is not None and owners.owners_of("x") == ("@ops",)
+    (tmp_path / "CODEOWNERS").write_text("* @root-owner\n")
+    owners = config.load_codeowners()
+    assert owners is not None and owners.owners_of("x") == ("@root-owner",)
+    remote = RunnerConfig(store="postgresql://db.example/ledger", base=tmp_path)
+    assert remote.store_dir() is None
+    with pytest.raises(ConfigError, match="--blobs"):
+        remote.blobs_dir()
+    assert RunnerConfig(store="sqlite:///elsewhere/l.db", base=tmp_path).blobs_dir() == (
+        tmp_path / "elsewhere" / "blobs"
+    )
+
+
+# -- docs/pipeline.md -----------------------------------------------------------------------
+
+DOC = ROOT / "docs" / "pipeline.md"
+
+
+def test_the_pipeline_guide_runs_as_written(tmp_path: Path) -> None:
+    """Every block of docs/pipeline.md, in order: files are written, shell and Python run."""
+    shell = Shell(tmp_path)
+    blocks = re.findall(r"```(\w+)([^\n]*)\n(.*?)```", DOC.read_text(encoding="utf-8"), re.S)
+    kinds = [(lang, info.strip()) for lang, info, _ in blocks]
+    assert ("python", "file=remediate.py") in kinds and kinds.count(("bash", "")) >= 5
+    for lang, info, body in blocks:
+        if info.strip().startswith("file="):
+            (shell.cwd / info.strip().removeprefix("file=")).write_text(body)
+        elif lang == "bash":
+            proc = subprocess.run(
+                ["bash", "-euo", "pipefail", "-c", body], cwd=shell.cwd, env=shell.env,
+                capture_output=True, text=True, timeout=300, check=False,
+            )  # fmt: skip
+            assert proc.returncode == 0, (body, proc.stdout, proc.stderr)
+        elif lang == "python":
+            shell.run("-c", body)
+    run = (shell.cwd / "run-id.txt").read_text().strip()
+    assert (shell.cwd / "artifacts" / "agent-runs" / f"{run}.json").exists()
