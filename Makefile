@@ -13,7 +13,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev,postgres]'
 	touch $(STAMP)
 
+# The reference remediation pipeline, then the ledger's own tamper demo.
 demo: $(STAMP)
+	$(BIN)/python examples/remediation/remediate.py --approve-as security-lead
 	$(BIN)/tracebound demo
 
 lint: $(STAMP)
