@@ -12,3 +12,8 @@ def shared_vectors_dir() -> Path:
     published (RFC 8785, RFC 6962 / transparency-dev).
     """
     return Path(__file__).resolve().parents[2] / "shared" / "vectors"
+
+
+# A real PostgreSQL server (session-scoped, one per xdist worker) and a fresh database per
+# test; see tests/pg.py. Imported here so every test module can request them by name.
+from tests.pg import postgres_dsn, postgres_server  # noqa: E402, F401

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, TypeVar
+from urllib.parse import urlsplit
 
 import typer
 from rich.console import Console
@@ -32,7 +33,7 @@ from tracebound.errors import (
 from tracebound.integrity.keys import NoteSigner, NoteVerifier
 from tracebound.ledger import Ledger
 from tracebound.store.keyfile import default_key_path, load_signer, load_verifier
-from tracebound.store.url import open_store, store_path
+from tracebound.store.url import DEFAULT_STORE_DIR, open_store, store_path
 from tracebound.store.witness import FileWitness, default_witness_path
 from tracebound.system import RandomIds, SystemClock
 
@@ -167,7 +168,13 @@ def open_ledger(
 
 
 def store_dir(store: str | None) -> Path:
-    """The directory holding a local store (used to keep keys out of it)."""
+    """The local state directory: the store itself, or ``./.tracebound`` for a remote ledger.
+
+    A PostgreSQL ledger keeps its blobs, views and remediation runs in the local directory,
+    and keys and the witness must stay out of it all the same.
+    """
+    if store is not None and urlsplit(str(store)).scheme in {"postgresql", "postgres"}:
+        return DEFAULT_STORE_DIR
     path = store_path(store)
     return path if path.suffix == "" else path.parent
 

@@ -21,6 +21,11 @@ as the lock would use a snapshot from before the wait, and could chain onto a st
 suffix and hashes, exactly as the SQLite backend does, so the same events at the same
 positions hash to the same bytes in both.
 
+**Round trips.** Every round trip made while the lock is held limits every writer on every
+host, so an append of fewer than ``_COPY_THRESHOLD`` events is pipelined into two: BEGIN +
+lock + stream heads, then one multi-row INSERT + NOTIFY + COMMIT. Larger appends stream
+their rows with binary COPY.
+
 **Durability.** Every session sets ``synchronous_commit = on``: an append returns only once
 its commit record is flushed (and, with synchronous replication configured on the server,
 replicated).
@@ -85,7 +90,7 @@ DEFAULT_SCHEMA: Final = "tracebound"
 SCHEMA_VERSION: Final = 1
 _PAGE: Final = 1000  # rows per keyset page: bounded memory, one short statement per page
 _VERIFY_PAGE: Final = 2048  # verify's page: a power of two, so a page is one Merkle subtree
-_COPY_THRESHOLD: Final = 64  # rows from which binary COPY beats a pipelined INSERT
+_COPY_THRESHOLD: Final = 1000  # events from which an append streams rows with binary COPY
 _NO_UPPER: Final = (1 << 62) - 1  # "no upper bound" that still fits a bigint
 _MAX_IDENTIFIER: Final = 63  # PostgreSQL truncates longer names (NAMEDATALEN - 1)
 
@@ -111,6 +116,8 @@ CREATE TABLE IF NOT EXISTS {meta} (
     key   text PRIMARY KEY,
     value text NOT NULL
 );
+-- timestamp is the RFC 3339 text exactly as hashed: verify compares the index columns with
+-- the hashed bytes, so a column that a reader filters by cannot disagree with the record.
 CREATE TABLE IF NOT EXISTS {events} (
     position       bigint  PRIMARY KEY,
     stream_id      text    NOT NULL,
@@ -226,16 +233,22 @@ class _Statements:
     """Every statement, with the schema's qualified names quoted in once."""
 
     def __init__(self, schema: str, conn: _Conn) -> None:
-        def q(template: str, **extra: sql.Composable) -> bytes:
-            names: dict[str, sql.Composable] = {t: sql.Identifier(schema, t) for t in _TABLES}
+        def q(template: str, *, params: bool = True, **extra: sql.Composable) -> bytes:
+            def name(*parts: str) -> sql.SQL:
+                text = sql.Identifier(*parts).as_string(conn)
+                # A quoted name may hold "%", which a statement run with parameters would
+                # read as a placeholder.
+                return sql.SQL(text.replace("%", "%%") if params else text)
+
+            names: dict[str, sql.Composable] = {t: name(schema, t) for t in _TABLES}
             # An index lives in its table's schema and is named without one.
-            names["events_by_workflow"] = sql.Identifier("events_by_workflow")
-            names["schema"] = sql.Identifier(schema)
+            names["events_by_workflow"] = name("events_by_workflow")
+            names["schema"] = name(schema)
             names["columns"] = sql.SQL(", ").join(map(sql.Identifier, _COLUMNS))
             names.update(extra)
             return sql.SQL(template).format(**names).as_bytes(conn)
 
-        self.ddl = q(_DDL, version=sql.Literal(str(SCHEMA_VERSION)))
+        self.ddl = q(_DDL, params=False, version=sql.Literal(str(SCHEMA_VERSION)))
         self.allocate = q("UPDATE {log_head} SET position = position + %s RETURNING position")
         self.head = q(
             "SELECT stream_version, hash FROM {events} WHERE stream_id = %s "
@@ -250,10 +263,10 @@ class _Statements:
         # it is queued with NOTIFY and COMMIT instead of syncing on its own as executemany does.
         self.insert = q(
             "INSERT INTO {events} ({columns}) SELECT * FROM unnest("
-            "%s::int8[], %s::text[], %s::int8[], %s::text[], %s::text[], %s::text[], "
-            "%s::int4[], %s::bytea[], %s::bytea[], %s::bytea[])"
+            "%b::int8[], %b::text[], %b::int8[], %b::text[], %b::text[], %b::text[], "
+            "%b::int4[], %b::bytea[], %b::bytea[], %b::bytea[])"
         )
-        self.copy = q("COPY {events} ({columns}) FROM STDIN (FORMAT BINARY)")
+        self.copy = q("COPY {events} ({columns}) FROM STDIN (FORMAT BINARY)", params=False)
         self.notify = q("SELECT pg_notify(%s, %s)")
         self.size = q("SELECT COALESCE(MAX(position), 0) FROM {events}")
         self.read_raw = q(
@@ -555,16 +568,17 @@ class PostgresStore:
         unknown; they fail, and the next call reconnects. Inside a tracking transaction
         there is no retry either: the transaction is gone with the session.
         """
+        args = () if params is None else params  # always parsed, so "%%" in a name is "%"
         conn = self._conn()
         retry = conn.info.transaction_status == TransactionStatus.IDLE
         try:
             with _translated(what):
-                return _rows(conn.execute(query, params, binary=True))
+                return _rows(conn.execute(query, args, binary=True))
         except StorageError:
             if not (retry and conn.broken):
                 raise
         with _translated(what):
-            return _rows(self._conn().execute(query, params, binary=True))
+            return _rows(self._conn().execute(query, args, binary=True))
 
     def stream_head(self, stream_id: str) -> StreamHead | None:
         rows = self._fetch("read", self._sql.head, (stream_id,))

@@ -1,0 +1,221 @@
+"""The PostgreSQL backend beyond the conformance suite: URLs, bytes, errors, durability."""
+
+from __future__ import annotations
+
+import multiprocessing
+import tempfile
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from tests.conformance.suite import note
+from tests.pg import PgServer, crash_and_restart
+from tracebound.errors import (
+    ConcurrencyConflict,
+    ConcurrencyError,
+    ConfigError,
+    StorageError,
+    StoreNotFound,
+)
+from tracebound.store.port import (
+    NO_STREAM,
+    AppendRequest,
+    LedgerStore,
+    SubscriptionStore,
+    TrackingStore,
+)
+from tracebound.store.postgres import PostgresStore, parse_url
+from tracebound.store.sqlite import SQLiteStore
+from tracebound.store.url import open_store
+
+pytestmark = pytest.mark.postgres
+
+
+def test_store_meets_every_port(postgres_dsn: str) -> None:
+    with PostgresStore(postgres_dsn) as store:
+        assert isinstance(store, LedgerStore)
+        assert isinstance(store, SubscriptionStore)
+        assert isinstance(store, TrackingStore)
+
+
+def test_hashed_bytes_are_identical_to_sqlite(postgres_dsn: str, tmp_path: Path) -> None:
+    """Same events, same positions: the same record bytes and hashes in both backends."""
+    batches = [
+        [AppendRequest("a", [note(1), note(2, "ü \u2028")], NO_STREAM)],  # type: ignore[arg-type]
+        [
+            AppendRequest("b", [note(3, workflow=None)]),  # type: ignore[arg-type]
+            AppendRequest("a", [note(4)], 2),  # type: ignore[arg-type]
+        ],
+        [AppendRequest("c", [note(i) for i in range(5, 200)])],  # type: ignore[arg-type]
+    ]
+    with PostgresStore(postgres_dsn) as pg, SQLiteStore(tmp_path / "s") as lite:
+        for batch in batches:
+            assert pg.append_batch(batch) == lite.append_batch(batch)
+        assert list(pg.read_raw()) == list(lite.read_raw())
+        assert list(pg.read_log()) == list(lite.read_log())
+        assert list(pg.read_stream("a")) == list(lite.read_stream("a"))
+        assert pg.stream_head("c") == lite.stream_head("c")
+
+
+def test_parse_url() -> None:
+    assert parse_url("postgresql://u@h:5/db") == ("postgresql://u@h:5/db", "tracebound")
+    assert parse_url("postgres://u@h/db?schema=x&sslmode=require") == (
+        "postgresql://u@h/db?sslmode=require",
+        "x",
+    )
+    with pytest.raises(ConfigError):
+        parse_url("postgresql://h/db?schema=a&schema=b")
+    with pytest.raises(ConfigError):
+        parse_url("sqlite:///x")
+
+
+def test_open_store_by_url_and_reopen_by_its_url(postgres_server: PgServer) -> None:
+    with psycopg.connect(postgres_server.dsn(), autocommit=True) as admin:
+        admin.execute("CREATE DATABASE by_url TEMPLATE template0")
+    try:
+        url = postgres_server.url("by_url", schema="my ledger")
+        with pytest.raises(StoreNotFound):
+            open_store(url)
+        store = open_store(url, create=True)
+        assert isinstance(store, PostgresStore)
+        assert store.schema == "my ledger"
+        store.append("s", [note(1)])
+        again = open_store(store.url)  # the URL it reports opens it again
+        assert [e.position for e in again.read_log()] == [1]
+        again.close()
+        store.close()
+    finally:
+        with psycopg.connect(postgres_server.dsn(), autocommit=True) as admin:
+            admin.execute("DROP DATABASE by_url WITH (FORCE)")
+
+
+def test_url_leaves_the_password_out(postgres_dsn: str) -> None:
+    store = PostgresStore(postgres_dsn + " password=s3cret")  # trust auth ignores it
+    assert "s3cret" not in store.url
+    assert "schema=tracebound" in store.url
+    store.close()
+
+
+def test_schemas_are_separate_ledgers(postgres_dsn: str) -> None:
+    with PostgresStore(postgres_dsn, schema="a") as a, PostgresStore(postgres_dsn, schema="b") as b:
+        a.append("s", [note(1), note(2)])
+        b.append("s", [note(3)])
+        assert (a.size(), b.size()) == (2, 1)
+        assert b.stream_head("s") is not None
+        assert b.stream_head("s").version == 1  # type: ignore[union-attr]
+
+
+def test_missing_ledger_is_store_not_found(postgres_dsn: str) -> None:
+    with pytest.raises(StoreNotFound):
+        PostgresStore(postgres_dsn, schema="nothing", create=False)
+
+
+def test_bad_configuration_is_config_error(postgres_dsn: str) -> None:
+    with pytest.raises(ConfigError):
+        PostgresStore(postgres_dsn, schema="")
+    with pytest.raises(ConfigError):
+        PostgresStore(postgres_dsn, schema="x" * 64)
+    with pytest.raises(ConfigError):
+        PostgresStore("host=127.0.0.1 port='unterminated")
+
+
+def test_unreachable_server_is_storage_error(postgres_server: PgServer) -> None:
+    with tempfile.TemporaryDirectory() as nowhere, pytest.raises(StorageError) as info:
+        PostgresStore(f"host={nowhere} port={postgres_server.port} user=postgres")
+    assert isinstance(info.value.__cause__, psycopg.Error)
+    assert not isinstance(info.value, psycopg.Error)
+
+
+def _open(dsn: str) -> int:
+    with PostgresStore(dsn, schema="raced") as store:
+        return store.size()
+
+
+def test_first_open_from_many_processes_at_once(postgres_dsn: str) -> None:
+    """Creating the schema is serialised: concurrent first opens all succeed."""
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        assert pool.map(_open, [postgres_dsn] * 8) == [0] * 8
+
+
+def test_sessions_commit_synchronously_whatever_the_server_default(
+    postgres_dsn: str, postgres_server: PgServer
+) -> None:
+    dbname = psycopg.conninfo.conninfo_to_dict(postgres_dsn)["dbname"]
+    with psycopg.connect(postgres_server.dsn(), autocommit=True) as admin:
+        admin.execute(
+            sql.SQL("ALTER DATABASE {} SET synchronous_commit = off").format(
+                sql.Identifier(str(dbname))
+            )
+        )
+    with PostgresStore(postgres_dsn) as store:
+        row = store._conn().execute("SHOW synchronous_commit").fetchone()
+    assert row == ("on",)
+
+
+def test_acknowledged_appends_survive_a_server_crash(
+    postgres_dsn: str, postgres_server: PgServer
+) -> None:
+    store = PostgresStore(postgres_dsn)
+    acknowledged = store.append_batch(
+        [AppendRequest("s", [note(i) for i in range(100)])]  # type: ignore[arg-type]
+    )
+    acknowledged += store.append("s", [note(100)])
+    crash_and_restart(postgres_server)
+    # The same store object reconnects: its broken session is replaced on next use.
+    assert [e.hash for e in store.read_log()] == [e.hash for e in acknowledged]
+    (after,) = store.append("s", [note(101)])
+    assert after.position == 102
+    store.close()
+
+
+def test_lock_timeout_is_a_retryable_concurrency_error(postgres_dsn: str) -> None:
+    """A writer that cannot get the log's lock in time fails cleanly, and can retry later."""
+    holder = PostgresStore(postgres_dsn)
+    impatient = PostgresStore(postgres_dsn, lock_timeout=0.05)
+    with holder.tracking("hold"):
+        holder.append("a", [note(1)])  # holds the log's lock until this block ends
+        with pytest.raises(ConcurrencyError) as info:
+            impatient.append("b", [note(2)])
+        assert not isinstance(info.value, ConcurrencyConflict)
+        with pytest.raises(ConcurrencyError):  # the session was rolled back, not left broken
+            impatient.append_batch([AppendRequest("b", [note(i) for i in range(100)])])  # type: ignore[arg-type]
+    (event,) = impatient.append("b", [note(2)])
+    assert event.position == 2
+    assert [e.stream_id for e in impatient.read_log()] == ["a", "b"]
+    holder.close()
+    impatient.close()
+
+
+@pytest.mark.parametrize("schema", ["Mixed Case", 'per%cent%s"quote', "ünï"])
+def test_any_schema_name_works(postgres_dsn: str, schema: str) -> None:
+    """Names are quoted, and a "%" in one is not taken for a query placeholder."""
+    with PostgresStore(postgres_dsn, schema=schema) as store:
+        store.append("a", [note(1)])
+        store.append("a", [note(i) for i in range(2, 1002)])  # the COPY path
+        store.save_checkpoint(1, "n\n")
+        store.set_meta("origin", "o")
+        with store.tracking("p") as tx:
+            tx.advance(1)
+        with store.subscribe(1000, poll_interval=3600) as sub:
+            assert [sub.next_event(timeout=60) for _ in range(2)][-1].position == 1001  # type: ignore[union-attr]
+        with open_store(store.url) as again:  # type: ignore[attr-defined]
+            assert (again.size(), again.checkpoints(), again.get_meta("origin")) == (
+                1001,
+                [(1, "n\n")],
+                "o",
+            )
+        assert store.tracked_position("p") == 1
+
+
+def test_missing_server_binaries_fail_instead_of_skipping(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import tests.pg
+
+    monkeypatch.delenv("TRACEBOUND_PG_BINDIR", raising=False)
+    monkeypatch.setattr(tests.pg, "_DEBIAN_ROOT", tmp_path)
+    monkeypatch.setattr(tests.pg.shutil, "which", lambda _name: None)
+    with pytest.raises(pytest.fail.Exception, match="never skipped"):
+        tests.pg.find_bindir()
