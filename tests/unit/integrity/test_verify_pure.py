@@ -1,0 +1,105 @@
+"""The pure verifier: any chunking of a log gives the same root and the same first damage."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tracebound.canonical import canonical_bytes
+from tracebound.errors import DamageKind, LedgerDamaged
+from tracebound.events.record import RawRecord
+from tracebound.integrity.chain import GENESIS, chain_hash
+from tracebound.integrity.merkle import leaf_hash, root_of
+from tracebound.integrity.note import Checkpoint
+from tracebound.integrity.verify import (
+    ChunkVerifier,
+    LogAssembler,
+    check_against_checkpoints,
+    verify_records,
+)
+
+TS = "2026-01-01T00:00:00.000000Z"
+
+
+def make_log(streams: list[int]) -> list[RawRecord]:
+    """A valid log; ``streams[i]`` is the stream of position i+1."""
+    heads: dict[int, tuple[int, bytes]] = {}
+    out = []
+    for i, s in enumerate(streams, start=1):
+        version, prev = heads.get(s, (0, GENESIS))
+        sid = f"s{s}"
+        body = (
+            b'{"correlation_id":null,"event_id":"e%d","event_type":"t","payload":{"kind":"t"}'
+            b',"position":%d,"prev_hash":"%s","schema_version":1,"stream_id":%s,'
+            b'"stream_version":%d,"timestamp":"%s","workflow_id":null}'
+            % (i, i, prev.hex().encode(), canonical_bytes(sid), version + 1, TS.encode())
+        )
+        digest = chain_hash(prev, body)
+        out.append(RawRecord(i, sid, version + 1, "t", None, TS, 1, prev, digest, body))
+        heads[s] = (version + 1, digest)
+    return out
+
+
+def chunked(records: list[RawRecord], size: int, root_sizes: list[int]) -> tuple[bytes, int]:
+    assembler = LogAssembler(root_sizes=root_sizes)
+    for start in range(0, len(records), size):
+        part = records[start : start + size]
+        assembler.add(ChunkVerifier(start + 1, snapshot_sizes=root_sizes).feed_all(part))
+    log = assembler.result()
+    return log.root, log.size
+
+
+logs = st.lists(st.integers(0, 3), min_size=1, max_size=40)
+
+
+@settings(max_examples=60)
+@given(logs, st.sampled_from([1, 2, 4, 8, 16]))
+def test_root_does_not_depend_on_chunking(streams: list[int], size: int) -> None:
+    records = make_log(streams)
+    whole = verify_records(records)
+    assert whole.root == root_of([leaf_hash(r.hash) for r in records])
+    assert chunked(records, size, []) == (whole.root, len(records))
+
+
+@settings(max_examples=60)
+@given(logs, st.sampled_from([1, 2, 4, 8]), st.data())
+def test_first_damage_does_not_depend_on_chunking(
+    streams: list[int], size: int, data: st.DataObject
+) -> None:
+    records = make_log(streams)
+    victim = data.draw(st.integers(0, len(records) - 1))
+    records[victim] = replace_body(records[victim])
+
+    def first_damage(chunk: int) -> tuple[DamageKind, int | None]:
+        try:
+            chunked(records, chunk, [])
+        except LedgerDamaged as damage:
+            return damage.kind, damage.position
+        raise AssertionError("damage not found")
+
+    assert first_damage(len(records)) == first_damage(size) == (DamageKind.TAMPER, victim + 1)
+
+
+def replace_body(record: RawRecord) -> RawRecord:
+    return record._replace(body=record.body.replace(b'"kind":"t"', b'"kind":"u"'))
+
+
+def test_roots_at_checkpoint_sizes_and_checks() -> None:
+    records = make_log([0, 1, 0, 2, 1, 0, 0, 1, 2])
+    log = verify_records(records, root_sizes=[4, 9])
+    cps = [Checkpoint("o", 4, log.roots[4]), Checkpoint("o", 9, log.roots[9])]
+    check_against_checkpoints(log, cps, cps[-1])  # consistent: no exception
+    short = verify_records(records[:7], root_sizes=[4])
+    with pytest.raises(LedgerDamaged) as truncated:
+        check_against_checkpoints(short, cps, None)
+    assert (truncated.value.kind, truncated.value.position) == (DamageKind.TRUNCATION, 8)
+    with pytest.raises(LedgerDamaged) as rolled_back:
+        check_against_checkpoints(short, cps[:1], cps[1])
+    assert rolled_back.value.kind is DamageKind.ROLLBACK
+    forged = [cps[0], replace(cps[1], root=b"\x00" * 32)]
+    with pytest.raises(LedgerDamaged) as rewritten:
+        check_against_checkpoints(log, forged, None)
+    assert (rewritten.value.kind, rewritten.value.position) == (DamageKind.TAMPER, 5)
