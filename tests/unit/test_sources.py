@@ -15,7 +15,7 @@ def test_fixed_clock_steps_and_is_utc() -> None:
     assert [clock.now().second for _ in range(3)] == [0, 2, 4]
     assert clock.now().tzinfo is UTC
     with pytest.raises(ValueError, match="timezone-aware"):
-        FixedClock(datetime(2026, 1, 1))  # noqa: DTZ001 - the point of the test
+        FixedClock(datetime(2026, 1, 1))
 
 
 def test_sequential_ids_repeat_exactly_across_instances() -> None:
