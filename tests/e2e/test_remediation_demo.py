@@ -150,3 +150,26 @@ print(json.dumps({{"status": result.status, "reason": result.reason,
     assert sum(isinstance(e.payload, AttemptAnchorRecorded) for e in log) == 2
     (refused,) = [e.payload for e in log if isinstance(e.payload, AttemptRefused)]
     assert refused.cause == "not_retryable"
+
+
+def test_learning_write_back_names_the_solving_patch(
+    approved: tuple[Path, dict[str, Any]],
+) -> None:
+    """The KG view the retrieval side reads: advisory -solved_by-> the patch that passed."""
+    import sqlite3
+
+    workspace, summary = approved
+    env = {"HOME": str(workspace / "home"), "PATH": str(Path(sys.executable).parent)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "tracebound", "project", "run", "--json"],
+        cwd=workspace, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    conn = sqlite3.connect(workspace / ".tracebound" / "views.db")
+    edges = conn.execute("SELECT src, edge, dst FROM kg_edges ORDER BY edge").fetchall()
+    conn.close()
+    solved = [(s, d) for s, e, d in edges if e == "solved_by"]
+    assert solved == [
+        ("advisory:TBDEMO-2026-0001", f"patch:{summary['attempts'][1]['patch_blake3']}")
+    ]
+    assert sum(e == "attempted" for _, e, _ in edges) == 2  # the failure is learned from too

@@ -22,12 +22,21 @@ No raw sandbox output can reach a prompt: the only thing that flows back is the 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
 from tracebound.canonical import canonical_bytes
 from tracebound.errors import ConfigError
-from tracebound.events.catalog import CostIncurred, CostSource, LeafReturned
+from tracebound.events.catalog import (
+    AttemptCompleted,
+    CostIncurred,
+    CostSource,
+    LeafReturned,
+    SolutionFound,
+)
+from tracebound.events.envelope import Payload
+from tracebound.ids import AdvisoryId, AttemptId, PatchDigest
 from tracebound.ledger import Ledger
 from tracebound.pipeline.fallback import (
     ApplyContext,
@@ -106,6 +115,7 @@ class RetryLoop:
         result = LoopResult("refused")
         hook = self.gates.anchor_hook(target)
         for index in range(self.max_retries + 1):
+            started = self.ledger.clock.now()
             plan = self.tier.run(
                 ctx,
                 workflow_id=workflow_id,
@@ -116,6 +126,7 @@ class RetryLoop:
             result.attempts.append(plan)
             self.gates.record_attempt(plan)
             self._record_cost(plan, workflow_id)
+            self._record_learning(ctx, plan, workflow_id, started)
             if self.anchors is not None:
                 self.anchors.write(plan.anchor)
             if plan.trust is None:  # the planning side refused: nothing was verified
@@ -170,6 +181,39 @@ class RetryLoop:
             role="Executor",
         )
         self.ledger.record(f"costs/{workflow_id}", [cost], workflow_id=workflow_id)
+
+    def _record_learning(
+        self, ctx: ApplyContext, plan: PlanOutcome, workflow_id: str, started: datetime
+    ) -> None:
+        """Stage 7's inputs: every attempt completed, and the patch that solved it, if any.
+
+        They go to ``learning/<workflow_id>``, not to the attempt stream: an attempt's frame
+        ends with its anchor, and these are about the remediation as a whole.
+        """
+        trust = plan.trust
+        elapsed = self.ledger.clock.now() - started
+        events: list[Payload] = [
+            AttemptCompleted(
+                attempt_id=AttemptId(plan.attempt_id),
+                attempt_index=plan.attempt_index,
+                advisory_id=AdvisoryId(ctx.advisory.id),
+                outcome=plan.tag,
+                trust_outcome_passed=None if trust is None else trust.passed,
+                cost_usd=plan.anchor.cost_usd,
+                duration_ms=max(0, int(elapsed.total_seconds() * 1000)),
+            )
+        ]
+        if trust is not None and trust.passed and plan.patch_blake3 and plan.tag != "Refused":
+            events.append(
+                SolutionFound(
+                    attempt_id=AttemptId(plan.attempt_id),
+                    attempt_index=plan.attempt_index,
+                    advisory_id=AdvisoryId(ctx.advisory.id),
+                    patch_digest_blake3=PatchDigest(plan.patch_blake3),
+                    outcome=plan.tag,
+                )
+            )
+        self.ledger.record(f"learning/{workflow_id}", events, workflow_id=workflow_id)
 
     def _summary(self, plan: PlanOutcome) -> AttemptSummary:
         trust = plan.trust
