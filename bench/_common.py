@@ -84,8 +84,21 @@ def machine() -> dict[str, Any]:
         accel = str(getattr(canonical, "_IMPLEMENTATION", "python"))
     except ImportError:
         accel = "unknown"
+    try:
+        from tracebound.integrity import _kernel  # noqa: PLC0415 - only for the report
+
+        k = _kernel.KERNEL
+        levels = ["portable", "sse4.1", "avx2", "avx2+avx512vl rotates"]
+        kernel = (
+            "not built or switched off"
+            if k is None
+            else f"blake3 {levels[k.blake3_levels()[0]]}, sha-ni {k.sha_levels()[0]}"
+        )
+    except ImportError:
+        kernel = "unknown"
     return {
         "nproc": os.cpu_count(),
+        "verify_kernel": kernel,
         "cpu": _cpu_model(),
         "python": sys.version.split()[0],
         "sqlite": sqlite3.sqlite_version,

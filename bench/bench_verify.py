@@ -12,10 +12,16 @@ the bytes on disk are identical to a FULL store's, only the fsyncs are skipped. 
 is then signed (Ed25519) and handed to a file witness outside the store.
 
 Timed: ``Ledger.verify(workers=W)`` in a *fresh* Python process, so that the setup's memory
-does not count. The child reports its wall time and peak RSS (``ru_maxrss`` of itself and of
-its verify worker processes, which it has waited for). The verify checks every record's BLAKE3
-link, the index columns against the hashed bytes, positions and per-stream versions, the
-Merkle root against the signed checkpoint, the checkpoint's signature and the witness.
+does not count. The child reports its wall time, its CPU time (user + system, of itself and
+of any helper processes) and peak RSS (``ru_maxrss`` of itself and of its helper processes,
+which it has waited for). With the C verify kernel (ADR 0007) the helpers are threads of the
+child, so their memory is in the child's figure and the helper figure is 0. The verify
+checks every record's BLAKE3 link, the index columns against the hashed bytes, positions and
+per-stream versions, the Merkle root against the signed checkpoint, the checkpoint's
+signature and the witness.
+
+``--ledger DIR`` keeps the built ledger in ``DIR/<events>`` and reuses it on the next run
+(the setup of 5M events takes minutes).
 """
 
 from __future__ import annotations
@@ -105,20 +111,24 @@ def _child(root: Path, workers: int) -> None:
     """Runs in a fresh interpreter: verify once and print one JSON line."""
     ledger = _ledger(root)
     try:
+        r0 = resource.getrusage(resource.RUSAGE_SELF)
         t0 = time.perf_counter()
         report = ledger.verify(workers=workers)
         elapsed = time.perf_counter() - t0
     finally:
         ledger.close()
-    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (own.ru_utime - r0.ru_utime) + (own.ru_stime - r0.ru_stime)
+    cpu += kids.ru_utime + kids.ru_stime
     out = {
         "ok": report.ok,
         "checks": report.checks,
         "size": report.size,
         "seconds": elapsed,
-        "rss_parent_mb": own / 1024,
-        "rss_worker_mb": kids / 1024,
+        "cpu_seconds": cpu,
+        "rss_parent_mb": own.ru_maxrss / 1024,
+        "rss_worker_mb": kids.ru_maxrss / 1024,
     }
     print(json.dumps(out))
 
@@ -147,25 +157,42 @@ def measure(root: Path, workers: int) -> dict[str, Any]:
     return result
 
 
-def run(sizes: list[int], workers: list[int], directory: Path | None) -> dict[str, Any]:
+def _measure_all(root: Path, size: int, workers: list[int], setup: float | None) -> list[Any]:
+    rows = []
+    db_mb = (_paths(root)[0] / "ledger.db").stat().st_size / 2**20
+    for w in workers:
+        row = measure(root, w)
+        row["setup_seconds"] = setup
+        row["db_mb"] = db_mb
+        rows.append(row)
+        print(
+            f"  verify {size:>9,} events, workers={w}: "
+            f"{row['events_per_s']:,.0f} events/s ({row['cpu_seconds'] / size * 1e6:.2f} us CPU "
+            f"per event), peak RSS {row['rss_parent_mb']:.0f} MB "
+            f"+ helper processes {row['rss_worker_mb']:.0f} MB",
+            flush=True,
+        )
+    return rows
+
+
+def run(
+    sizes: list[int], workers: list[int], directory: Path | None, keep: Path | None = None
+) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     for size in sizes:
+        if keep is not None:
+            root = keep / str(size)
+            if not (_paths(root)[0] / "ledger.db").exists():
+                print(f"  building {size:,} events in {root} ...", flush=True)
+                root.mkdir(parents=True, exist_ok=True)
+                build(root, size)
+            rows.extend(_measure_all(root, size, workers, None))
+            continue
         with tempfile.TemporaryDirectory(prefix="bench-verify-", dir=directory) as tmp:
             root = Path(tmp)
             print(f"  building {size:,} events ...", flush=True)
             setup = build(root, size)
-            db_mb = (_paths(root)[0] / "ledger.db").stat().st_size / 2**20
-            for w in workers:
-                row = measure(root, w)
-                row["setup_seconds"] = setup
-                row["db_mb"] = db_mb
-                rows.append(row)
-                print(
-                    f"  verify {size:>9,} events, workers={w}: "
-                    f"{row['events_per_s']:,.0f} events/s, peak RSS {row['rss_parent_mb']:.0f} MB "
-                    f"+ worker {row['rss_worker_mb']:.0f} MB",
-                    flush=True,
-                )
+            rows.extend(_measure_all(root, size, workers, setup))
     best = {r["size"]: r["events_per_s"] for r in rows if r["workers"] == 2}
     targets = [
         {
@@ -181,13 +208,23 @@ def run(sizes: list[int], workers: list[int], directory: Path | None) -> dict[st
 def report(results: dict[str, Any]) -> None:
     print_table(
         "Verify (chain + Merkle root + checkpoint signature + witness), fresh process",
-        ["events", "workers", "seconds", "events/s", "peak RSS MB", "worker RSS MB", "db MB"],
+        [
+            "events",
+            "workers",
+            "seconds",
+            "events/s",
+            "CPU us/event",
+            "peak RSS MB",
+            "helper proc RSS MB",
+            "db MB",
+        ],
         [
             [
                 r["size"],
                 r["workers"],
                 r["seconds"],
                 r["events_per_s"],
+                r["cpu_seconds"] / r["size"] * 1e6,
                 r["rss_parent_mb"],
                 r["rss_worker_mb"],
                 r["db_mb"],
@@ -208,12 +245,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--workers", type=int, nargs="+", default=[2, 1])
     parser.add_argument("--dir", type=Path, default=None, help="where the temporary files go")
     parser.add_argument("--json", default=None, help="write the results here as JSON")
+    parser.add_argument("--ledger", type=Path, default=None, help="keep/reuse ledgers here")
     parser.add_argument("--child", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child is not None:
         _child(args.child, args.workers[0])
         return {}
-    results = {"machine": machine(), "verify": run(args.events, args.workers, args.dir)}
+    results = {
+        "machine": machine(),
+        "verify": run(args.events, args.workers, args.dir, args.ledger),
+    }
     report(results["verify"])
     write_json(args.json, results)
     return results

@@ -2,8 +2,8 @@
 
 Usage::
 
-    .venv/bin/python -m bench.soak_crash --trials 100 --backend jsonl [--seed 0] [--dir DIR]
-                                         [--json PATH]
+    .venv/bin/python -m bench.soak_crash --trials 100 --backend jsonl|sqlite|postgresql|all
+                                         [--seed 0] [--dir DIR] [--json PATH]
 
 Each trial starts a fresh store, runs a writer process that appends batches of 1 to 2,000
 events (acknowledging each append in an fsynced side file) and kills it with SIGKILL:
@@ -12,6 +12,10 @@ grow, so that the kill lands inside ``write``/``fsync`` often. The store is then
 the crash left it (see ``tests/crash_harness.py``): acknowledged events present at their
 positions, no batch split, no position twice, ``verify`` clean or (JSONL) exactly a torn
 tail that ``tracebound repair --yes`` cuts. Exit status 1 if any trial failed.
+
+PostgreSQL runs on a throwaway server started from the machine's binaries (as the tests
+do, ``fsync`` and ``synchronous_commit`` on), one fresh schema per trial; its "mid-write"
+kills follow the child's intent line, since there is no store file to watch.
 """
 
 from __future__ import annotations
@@ -24,16 +28,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.crash_harness import BACKENDS, KILL_MODES, run_trial
+from tests.crash_harness import ALL_BACKENDS, KILL_MODES, POSTGRES, postgres_database, run_trial
 
 
-def soak(backend: str, trials: int, seed: int, root: Path | None) -> dict[str, Any]:
+def soak(
+    backend: str, trials: int, seed: int, root: Path | None, base_url: str | None = None
+) -> dict[str, Any]:
     results = []
     started = time.monotonic()
     for i in range(trials):
         kill = KILL_MODES[i % len(KILL_MODES)]
         with tempfile.TemporaryDirectory(dir=root, prefix=f"soak-{backend}-") as tmp:
-            result = run_trial(backend, Path(tmp), seed + i, kill=kill)
+            url = None if base_url is None else f"{base_url}?schema=crash_{seed + i}"
+            result = run_trial(backend, Path(tmp), seed + i, kill=kill, url=url)
         results.append(result)
         mark = "ok" if result.ok else "FAILED"
         torn = " torn tail, repaired" if result.torn and result.repaired else ""
@@ -63,13 +70,19 @@ def soak(backend: str, trials: int, seed: int, root: Path | None) -> dict[str, A
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.soak_crash", description=__doc__)
     parser.add_argument("--trials", type=int, default=100, help="kills per backend")
-    parser.add_argument("--backend", choices=[*BACKENDS, "all"], default="all")
+    parser.add_argument("--backend", choices=[*ALL_BACKENDS, "all"], default="all")
     parser.add_argument("--seed", type=int, default=0, help="first trial's seed")
     parser.add_argument("--dir", type=Path, default=None, help="where the stores go")
     parser.add_argument("--json", type=Path, default=None, help="write the summary here")
     args = parser.parse_args(argv)
-    backends = BACKENDS if args.backend == "all" else (args.backend,)
-    summaries = [soak(b, args.trials, args.seed, args.dir) for b in backends]
+    backends = ALL_BACKENDS if args.backend == "all" else (args.backend,)
+    summaries = []
+    for b in backends:
+        if b == POSTGRES:
+            with postgres_database("soak_crash") as base_url:
+                summaries.append(soak(b, args.trials, args.seed, args.dir, base_url))
+        else:
+            summaries.append(soak(b, args.trials, args.seed, args.dir))
     for s in summaries:
         print(
             f"\n{s['backend']}: {s['trials']} trials in {s['seconds']} s, {s['failed']} failed; "

@@ -12,6 +12,13 @@ exactly as the crash left it:
 * ``Ledger.verify`` finds no damage, or (JSONL only) exactly a torn tail, which
   ``tracebound repair`` shows, ``tracebound repair --yes`` cuts, and verify then passes.
 
+PostgreSQL (``run_trial(POSTGRES, …, url=…)``, a fresh schema per trial): the child's
+session dies with it, so the server rolls back a transaction the kill interrupted, or
+finishes a COMMIT it had already received. Before checking, the parent takes the log's lock
+row, which waits for exactly that. There is no file to watch for "mid-write" kills, so they
+watch the side file instead: the kill follows the intent line, when the child is inside
+(or just entering) its append.
+
 Used by ``tests/integration/test_crash.py`` (a few trials) and ``bench/soak_crash.py``
 (hundreds). This file is also the child's script: ``python crash_harness.py child …``.
 """
@@ -25,6 +32,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -33,6 +42,8 @@ from typing import Any
 from uuid import UUID
 
 BACKENDS = ("sqlite", "jsonl")
+POSTGRES = "postgresql"  # run_trial(POSTGRES, …, url=…): needs a server, so not in BACKENDS
+ALL_BACKENDS = (*BACKENDS, POSTGRES)
 _PADDING = "crash-harness;" * 150  # ~2.5 KB a record: big batches take a while to write
 _BATCH_SIZES = (1, 1, 1, 2, 3, 8, 50, 400, 2000)
 KILL_MODES = ("random", "mid-write")
@@ -226,6 +237,45 @@ def check(backend: str, url: str, side: Path, seed: int, kill: str = "random") -
     return result
 
 
+@contextmanager
+def postgres_database(name: str) -> Iterator[str]:
+    """A throwaway PostgreSQL server (as the tests start it) with one database ``name``.
+
+    Yields the database's ``postgresql://`` URL without a schema. For the soak scripts,
+    which run outside pytest: ``tests/pg.py``'s fixtures start the server the same way.
+    """
+    import psycopg
+    from psycopg import sql
+
+    from tests.pg import _start, _stop, find_bindir
+
+    server = _start(find_bindir())
+    try:
+        with psycopg.connect(server.dsn(), autocommit=True) as admin:
+            admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        yield server.url(name)
+    finally:
+        _stop(server)
+
+
+def _settle_postgres(url: str) -> None:
+    """Wait until the killed child's transaction is over: committed or rolled back.
+
+    The server notices the dead client on its own; an append holds the ``log_head`` row
+    lock until it ends either way, so taking that lock waits for exactly that.
+    """
+    import psycopg
+    from psycopg import sql
+
+    from tracebound.store.postgres import parse_url
+
+    dsn, schema = parse_url(url)
+    with psycopg.connect(dsn, autocommit=True) as conn, conn.transaction():
+        conn.execute(
+            sql.SQL("SELECT position FROM {} FOR UPDATE").format(sql.Identifier(schema, "log_head"))
+        )
+
+
 def _watched(backend: str, store: Path) -> Path:
     """The file an append grows: the log itself, or SQLite's write-ahead log."""
     return store / ("log.jsonl" if backend == "jsonl" else "ledger.db-wal")
@@ -246,6 +296,7 @@ def run_trial(
     kill: str = "random",
     max_delay: float = 0.25,
     timeout: float = 120.0,
+    url: str | None = None,
 ) -> TrialResult:
     """One trial: fresh store, child appends, SIGKILL at a random moment, check.
 
@@ -258,9 +309,14 @@ def run_trial(
 
     rng = random.Random(seed)
     workdir.mkdir(parents=True, exist_ok=True)
-    url = store_url(backend, workdir / "store")
-    watched = _watched(backend, workdir / "store")
     side = workdir / "acks.jsonl"
+    if backend == POSTGRES:
+        if url is None:
+            raise ValueError("a PostgreSQL trial needs the URL of a fresh schema")
+        watched = side
+    else:
+        url = store_url(backend, workdir / "store")
+        watched = _watched(backend, workdir / "store")
     open_store(url, create=True).close()
     child = subprocess.Popen(
         [sys.executable, str(Path(__file__).resolve()), "child", url, str(side), str(seed)],
@@ -288,6 +344,8 @@ def run_trial(
         child.wait()
         if child.stderr:
             child.stderr.close()
+    if backend == POSTGRES:
+        _settle_postgres(url)
     return check(backend, url, side, seed, kill)
 
 

@@ -16,10 +16,12 @@ from __future__ import annotations
 import base64
 import os
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from multiprocessing import get_context
 from typing import Any, Final
+from uuid import UUID
 
 from tracebound.errors import (
     CheckpointError,
@@ -164,6 +166,92 @@ def verify_bundle(bundle: InclusionBundle, verifier: NoteVerifier) -> Checkpoint
     return checkpoint
 
 
+_EVENT_FIELDS: Final = (
+    "event_id",
+    "event_type",
+    "workflow_id",
+    "timestamp",
+    "payload",
+    "correlation_id",
+    "schema_version",
+)
+_new_object = object.__new__
+_set = object.__setattr__
+
+
+def _event_fast_applies() -> bool:
+    """Is ``Event`` still the model :func:`_event_fast` was written for?
+
+    The fast path makes the assignments validation would make, for the validators
+    ``Event`` has today; a new field, validator, hook or private attribute turns it off.
+    """
+    decorators = Event.__pydantic_decorators__
+    return (
+        tuple(Event.model_fields) == _EVENT_FIELDS
+        and set(decorators.field_validators) == {"_utc"}
+        and set(decorators.model_validators) == {"_resolve_payload", "_type_matches_payload"}
+        and not decorators.root_validators
+        and not decorators.validators
+        and Event.__pydantic_post_init__ is None
+        and not Event.__private_attributes__
+        and Event.model_config.get("extra") == "forbid"
+        and Event.model_config.get("revalidate_instances", "never") == "never"
+    )
+
+
+_EVENT_FAST: Final = _event_fast_applies()
+
+
+def _event_fast(
+    payload: Payload,
+    event_id: UUID,
+    timestamp: datetime,
+    workflow_id: str | None,
+    correlation_id: str | None,
+) -> Event | None:
+    """``Event.create(...)`` without pydantic, for inputs whose validation is a no-op.
+
+    Only exact types qualify: a UUID, an aware ``datetime``, plain ``str`` ids, a payload
+    model instance (validated when it was built; a model field keeps such an instance as
+    is) whose ``kind`` is a plain str and whose class's ``SCHEMA_VERSION`` is an int.
+    Validation would then keep every value as given, except the timestamp, which the
+    ``_utc`` validator converts to UTC (as here); ``_type_matches_payload`` holds by
+    construction. Anything else returns None and takes the validated path. A test checks
+    that both paths build equal events with equal bytes.
+    """
+    kind = payload.kind
+    version = type(payload).SCHEMA_VERSION
+    if (
+        type(event_id) is not UUID
+        or type(timestamp) is not datetime
+        or timestamp.utcoffset() is None
+        or not isinstance(payload, Payload)
+        or type(kind) is not str
+        or type(version) is not int
+        or (workflow_id is not None and type(workflow_id) is not str)
+        or (correlation_id is not None and type(correlation_id) is not str)
+    ):
+        return None
+    event: Event = _new_object(Event)
+    _set(
+        event,
+        "__dict__",
+        {
+            "event_id": event_id,
+            "event_type": kind,
+            "workflow_id": workflow_id,
+            "timestamp": timestamp.astimezone(UTC),
+            "payload": payload,
+            "correlation_id": correlation_id,
+            "schema_version": version,
+        },
+    )
+    _set(event, "__pydantic_fields_set__", set(_EVENT_FIELDS))
+    _set(event, "__pydantic_extra__", None)
+    _set(event, "__pydantic_private__", None)
+    return event
+
+
 _WORKER_STORES: dict[str, LedgerStore] = {}
 """A verify worker's open stores, by URL: a worker checks many chunks, and opening a store
 takes SQLite's write lock (schema check), which would make workers queue behind each other."""
@@ -174,7 +262,8 @@ def _verify_span(
 ) -> ChunkResult:
     """Verify positions ``start..stop`` of ``store``, in pages when the store offers them."""
     verifier = ChunkVerifier(start, snapshot_sizes=snapshot_sizes)
-    read_pages = getattr(store, "read_raw_pages", None)
+    # verify_pages: the SQLite store's reader for verify (C pages when the kernel is built).
+    read_pages = getattr(store, "verify_pages", None) or getattr(store, "read_raw_pages", None)
     if read_pages is not None:
         return verifier.feed_pages(read_pages(start=start, stop=stop))
     return verifier.feed_all(store.read_raw(start=start, stop=stop))
@@ -257,9 +346,26 @@ class Ledger:
         expected_version: int | None = ANY_VERSION,
     ) -> list[RecordedEvent]:
         """Append payloads to a stream as events; durable when this returns."""
-        events = [
-            self.event(p, workflow_id=workflow_id, correlation_id=correlation_id) for p in payloads
-        ]
+        new_id, now = self.ids.new_id, self.clock.now
+        events: list[Event] = []
+        for p in payloads:
+            event_id, timestamp = new_id(), now()
+            fast = (
+                _event_fast(p, event_id, timestamp, workflow_id, correlation_id)
+                if _EVENT_FAST
+                else None
+            )
+            events.append(
+                fast
+                if fast is not None
+                else Event.create(
+                    p,
+                    event_id=event_id,
+                    timestamp=timestamp,
+                    workflow_id=workflow_id,
+                    correlation_id=correlation_id,
+                )
+            )
         return self.store.append(stream_id, events, expected_version=expected_version)
 
     # -- checkpoints ---------------------------------------------------------------------
@@ -383,13 +489,15 @@ class Ledger:
         return held
 
     def _chunks(self, size: int, sizes: list[int], workers: int) -> Iterator[ChunkResult]:
-        """Chunk results in position order, hashed by ``workers`` processes in all.
+        """Chunk results in position order, hashed by ``workers`` workers in all.
 
-        This process is one of the workers: it hashes chunks itself whenever it is not
-        waiting on an in-order result, so ``workers=2`` keeps two cores busy with one helper
-        process, and no core waits while a helper is still starting (spawning takes a few
-        hundred milliseconds). Chunks are claimed in position order by whoever is free, so
-        the results held for in-order assembly stay few, and memory flat.
+        This thread is one of the workers: it hashes chunks itself whenever it is not
+        waiting on an in-order result, so ``workers=2`` keeps two cores busy with one helper,
+        and no core waits while a helper is still starting. Helpers are threads when the
+        store checks pages in C without the GIL (``verify_in_threads``), else processes
+        (spawning one takes a few hundred milliseconds). Chunks are claimed in position
+        order by whoever is free, so the results held for in-order assembly stay few, and
+        memory flat.
         """
         spans = [(s, min(s + CHUNK - 1, size)) for s in range(1, size + 1, CHUNK)]
 
@@ -402,18 +510,32 @@ class Ledger:
             return
         helpers = workers - 1
         window = 2 * helpers  # queued per helper: one running, one ready to start
-        # spawn, not fork: a forked child would inherit this process's SQLite handles.
-        pool = ProcessPoolExecutor(max_workers=helpers, mp_context=get_context("spawn"))
+        pool: Executor
+        store = self.store
+        if getattr(store, "verify_in_threads", False):
+            # The store reads and the C kernel checks pages without holding the GIL, so
+            # helper threads run in parallel, and start at once (no interpreter to spawn).
+            pool = ThreadPoolExecutor(max_workers=helpers, thread_name_prefix="tb-verify")
+
+            def submit(a: int, b: int) -> Future[ChunkResult]:
+                return pool.submit(_verify_span, store, a, b, [s for s in sizes if a <= s <= b])
+
+        else:
+            # spawn, not fork: a forked child would inherit this process's SQLite handles.
+            pool = ProcessPoolExecutor(max_workers=helpers, mp_context=get_context("spawn"))
+
+            def submit(a: int, b: int) -> Future[ChunkResult]:
+                return pool.submit(
+                    _verify_chunk, store.url, a, b, [s for s in sizes if a <= s <= b]
+                )
+
         try:
             remote: dict[int, Future[ChunkResult]] = {}
             done_here: dict[int, ChunkResult] = {}
             claimed = emitted = 0
             while emitted < len(spans):
                 while claimed < len(spans) and sum(not f.done() for f in remote.values()) < window:
-                    a, b = spans[claimed]
-                    remote[claimed] = pool.submit(
-                        _verify_chunk, self.store.url, a, b, [s for s in sizes if a <= s <= b]
-                    )
+                    remote[claimed] = submit(*spans[claimed])
                     claimed += 1
                 if emitted in done_here:
                     yield done_here.pop(emitted)
@@ -437,8 +559,8 @@ class Ledger:
         """Check chain, positions, indexes, Merkle roots, signatures and the witness.
 
         Never raises for damage: the report names the first bad position and the kind.
-        ``workers`` > 1 hashes chunks in that many processes (default: CPU count, for
-        logs larger than one chunk).
+        ``workers`` > 1 hashes chunks in that many threads (the SQLite store with the C
+        kernel) or processes (default: CPU count, for logs larger than one chunk).
         """
         report = VerifyReport()
         checkpoints = self._signed_checkpoints(report)

@@ -56,23 +56,31 @@ def world(tmp_path: Path) -> World:
     )
 
 
+def fill_ledger(ledger: Ledger, n: int) -> None:
+    """Write ``n`` events over three streams and two workflows, then sign a checkpoint.
+
+    Every fifth event is a merge outcome, the rest are costs: position ``p`` (for ``p % 5``
+    not 1) holds the amount ``0.{p-1:04d}``, which the attack tests edit.
+    """
+    for i in range(n):
+        payload = (
+            cost(i)
+            if i % 5
+            else MergeOutcome(
+                pr_url=f"https://example.test/pr/{i}", decision="merged", reviewer=None
+            )
+        )
+        ledger.record(f"run-{i % 3}", [payload], workflow_id=f"wf-{i % 2}")
+    ledger.checkpoint()
+
+
 @pytest.fixture
 def filled(world: World) -> Callable[[int], World]:
-    """Write ``n`` events over three streams and two workflows, then sign a checkpoint."""
+    """A :func:`fill_ledger` of ``n`` events in the test's SQLite ledger."""
 
     def fill(n: int) -> World:
         with world.open() as ledger:
-            for i in range(n):
-                stream = f"run-{i % 3}"
-                payload = (
-                    cost(i)
-                    if i % 5
-                    else MergeOutcome(
-                        pr_url=f"https://example.test/pr/{i}", decision="merged", reviewer=None
-                    )
-                )
-                ledger.record(stream, [payload], workflow_id=f"wf-{i % 2}")
-            ledger.checkpoint()
+            fill_ledger(ledger, n)
         return world
 
     return fill

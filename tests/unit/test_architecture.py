@@ -13,7 +13,7 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "tracebound"
 # Lower number = lower layer. A module may import its own layer or any below it.
 LAYERS: dict[str, int] = {
     "errors": 0, "ids": 0, "canonical": 0, "_canonical_py": 0, "_canonical": 0,
-    "sources": 0, "events": 0, "integrity": 0,
+    "sources": 0, "events": 0, "integrity": 0, "_verifykernel": 0,
     "store": 1, "system": 1,
     "ledger": 2,
     "contract": 3, "pipeline": 3, "projections": 3, "replay": 3,

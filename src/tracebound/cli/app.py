@@ -29,6 +29,7 @@ from tracebound.cli._common import (
     store_dir,
     try_verifier,
 )
+from tracebound.cli.copy import copy
 from tracebound.cli.export import export_app
 from tracebound.cli.inspect import AttemptsOpt, inspect_remediation
 from tracebound.cli.project import project_app
@@ -61,6 +62,7 @@ keys_app = typer.Typer(
 app.add_typer(keys_app, name="keys")
 app.add_typer(export_app, name="export")
 app.command()(repair)
+app.command()(copy)
 app.add_typer(project_app, name="project")
 app.add_typer(report_app, name="report")
 register_runs(app)

@@ -1,8 +1,9 @@
 """`tracebound project run|rebuild|status`: keep the materialised views current.
 
 The views live in their own SQLite file beside the ledger (``.tracebound/views.db`` by
-default; ``--views`` or ``TRACEBOUND_VIEWS`` elsewhere). They are derived data: deleting
-the file loses nothing, and ``rebuild`` replays them from the log.
+default; ``--views`` or ``TRACEBOUND_VIEWS`` elsewhere), or in a PostgreSQL schema
+(``--views postgresql://…?schema=name``). They are derived data: deleting them loses
+nothing, and ``rebuild`` replays them from the log.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
+from urllib.parse import urlsplit
 
 import typer
 from rich.table import Table
@@ -25,11 +27,15 @@ from tracebound.cli._common import (
     progress_bar,
     store_dir,
 )
+from tracebound.errors import ConfigError
 from tracebound.projections.runner import DEFAULT_BATCH, ProjectionRunner, RunReport
 from tracebound.projections.sqlite_views import VIEWS_FILENAME, SQLiteViews
 from tracebound.store.url import open_store
 
-__all__ = ["ViewsOpt", "open_runner", "project_app", "views_path"]
+if TYPE_CHECKING:
+    from tracebound.projections.postgres_views import PostgresViews
+
+__all__ = ["ViewsOpt", "open_runner", "open_views", "project_app", "views_path"]
 
 project_app = typer.Typer(
     help="Keep the materialised views (cost, ROI, trail, plugins, gates, learning) current.",
@@ -37,30 +43,52 @@ project_app = typer.Typer(
 )
 
 ViewsOpt = Annotated[
-    Path | None,
+    str | None,
     typer.Option(
         "--views",
         envvar="TRACEBOUND_VIEWS",
-        help="Views database file. Default: views.db beside the ledger.",
+        help="Views database: a SQLite file, or postgresql://user@host/db?schema=name "
+        "(default schema tracebound_views). Default: views.db beside the ledger.",
         show_default=False,
     ),
 ]
 BatchOpt = Annotated[int, typer.Option("--batch", min=1, help="Events per views transaction.")]
 
 
-def views_path(store: str | None, views: Path | None) -> Path:
+def views_path(store: str | None, views: str | Path | None) -> Path:
     """Where the views database is: ``--views``, else ``views.db`` in the store directory."""
-    return views if views is not None else store_dir(store) / VIEWS_FILENAME
+    return Path(views) if views is not None else store_dir(store) / VIEWS_FILENAME
+
+
+def _is_postgres(views: str | Path | None) -> bool:
+    return views is not None and urlsplit(str(views)).scheme in {"postgresql", "postgres"}
+
+
+def open_views(store: str | None, views: str | Path | None) -> SQLiteViews | PostgresViews:
+    """The views a ``--views`` value names: a PostgreSQL schema for a ``postgresql://`` URL
+    (psycopg is imported only then), else the SQLite file."""
+    if _is_postgres(views):
+        try:
+            from tracebound.projections.postgres_views import PostgresViews  # noqa: PLC0415
+        except ImportError as exc:  # psycopg is the optional `postgres` extra
+            raise ConfigError(
+                f"postgresql:// views need psycopg: pip install 'tracebound[postgres]' ({exc})"
+            ) from exc
+        return PostgresViews(str(views))
+    return SQLiteViews(views_path(store, views))
 
 
 @contextmanager
 def open_runner(
-    store: str | None, views: Path | None, *, batch: int = DEFAULT_BATCH
-) -> Iterator[ProjectionRunner]:
-    """A runner over the store's log and the views database; both closed afterwards."""
+    store: str | None, views: str | Path | None, *, batch: int = DEFAULT_BATCH
+) -> Iterator[ProjectionRunner[Any]]:
+    """A runner over the store's log and the views (SQLite or PostgreSQL); both closed after.
+
+    ``Any``: the reports read either kind of views through the same ``select``.
+    """
     backend = open_store(store)
     try:
-        db = SQLiteViews(views_path(store, views))
+        db = open_views(store, views)
         try:
             yield ProjectionRunner(backend, db, batch_size=batch)
         finally:
@@ -73,7 +101,7 @@ def _report_dict(report: RunReport) -> dict[str, object]:
     return {"ok": True, "applied": report.events, "batches": report.batches, "head": report.head}
 
 
-def _run_with_progress(runner: ProjectionRunner, *, rebuild: bool, show: bool) -> RunReport:
+def _run_with_progress(runner: ProjectionRunner[Any], *, rebuild: bool, show: bool) -> RunReport:
     with progress_bar("projecting", enabled=show) as update:
         runner.on_commit = lambda position: update(position, runner.store.size())
         return runner.rebuild() if rebuild else runner.run()

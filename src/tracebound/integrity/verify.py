@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from hashlib import sha256
 from itertools import islice
+from types import ModuleType
 from typing import Any
 
 import orjson
@@ -28,6 +29,7 @@ from blake3 import blake3
 from tracebound.canonical import canonical_bytes
 from tracebound.errors import DamageKind, LedgerDamaged
 from tracebound.events.record import RawRecord
+from tracebound.integrity import _kernel
 from tracebound.integrity.chain import GENESIS
 from tracebound.integrity.merkle import MerkleAccumulator, leaf_hash
 from tracebound.integrity.note import Checkpoint
@@ -53,6 +55,12 @@ _SUFFIX = (
     b',"position":%d,"prev_hash":"%s","schema_version":%d,"stream_id":%s,'
     b'"stream_version":%d,"timestamp":"%s","workflow_id":%s}'
 )
+
+
+_KERNEL: ModuleType | None = _kernel.KERNEL
+"""The C verify kernel (ADR 0007) when built and not switched off; None runs pure Python."""
+
+_KERNEL_MAX_POSITION = (1 << 63) - 2  # the kernel counts positions in 64 bits
 
 
 @dataclass(slots=True)
@@ -88,6 +96,27 @@ def _subtrees(tree: MerkleAccumulator) -> list[tuple[bytes, int]]:
     size, peaks = tree.state()
     sizes = [1 << b for b in range(size.bit_length() - 1, -1, -1) if (size >> b) & 1]
     return list(zip(peaks, sizes, strict=True))
+
+
+def _extend_leaves(tree: MerkleAccumulator, leaves: bytes, kernel: ModuleType) -> None:
+    """Append concatenated 32-byte leaf hashes, hashing each aligned block's root in C.
+
+    The same aligned decomposition as :meth:`MerkleAccumulator.extend`; a page that starts
+    on a multiple of its (power-of-two) size is a single block, one C call.
+    """
+    n = len(leaves) // 32
+    pos = 0
+    while pos < n:
+        size = tree.size
+        remaining = n - pos
+        k = size & -size if size else 1 << (remaining.bit_length() - 1)
+        while k > remaining:
+            k >>= 1
+        if k == 1:
+            tree.append_leaf_hash(leaves[32 * pos : 32 * pos + 32])
+        else:
+            tree.append_subtree(kernel.perfect_root(leaves, pos, k), k)
+        pos += k
 
 
 def _diagnose(record: RawRecord, reason: str) -> LedgerDamaged:
@@ -148,6 +177,14 @@ class ChunkVerifier:
         """
         if self._damage is not None:
             return False
+        kernel = _KERNEL
+        if kernel is not None and self._expected <= _KERNEL_MAX_POSITION:
+            page = rows if type(rows) is kernel.Page else kernel.page_from_rows(rows)
+            if page is not None:
+                done = self._accept(kernel, page)
+                if done == len(page):
+                    return True
+                rows = page[done:]  # the rows as the Python reader gives them
         expected = self._expected
         streams = self._streams
         sid_json = self._sid_json
@@ -209,6 +246,33 @@ class ChunkVerifier:
             if not self.feed(row if isinstance(row, RawRecord) else RawRecord(*row)):
                 return False
         return True
+
+    def _accept(self, kernel: ModuleType, page: Sequence[Sequence[Any]]) -> int:
+        """Let the C kernel accept a prefix of ``page``; return how many records it took.
+
+        The kernel applies exactly the acceptance conditions of the loop in
+        :meth:`feed_page` and stops at the first record that fails any of them, or that is
+        merely unusual; it never reports damage. It stops at each requested snapshot size
+        too, so the Merkle state can be recorded there.
+        """
+        n = len(page)
+        done = 0
+        want = self._want
+        while done < n:
+            limit = n - done
+            if want and 0 <= want[0] - self._expected < limit:
+                limit = want[0] - self._expected + 1
+            count, leaves = kernel.accept(
+                page, done, self._expected, limit, self._streams, _StreamSpan
+            )
+            _extend_leaves(self._tree, leaves, kernel)
+            done += count
+            self._expected += count
+            while count and want and want[0] == self._expected - 1:
+                self._snapshots[want.pop(0)] = _subtrees(self._tree)
+            if count < limit:
+                break
+        return done
 
     def feed(self, r: RawRecord) -> bool:
         """Check one record; False once damage is found (later records are not checked)."""

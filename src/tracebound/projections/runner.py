@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 from tracebound.errors import (
     ContractError,
@@ -30,7 +30,7 @@ from tracebound.errors import (
     TraceboundError,
 )
 from tracebound.events.registry import EventRegistry
-from tracebound.projections.base import EventRecord, Projection, Rows
+from tracebound.projections.base import EventRecord, Projection, Rows, RowSink
 from tracebound.projections.cost import CostLedgerProjection
 from tracebound.projections.fold import WorkflowStateProjection
 from tracebound.projections.gates import TrustGateProjection
@@ -38,7 +38,7 @@ from tracebound.projections.learning import LearningProjection
 from tracebound.projections.plugins import PluginTelemetry
 from tracebound.projections.records import RecordDecoder, read_records
 from tracebound.projections.roi import RoiProjection
-from tracebound.projections.sqlite_views import SQLiteViews, TableWrite
+from tracebound.projections.sqlite_views import PositionRecord, TableWrite
 from tracebound.projections.trail import AuditTrailProjection
 from tracebound.store.port import LogStore
 
@@ -48,6 +48,7 @@ __all__ = [
     "ProjectionRunner",
     "ProjectionStatus",
     "RunReport",
+    "ViewStore",
     "default_projections",
 ]
 
@@ -159,12 +160,25 @@ class _Live:
         self.rows = rows
 
 
-class ProjectionRunner:
-    """Feeds the ledger's log to projections whose views live in a :class:`SQLiteViews`.
+class ViewStore(RowSink, Protocol):
+    """Where a runner keeps rows and positions: :class:`SQLiteViews` or ``PostgresViews``."""
+
+    def prepare(self, projection: Projection) -> PositionRecord: ...
+
+    def reset(self, projection: Projection) -> None: ...
+
+    def commit(self, writes: Sequence[TableWrite]) -> None: ...
+
+
+ViewsT = TypeVar("ViewsT", bound=ViewStore)
+
+
+class ProjectionRunner(Generic[ViewsT]):
+    """Feeds the ledger's log to projections whose views live in a :class:`ViewStore`.
 
     Args:
         store: the ledger's log (any :class:`LogStore`).
-        views: where rows and positions are kept.
+        views: where rows and positions are kept (SQLite file or PostgreSQL schema).
         projections: default: :func:`default_projections`.
         batch_size: events per transaction.
         registry: resolves current payload versions and upcasters (default registry).
@@ -175,7 +189,7 @@ class ProjectionRunner:
     def __init__(
         self,
         store: LogStore,
-        views: SQLiteViews,
+        views: ViewsT,
         projections: Sequence[Projection] | None = None,
         *,
         batch_size: int = DEFAULT_BATCH,

@@ -64,7 +64,13 @@ from tracebound.events.record import LedgerFields, decode_record, event_prefix, 
 from tracebound.ids import ChainHead, Position, StreamId, StreamVersion
 from tracebound.integrity.chain import GENESIS, chain_hash
 from tracebound.integrity.verify import PAGE
-from tracebound.store.port import ANY_VERSION, AppendRequest, RawRecord, StreamHead
+from tracebound.store.port import (
+    ANY_VERSION,
+    AppendRequest,
+    RawRecord,
+    StreamHead,
+    check_import,
+)
 
 __all__ = [
     "CHECKPOINTS_FILE",
@@ -657,6 +663,17 @@ class JsonlStore:
             raise result
         return result
 
+    def _prepare_batch(
+        self, requests: Sequence[AppendRequest]
+    ) -> tuple[list[_PreparedRequest], int]:
+        """The writer-side work for :meth:`_append_prepared`, done before any lock, and the
+        batch's size in canonical bytes (group commit bounds its memory with it)."""
+        batch = [
+            _PreparedRequest(r.stream_id, r.expected_version, [_Prepared(e) for e in r.events])
+            for r in requests
+        ]
+        return batch, sum(len(item.prefix) for r in batch for item in r.items)
+
     def _append_prepared(
         self, batches: Sequence[Sequence[_PreparedRequest]]
     ) -> list[list[RecordedEvent] | ConcurrencyConflict]:
@@ -788,6 +805,44 @@ class JsonlStore:
             offset += len(line)
         self._size = written[-1][0]
         self._end = self._seen = offset
+
+    # -- import (``tracebound copy``) ----------------------------------------------------
+
+    def import_raw(self, records: Sequence[RawRecord]) -> None:
+        """Write records verbatim, as another store holds them: see :class:`ImportStore`.
+
+        The records become one batch (their lines name its first and last position), written
+        with one ``write`` and one ``fsync`` under the flock, exactly like an append: a crash
+        mid-import leaves a torn tail that ``tracebound repair`` cuts, never half a batch
+        that reads as whole. The checks (``check_import``) run under the flock on the
+        freshly refreshed index.
+        """
+        if not records:
+            return
+        first, last = records[0].position, records[-1].position
+        written: list[tuple[int, bytes, str, int, bytes]] = []
+        for r in records:
+            if b"\n" in r.body:  # the line format holds one record per line
+                raise CanonicalizationError(f"record {r.position}'s bytes contain a newline")
+            line = _LINE % (first, last, r.hash.hex().encode(), r.body)
+            written.append((r.position, line, r.stream_id, r.stream_version, r.hash))
+        with self._mutex, _io("import"):
+            self._check_open()
+            with self._exclusive():
+                self._refresh(locked=True)
+                if self._torn is not None:
+                    raise self._torn.damage()
+                streams = self._ensure_streams()
+                if self._stream_damage is not None:
+                    raise self._stream_damage
+
+                def head(sid: str) -> tuple[int, bytes] | None:
+                    st = streams.get(sid)
+                    return None if st is None else (st.version, st.head)
+
+                check_import(self._size, records, head)
+                self._write_durably(b"".join(line for _, line, _, _, _ in written))
+                self._index_written(written)
 
     # -- reads ---------------------------------------------------------------------------
 

@@ -11,20 +11,24 @@ only there are the position and the stream's previous hash known for certain.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol, Self, runtime_checkable
 
+from tracebound.errors import ConcurrencyError
 from tracebound.events.envelope import Event, RecordedEvent
 from tracebound.events.record import RawRecord
 from tracebound.ids import ChainHead, StreamId, StreamVersion
+from tracebound.integrity.chain import GENESIS
+from tracebound.integrity.verify import ChunkVerifier, link_damage
 
 __all__ = [
     "ANY_VERSION",
     "NO_STREAM",
     "AppendRequest",
     "CheckpointStore",
+    "ImportStore",
     "LedgerStore",
     "LogStore",
     "MetadataStore",
@@ -35,6 +39,7 @@ __all__ = [
     "SubscriptionStore",
     "TrackingStore",
     "TrackingTransaction",
+    "check_import",
 ]
 
 ANY_VERSION: None = None
@@ -263,3 +268,72 @@ class TrackingStore(Protocol):
     def tracked_position(self, name: str) -> int:
         """The committed position of projection ``name``; 0 if it never advanced."""
         ...
+
+
+# -- importing a log verbatim (``tracebound copy``) ----------------------------------------
+
+
+@runtime_checkable
+class ImportStore(Protocol):
+    """A store that can take records exactly as another store holds them.
+
+    An append assigns the position, the version and the chain link itself, so a log moved
+    from one backend to another by appending would get new bytes, new hashes and a new
+    Merkle root, and its signed checkpoints would no longer vouch for it. Importing keeps
+    every byte: each record goes in as it was hashed, after the store has checked, inside
+    its own write transaction, that the records continue its log (see
+    :func:`check_import`).
+    """
+
+    def import_raw(self, records: Sequence[RawRecord]) -> None:
+        """Insert ``records`` verbatim and durably, all or none.
+
+        Raises:
+            ConcurrencyError: the first record is not at ``size() + 1`` (someone else
+                appended meanwhile, or the caller resumed from the wrong place).
+            LedgerDamaged: a record does not hash to its hash, its columns disagree with
+                its bytes, positions skip, or a stream's version/prev_hash does not link to
+                the stream's head in this store (the first such position is named).
+        """
+        ...
+
+
+def check_import(
+    size: int,
+    records: Sequence[RawRecord],
+    head: Callable[[str], tuple[int, bytes] | None],
+) -> None:
+    """The checks every backend's :meth:`ImportStore.import_raw` runs under its write lock.
+
+    Reuses verify's own chunk check, so an import accepts exactly what ``verify`` would
+    accept: each record re-hashed, its columns against its bytes, positions consecutive from
+    ``size + 1`` and streams linked inside the batch. What the chunk cannot see, the link of
+    each stream's first record to the store's current head (``head(stream_id)``, None for
+    a stream the store has not seen), is checked here.
+
+    Raises:
+        ConcurrencyError: ``records[0]`` is not at position ``size + 1``.
+        LedgerDamaged: the first record that would not verify in this store.
+    """
+    if not records:
+        return
+    first = records[0].position
+    if first != size + 1:
+        raise ConcurrencyError(
+            f"import must continue the log at position {size + 1}, but starts at {first}"
+        )
+    chunk = ChunkVerifier(first).feed_all(records)
+    for sid, span in sorted(chunk.streams.items(), key=lambda kv: kv[1].first_position):
+        if chunk.damage is not None and span.first_position >= (chunk.damage.position or 0):
+            break
+        known = head(sid)
+        version, digest = (0, GENESIS) if known is None else known
+        probe = RawRecord(
+            span.first_position, sid, span.first_version, "", None, "", 0, span.first_prev,
+            b"", b"",
+        )  # fmt: skip
+        damage = link_damage(sid, version, digest, probe)
+        if damage is not None:
+            raise damage
+    if chunk.damage is not None:
+        raise chunk.damage

@@ -47,7 +47,7 @@ from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from time import monotonic
-from typing import TYPE_CHECKING, Any, Final, Self
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, Self
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
@@ -72,7 +72,13 @@ from tracebound.events.envelope import Event, RecordedEvent
 from tracebound.events.record import LedgerFields, decode_record, event_prefix, record_suffix
 from tracebound.ids import ChainHead, Position, StreamId, StreamVersion
 from tracebound.integrity.chain import GENESIS
-from tracebound.store.port import ANY_VERSION, AppendRequest, RawRecord, StreamHead
+from tracebound.store.port import (
+    ANY_VERSION,
+    AppendRequest,
+    RawRecord,
+    StreamHead,
+    check_import,
+)
 
 if TYPE_CHECKING:
     from tracebound.store.port import LedgerStore, Subscription, SubscriptionStore, TrackingStore
@@ -250,6 +256,10 @@ class _Statements:
 
         self.ddl = q(_DDL, params=False, version=sql.Literal(str(SCHEMA_VERSION)))
         self.allocate = q("UPDATE {log_head} SET position = position + %s RETURNING position")
+        # Group commit takes the lock first and sets the head once it knows which requests
+        # of the group hold (a conflicting one gets no positions).
+        self.lock_head = q("SELECT position FROM {log_head} FOR UPDATE")
+        self.set_head = q("UPDATE {log_head} SET position = %s")
         self.head = q(
             "SELECT stream_version, hash FROM {events} WHERE stream_id = %s "
             "ORDER BY stream_version DESC LIMIT 1"
@@ -528,6 +538,77 @@ class PostgresStore:
                 cur.execute(self._sql.notify, (self.channel, str(last)))
         return rows
 
+    # -- group commit (store/group_commit.py) ---------------------------------------------
+
+    def _prepare_batch(
+        self, requests: Sequence[AppendRequest]
+    ) -> tuple[list[tuple[AppendRequest, list[_Prepared]]], int]:
+        """The writer-side work for :meth:`_append_prepared`, done before the lock, and the
+        batch's size in canonical bytes (group commit bounds its memory with it)."""
+        prepared = [(r, [_Prepared(e) for e in r.events]) for r in requests]
+        return prepared, sum(len(item.prefix) for _, items in prepared for item in items)
+
+    def _append_prepared(
+        self, batches: Sequence[Sequence[tuple[AppendRequest, list[_Prepared]]]]
+    ) -> list[list[RecordedEvent] | ConcurrencyConflict]:
+        """Append independent all-or-nothing batches in one transaction: one WAL flush.
+
+        The seam for group commit. Two round trips, as for a single small append: BEGIN,
+        the lock and every stream's head in one; the head update, the rows (binary COPY
+        from ``_COPY_THRESHOLD`` rows), NOTIFY and COMMIT in the other. A batch whose
+        expected version does not hold gets its ConcurrencyConflict back and no positions;
+        the others go ahead. An error fails them all (ROLLBACK).
+        """
+        streams = list(dict.fromkeys(r.stream_id for batch in batches for r, _ in batch))
+        with _translated("append"):
+            conn = self._conn()
+            idle = conn.info.transaction_status == TransactionStatus.IDLE
+            if not idle:  # a tracking block's transaction: a group must not ride on it
+                raise StorageError("group commit cannot join an open transaction")
+            try:
+                with conn.pipeline(), conn.cursor() as cur, conn.cursor() as head_cur:
+                    conn.execute(b"BEGIN")
+                    cur.execute(self._sql.lock_head)  # held to COMMIT: commit = position order
+                    if streams:  # a later statement: its snapshot includes every earlier append
+                        self._send_heads(head_cur, streams)
+                    last = self._allocated(cur)
+                    heads = self._heads(head_cur, streams) if streams else {}
+                plan = _plan_group(last, heads, batches)
+                self._write_group(conn, plan.rows, last + len(plan.rows))
+            except BaseException:
+                if not conn.broken and conn.info.transaction_status != TransactionStatus.IDLE:
+                    with suppress(psycopg.Error):
+                        conn.execute(b"ROLLBACK")
+                raise
+        # Built after the commit: nothing here needs the lock.
+        return [
+            outcome
+            if isinstance(outcome, ConcurrencyConflict)
+            else _recorded_group(batch, plan.rows[outcome[0] : outcome[1]])
+            for batch, outcome in zip(batches, plan.outcomes, strict=True)
+        ]
+
+    def _write_group(self, conn: _Conn, rows: list[tuple[Any, ...]], last: int) -> None:
+        """Insert a group's rows, move the head to ``last``, notify and COMMIT."""
+        if len(rows) >= _COPY_THRESHOLD:
+            with conn.cursor() as cur:
+                with cur.copy(self._sql.copy) as copy:
+                    copy.set_types(_COPY_TYPES)
+                    for row in rows:
+                        copy.write_row(row)
+                cur.execute(self._sql.set_head, (last,))
+                if self._notify:
+                    cur.execute(self._sql.notify, (self.channel, str(last)))
+            conn.execute(b"COMMIT")
+            return
+        with conn.pipeline():
+            if rows:
+                conn.execute(self._sql.set_head, (last,))
+                conn.execute(self._sql.insert, [list(col) for col in zip(*rows, strict=True)])
+                if self._notify:
+                    conn.execute(self._sql.notify, (self.channel, str(last)))
+            conn.execute(b"COMMIT")
+
     def _allocated(self, cur: psycopg.Cursor[Any]) -> int:
         """The last position of the block the lock statement assigned."""
         row = cur.fetchone()
@@ -701,6 +782,38 @@ class PostgresStore:
         rows = self._fetch("read", self._sql.tracked, (name,))
         return int(rows[0][0]) if rows else 0
 
+    # -- import (``tracebound copy``) ----------------------------------------------------
+
+    def import_raw(self, records: Sequence[RawRecord]) -> None:
+        """Insert records verbatim, as another store holds them: see :class:`ImportStore`.
+
+        The same lock as an append (the ``log_head`` row, moved by ``len(records)``), so an
+        import and appends from other hosts serialise and commit order stays position
+        order; the checks (``check_import``) read the stream heads after the lock, as an
+        append does. A failed check rolls the transaction back, ``log_head`` with it.
+        """
+        if not records:
+            return
+        rows = [tuple(r) for r in records]
+        streams = list(dict.fromkeys(r.stream_id for r in records))
+        with _translated("import"):
+            conn = self._conn()
+            with conn.transaction(), conn.cursor() as cur:
+                cur.execute(self._sql.allocate, (len(rows),))
+                last = self._allocated(cur)
+                self._send_heads(cur, streams)
+                heads = self._heads(cur, streams)
+                check_import(last - len(rows), records, heads.get)
+                if len(rows) >= _COPY_THRESHOLD:
+                    with cur.copy(self._sql.copy) as copy:
+                        copy.set_types(_COPY_TYPES)
+                        for row in rows:
+                            copy.write_row(row)
+                else:
+                    cur.execute(self._sql.insert, [list(col) for col in zip(*rows, strict=True)])
+                if self._notify:
+                    cur.execute(self._sql.notify, (self.channel, str(last)))
+
 
 def _rows(cursor: psycopg.Cursor[Any]) -> list[tuple[Any, ...]]:
     return cursor.fetchall() if cursor.description is not None else []
@@ -773,6 +886,35 @@ def _rows_for(
     return rows
 
 
+class _GroupPlan(NamedTuple):
+    """A group's rows, and per batch either its slice of the rows or its conflict."""
+
+    rows: list[tuple[Any, ...]]
+    outcomes: list[tuple[int, int] | ConcurrencyConflict]
+
+
+def _plan_group(
+    last: int,
+    heads: dict[str, StreamHead],
+    batches: Sequence[Sequence[tuple[AppendRequest, list[_Prepared]]]],
+) -> _GroupPlan:
+    """Rows for every batch that holds, positions ``last + 1`` onwards, each batch chained
+    onto the ones before it; a batch that conflicts takes no positions. Updates ``heads``."""
+    rows: list[tuple[Any, ...]] = []
+    outcomes: list[tuple[int, int] | ConcurrencyConflict] = []
+    for batch in batches:
+        try:
+            more = _rows_for(last + len(rows), heads, batch)
+        except ConcurrencyConflict as conflict:
+            outcomes.append(conflict)
+            continue
+        for row in more:
+            heads[row[1]] = StreamHead(row[2], row[8])
+        outcomes.append((len(rows), len(rows) + len(more)))
+        rows += more
+    return _GroupPlan(rows, outcomes)
+
+
 def _recorded_events(
     prepared: Sequence[tuple[AppendRequest, list[_Prepared]]], rows: list[tuple[Any, ...]]
 ) -> list[RecordedEvent]:
@@ -791,6 +933,55 @@ def _recorded_events(
             items, rows, strict=True
         )
     ]
+
+
+_RECORDED_FIELDS: Final = frozenset(RecordedEvent.model_fields)
+_PLAIN_RECORDED: Final = (
+    RecordedEvent.__pydantic_post_init__ is None
+    and not RecordedEvent.__private_attributes__
+    and not RecordedEvent.__pydantic_root_model__
+    and RecordedEvent.model_config.get("extra") != "allow"
+)
+_new_object = object.__new__
+_set = object.__setattr__
+
+
+def _recorded_group(
+    prepared: Sequence[tuple[AppendRequest, list[_Prepared]]], rows: list[tuple[Any, ...]]
+) -> list[RecordedEvent]:
+    """:func:`_recorded_events` for group commit, without ``model_construct``'s walk.
+
+    ``model_construct`` looks at every field for aliases and defaults, which costs more than
+    the chain hash; every field is given here, so what it would do comes down to the four
+    assignments below. Used only while the model has no post-init hook, private attributes
+    or extra fields (checked once, above); otherwise it falls back to the general builder.
+    """
+    if not _PLAIN_RECORDED:
+        return _recorded_events(prepared, rows)
+    items = (item for _, batch in prepared for item in batch)
+    out: list[RecordedEvent] = []
+    add = out.append
+    for item, (position, sid, version, _, _, _, _, prev, digest, _) in zip(
+        items, rows, strict=True
+    ):
+        obj = _new_object(RecordedEvent)
+        _set(
+            obj,
+            "__dict__",
+            {
+                **item.event.__dict__,
+                "stream_id": sid,
+                "stream_version": version,
+                "position": position,
+                "prev_hash": prev,
+                "hash": digest,
+            },
+        )
+        _set(obj, "__pydantic_fields_set__", set(_RECORDED_FIELDS))
+        _set(obj, "__pydantic_extra__", None)
+        _set(obj, "__pydantic_private__", None)
+        add(obj)
+    return out
 
 
 class PostgresTracking:

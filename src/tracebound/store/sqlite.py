@@ -11,6 +11,7 @@ the store only formats a short suffix, hashes and inserts (see `events/record.py
 
 from __future__ import annotations
 
+import importlib
 import sqlite3
 import threading
 from binascii import hexlify
@@ -34,9 +35,16 @@ from tracebound.errors import (
 from tracebound.events.envelope import Event, RecordedEvent
 from tracebound.events.record import SUFFIX_FORMAT, LedgerFields, decode_record, event_prefix
 from tracebound.ids import ChainHead, StreamId, StreamVersion
+from tracebound.integrity import _kernel
 from tracebound.integrity.chain import GENESIS
 from tracebound.integrity.verify import PAGE
-from tracebound.store.port import ANY_VERSION, AppendRequest, RawRecord, StreamHead
+from tracebound.store.port import (
+    ANY_VERSION,
+    AppendRequest,
+    RawRecord,
+    StreamHead,
+    check_import,
+)
 
 __all__ = ["DB_FILENAME", "SCHEMA_VERSION", "SQLiteStore"]
 
@@ -45,6 +53,10 @@ SCHEMA_VERSION: Final = 1
 _PAGE = 1000  # rows per keyset page: bounded memory, short read transactions
 _VERIFY_PAGE = PAGE  # verify's pages: a power of two, so each page is one Merkle subtree
 
+# No index on workflow_id: nothing reads events by workflow (projections read by position),
+# and each index is one more B-tree insert per append. Stores created before this change
+# keep their events_by_workflow index, which is harmless there. (Statements below are split
+# on semicolons, so the schema text itself holds none in comments.)
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (
     key   TEXT PRIMARY KEY,
@@ -63,7 +75,6 @@ CREATE TABLE IF NOT EXISTS events (
     body           BLOB    NOT NULL,
     UNIQUE (stream_id, stream_version)
 );
-CREATE INDEX IF NOT EXISTS events_by_workflow ON events (workflow_id, position);
 CREATE TABLE IF NOT EXISTS checkpoints (
     size INTEGER PRIMARY KEY,
     note TEXT    NOT NULL
@@ -88,6 +99,30 @@ _SELECT_RAW: Final = (
 )
 
 
+def _bind_kernel_reader() -> type[Any] | None:
+    """The C kernel's SQLite page reader, bound to the SQLite library Python itself loaded.
+
+    The kernel does not link SQLite: it looks the functions up in the library behind
+    Python's ``_sqlite3`` module, so that this process never runs two copies of SQLite (two
+    copies would not see each other's POSIX locks on the same file). None if unavailable.
+    """
+    kernel = _kernel.KERNEL
+    if kernel is None:
+        return None
+    module_path = getattr(importlib.import_module("_sqlite3"), "__file__", None)
+    if module_path is None or not kernel.bind_sqlite(module_path):
+        return None
+    reader: type[Any] = kernel.Reader
+    return reader
+
+
+_KernelReader: type[Any] | None = _bind_kernel_reader()
+"""``Reader(path, busy_timeout_ms)`` of the C kernel, or None: verify reads through Python."""
+_KernelError: type[Exception] = (
+    _kernel.KERNEL.SQLiteError if _kernel.KERNEL is not None else sqlite3.Error
+)
+
+
 @contextmanager
 def _translated(what: str) -> Iterator[None]:
     """Turn sqlite3 errors into StorageError: no backend exception escapes the API."""
@@ -95,6 +130,37 @@ def _translated(what: str) -> Iterator[None]:
         yield
     except sqlite3.Error as exc:
         raise StorageError(f"sqlite {what} failed: {exc}") from exc
+
+
+class _WriterState:
+    """What one connection knows about the log's head, valid while nobody else writes.
+
+    ``PRAGMA data_version`` changes when *another* connection (in this process or any
+    other) commits to the file, and stays put for this connection's own commits. So while
+    it is unchanged, the last position and the stream heads this connection wrote are still
+    the file's, and the two queries that would fetch them can be skipped.
+    """
+
+    __slots__ = ("data_version", "heads", "position")
+
+    MAX_HEADS: Final = 4096  # streams remembered; more are looked up again
+
+    def __init__(self) -> None:
+        self.data_version: int | None = None
+        self.position: int | None = None
+        self.heads: dict[str, tuple[int, bytes]] = {}
+
+    def sync(self, data_version: int) -> None:
+        if data_version != self.data_version:
+            self.data_version = data_version
+            self.position = None
+            self.heads.clear()
+
+    def committed(self, position: int, heads: dict[str, tuple[int, bytes]]) -> None:
+        if len(self.heads) + len(heads) > self.MAX_HEADS:
+            self.heads.clear()
+        self.position = position
+        self.heads.update(heads)
 
 
 class _Prepared:
@@ -210,6 +276,7 @@ class SQLiteStore:
             conn.execute(f"PRAGMA synchronous={self._synchronous}")
             conn.execute("PRAGMA foreign_keys=ON")
             self._local.conn = conn
+            self._local.writer = _WriterState()
             with self._connections_lock:
                 self._connections.append(conn)
         return conn
@@ -242,25 +309,86 @@ class SQLiteStore:
         prepared = [(r, [_Prepared(e) for e in r.events]) for r in requests]
         with self._write_lock, _translated("append"):
             conn = self._conn()
+            state: _WriterState = self._local.writer
             conn.execute("BEGIN IMMEDIATE")
             try:
-                rows, recorded = self._rows_for(conn, prepared)
+                (data_version,) = conn.execute("PRAGMA data_version").fetchone()
+                state.sync(data_version)
+                rows, recorded, position, heads = self._rows_for(conn, prepared, state)
                 conn.executemany(_INSERT, rows)
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
+            state.committed(position, heads)
         return recorded
+
+    # -- group commit (store/group_commit.py) ---------------------------------------------
+
+    def _prepare_batch(
+        self, requests: Sequence[AppendRequest]
+    ) -> tuple[list[tuple[AppendRequest, list[_Prepared]]], int]:
+        """The writer-side work for :meth:`_append_prepared`, done before the lock, and the
+        batch's size in canonical bytes (group commit bounds its memory with it)."""
+        prepared = [(r, [_Prepared(e) for e in r.events]) for r in requests]
+        return prepared, sum(len(item.prefix) for _, items in prepared for item in items)
+
+    def _append_prepared(
+        self, batches: Sequence[Sequence[tuple[AppendRequest, list[_Prepared]]]]
+    ) -> list[list[RecordedEvent] | ConcurrencyConflict]:
+        """Append independent all-or-nothing batches in one transaction: one fsync.
+
+        The seam for group commit. A batch whose expected version does not hold gets its
+        ConcurrencyConflict back and writes nothing; the batches after it see the heads as
+        if it had never been asked for. An error fails them all (ROLLBACK).
+        """
+        results: list[list[RecordedEvent] | ConcurrencyConflict] = []
+        with self._write_lock, _translated("append"):
+            conn = self._conn()
+            state: _WriterState = self._local.writer
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                (data_version,) = conn.execute("PRAGMA data_version").fetchone()
+                state.sync(data_version)
+                if len(state.heads) > state.MAX_HEADS:
+                    state.heads.clear()
+                rows: list[tuple[Any, ...]] = []
+                for batch in batches:
+                    try:
+                        more, recorded, position, heads = self._rows_for(conn, batch, state)
+                    except ConcurrencyConflict as conflict:
+                        results.append(conflict)
+                        continue
+                    # The cache moves ahead inside the transaction, so the next batch chains
+                    # onto this one; it is dropped below if the transaction does not commit.
+                    state.position = position
+                    state.heads.update(heads)
+                    rows += more
+                    results.append(recorded)
+                if rows:
+                    conn.executemany(_INSERT, rows)
+                conn.execute("COMMIT")
+            except BaseException:
+                state.data_version = state.position = None
+                state.heads.clear()
+                conn.execute("ROLLBACK")
+                raise
+        return results
 
     def _rows_for(
         self,
         conn: sqlite3.Connection,
         prepared: Sequence[tuple[AppendRequest, list[_Prepared]]],
-    ) -> tuple[list[tuple[Any, ...]], list[RecordedEvent]]:
+        state: _WriterState,
+    ) -> tuple[list[tuple[Any, ...]], list[RecordedEvent], int, dict[str, tuple[int, bytes]]]:
+        """Rows to insert, the events to return, and the new head (position, stream heads)."""
         # This loop runs under the write lock, once per event: everything costly was done
         # in _Prepared, and what is left is kept to local names and one `%` per suffix.
-        (last,) = conn.execute("SELECT COALESCE(MAX(position), 0) FROM events").fetchone()
-        position = int(last)
+        if state.position is None:
+            (last,) = conn.execute("SELECT COALESCE(MAX(position), 0) FROM events").fetchone()
+            state.position = int(last)
+        position = state.position
+        known = state.heads
         heads: dict[str, tuple[int, bytes]] = {}
         rows: list[tuple[Any, ...]] = []
         recorded: list[RecordedEvent] = []
@@ -271,8 +399,11 @@ class SQLiteStore:
         for request, items in prepared:
             sid = request.stream_id
             if sid not in heads:
-                head = self._head(conn, sid)
-                heads[sid] = (0, GENESIS) if head is None else (head.version, head.head)
+                cached = known.get(sid)
+                if cached is None:
+                    head = self._head(conn, sid)
+                    cached = (0, GENESIS) if head is None else (head.version, head.head)
+                heads[sid] = cached
             version, prev = heads[sid]
             if request.expected_version is not None and request.expected_version != version:
                 raise ConcurrencyConflict(sid, request.expected_version, version)
@@ -320,7 +451,7 @@ class SQLiteStore:
                 )
                 prev = digest
             heads[sid] = (version, prev)
-        return rows, recorded
+        return rows, recorded, position, heads
 
     @staticmethod
     def _head(conn: sqlite3.Connection, stream_id: str) -> StreamHead | None:
@@ -382,6 +513,59 @@ class SQLiteStore:
                 return
             yield page
             cursor = page[-1][0] + 1
+
+    @property
+    def verify_in_threads(self) -> bool:
+        """Whether :meth:`verify_pages` and the C kernel do a page's work without the GIL.
+
+        Then ``Ledger.verify`` runs its helpers as threads of this process: they need no
+        interpreter of their own, start at once and share this process's memory.
+        """
+        return _KernelReader is not None and _kernel.KERNEL is not None
+
+    def verify_pages(
+        self, *, start: int = 1, stop: int | None = None
+    ) -> Iterator[Sequence[Sequence[Any]]]:
+        """The pages ``verify`` checks: :meth:`read_raw_pages`, read in C when possible.
+
+        With the C kernel built, each page is read by its own SQLite connection straight into
+        a kernel page, which the kernel checks without a Python object per record; a page that
+        holds anything but plain records is read by :meth:`read_raw_pages`'s query instead.
+        Either way a page is its own short read transaction, and its rows index like the
+        tuples :meth:`read_raw_pages` yields.
+        """
+        reader_type = _KernelReader
+        if reader_type is None:
+            yield from self.read_raw_pages(start=start, stop=stop)
+            return
+        upper = stop if stop is not None else (1 << 62)
+        cursor = start
+        with _translated("read"):
+            self._conn()  # raises StoreClosed once closed
+        try:
+            busy_ms = int(min(self._busy_timeout * 1000, 2**31 - 1))
+            reader = reader_type(str(self.path), busy_ms)
+        except _KernelError as exc:
+            raise StorageError(f"sqlite read failed: {exc}") from exc
+        try:
+            while cursor <= upper:
+                try:
+                    page: Sequence[Sequence[Any]] | None = reader.page(cursor, upper, _VERIFY_PAGE)
+                except _KernelError as exc:
+                    raise StorageError(f"sqlite read failed: {exc}") from exc
+                if page is None:  # something unusual in this page: read it the usual way
+                    with _translated("read"):
+                        page = (
+                            self._conn()
+                            .execute(_SELECT_RAW, (cursor, upper, _VERIFY_PAGE))
+                            .fetchall()
+                        )
+                if not page:
+                    return
+                yield page
+                cursor = page[-1][0] + 1
+        finally:
+            reader.close()
 
     def read_log(self, *, start: int = 1, stop: int | None = None) -> Iterator[RecordedEvent]:
         for raw in self.read_raw(start=start, stop=stop):
@@ -462,3 +646,29 @@ class SQLiteStore:
             self._conn().execute(
                 "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value)
             )
+
+    # -- import (``tracebound copy``) ----------------------------------------------------
+
+    def import_raw(self, records: Sequence[RawRecord]) -> None:
+        """Insert records verbatim, as another store holds them: see :class:`ImportStore`.
+
+        One ``BEGIN IMMEDIATE`` transaction, so the checks (``check_import``) and the insert
+        see the same log head, and the records land all or none. The connection's cached
+        head (:class:`_WriterState`) is dropped afterwards: ``data_version`` does not move
+        for this connection's own commits, so the cache would otherwise miss the import.
+        """
+        if not records:
+            return
+        with self._write_lock, _translated("import"):
+            conn = self._conn()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                (last,) = conn.execute("SELECT COALESCE(MAX(position), 0) FROM events").fetchone()
+                check_import(int(last), records, lambda sid: self._head(conn, sid))
+                conn.executemany(_INSERT, [tuple(r) for r in records])
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            finally:
+                self._local.writer = _WriterState()

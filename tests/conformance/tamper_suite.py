@@ -1,0 +1,452 @@
+"""One at-rest attack suite for every ledger backend (CONVENTIONS #4).
+
+The attacker holds the store (its files or its database): they can edit, delete, reorder
+and rewrite records, recompute every hash, replace the checkpoints or put an older copy
+back. They hold neither the signing key nor the witness file, which live elsewhere. Every
+attack must be reported with its kind and the first position it touched.
+
+A backend's test module subclasses :class:`TamperSuite` and provides two fixtures:
+
+* ``world``: a :class:`LedgerWorld` that opens a signed ``Ledger`` on an empty store;
+* ``attacker``: an :class:`Attacker` that damages that store with the backend's raw means
+  (SQL on the file or database, bytes of the log file), never through tracebound's API.
+
+Attacks that only one backend can make (a torn line, a reformatted line) stay in that
+backend's module, next to its subclass.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+import pytest
+from blake3 import blake3
+
+from tests.integration.conftest import ORIGIN, cost, fill_ledger
+from tracebound.errors import DamageKind, LedgerDamaged, ProofError
+from tracebound.integrity.keys import NoteSigner
+from tracebound.integrity.note import Checkpoint, sign_checkpoint
+from tracebound.ledger import InclusionBundle, Ledger, verify_bundle
+from tracebound.sources import FixedClock, SequentialIds
+from tracebound.store.port import LedgerStore
+from tracebound.store.witness import FileWitness
+
+# A well-formed hash that no record in these tests has.
+FORGED_HASH = "5a" * 32
+
+
+class LedgerWorld(Protocol):
+    """Where a test ledger lives: the store (attackable) and the key and witness (not)."""
+
+    signer: NoteSigner
+
+    def open(self) -> Ledger: ...
+
+
+@dataclass
+class SignedWorld:
+    """A :class:`LedgerWorld` on any store: how to open it, the key and the witness file."""
+
+    open_store: Callable[[], LedgerStore]
+    witness_path: Path
+    signer: NoteSigner
+    store_dir: Path | None = None  # given, the witness refuses to live inside it
+
+    def open(self) -> Ledger:
+        return Ledger(
+            self.open_store(),
+            clock=FixedClock(),
+            ids=SequentialIds(namespace=7),
+            signer=self.signer,
+            verifier=self.signer.verifier,
+            witness=FileWitness(self.witness_path, origin=ORIGIN, store_dir=self.store_dir),
+            origin=ORIGIN,
+        )
+
+
+class Attacker(Protocol):
+    """What someone holding the store can do to it. Positions are 1-based log positions."""
+
+    def edit_body(self, position: int, old: str, new: str) -> None:
+        """Replace ``old`` (which must be there) by ``new`` in the record's hashed bytes."""
+
+    def edit_column(self, position: int, column: str, value: str) -> None:
+        """Set a field stored with the record; ``"hash"`` takes hex and is the stored hash."""
+
+    def delete(self, position: int, *, renumber: bool = False) -> None:
+        """Remove one record; with ``renumber``, move every later record down one place."""
+
+    def delete_from(self, position: int) -> None:
+        """Remove the record at ``position`` and every one after it."""
+
+    def swap(self, a: int, b: int) -> None:
+        """Exchange the places of two records."""
+
+    def rewrite_chain(self, position: int) -> None:
+        """Change the amount at ``position`` and recompute every hash: see :func:`forge_chain`."""
+
+    def replace_checkpoints(self, notes: Sequence[tuple[int, str]]) -> None:
+        """Replace the stored checkpoints by ``(size, signed note)`` pairs; none drops them."""
+
+    def snapshot(self) -> Any:
+        """Copy the whole store aside."""
+
+    def restore(self, snapshot: Any) -> None:
+        """Put a copy made by :meth:`snapshot` back in place of the store."""
+
+    def last_position(self) -> int:
+        """The highest position the store holds, read raw."""
+
+
+def forge_chain(
+    rows: Iterable[tuple[int, str, bytes, bytes]], position: int
+) -> list[tuple[int, bytes, bytes, bytes]]:
+    """A consistent forgery: change one amount, then recompute every hash after it.
+
+    Args:
+        rows: ``(position, stream_id, prev_hash, body)`` of every record, in log order.
+        position: The record whose ``amount_usd`` becomes ``9.…``.
+
+    Returns:
+        ``(position, prev_hash, hash, body)`` for every record, as the attacker writes them
+        back. Each record's body names its ``prev_hash``, so that is rewritten too.
+    """
+    heads: dict[str, bytes] = {}
+    forged = []
+    for pos, stream_id, prev, old_body in rows:
+        new_prev = heads.get(stream_id, prev)
+        body = old_body
+        if pos == position:
+            assert b'"amount_usd":"0.' in body
+            body = body.replace(b'"amount_usd":"0.', b'"amount_usd":"9.')
+        body = body.replace(prev.hex().encode(), new_prev.hex().encode())
+        digest = blake3(new_prev + body).digest()
+        heads[stream_id] = digest
+        forged.append((pos, new_prev, digest, body))
+    return forged
+
+
+class DirectorySnapshots:
+    """Snapshots for a store that is a directory of files: copy it aside and back."""
+
+    store_dir: Path
+    _snapshots = 0
+
+    def snapshot(self) -> Path:
+        self._snapshots += 1
+        copy = self.store_dir.with_name(f"snapshot-{self._snapshots}")
+        shutil.copytree(self.store_dir, copy)
+        return copy
+
+    def restore(self, snapshot: Path) -> None:
+        shutil.rmtree(self.store_dir)
+        shutil.copytree(snapshot, self.store_dir)
+
+
+class SqlAttacker:
+    """The attacks that are the same SQL on every SQL backend: same tables, same columns.
+
+    A subclass runs the statements with its own driver (``sql``, ``rows``, ``sql_many``,
+    writing placeholders as ``param``) and adds what differs: ``edit_body``, how to
+    renumber after a deleted row, and snapshots.
+    """
+
+    param: ClassVar[str]  # the driver's placeholder: "?" or "%s"
+    _BYTES_COLUMNS: ClassVar[tuple[str, ...]] = ("hash", "prev_hash")
+
+    def sql(self, *statements: str, params: Sequence[Any] = ()) -> int:
+        """Run statements in one transaction; the rows the last one changed."""
+        raise NotImplementedError
+
+    def sql_many(self, statement: str, rows: Sequence[Sequence[Any]]) -> None:
+        raise NotImplementedError
+
+    def rows(self, query: str) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+    def renumber_after(self, position: int) -> None:
+        """Move every row after ``position`` down one place."""
+        raise NotImplementedError
+
+    def edit_column(self, position: int, column: str, value: str) -> None:
+        stored = bytes.fromhex(value) if column in self._BYTES_COLUMNS else value
+        query = f'UPDATE events SET "{column}" = {self.param} WHERE position = {self.param}'
+        assert self.sql(query, params=(stored, position)) == 1
+
+    def delete(self, position: int, *, renumber: bool = False) -> None:
+        assert self.sql(f"DELETE FROM events WHERE position = {position}") == 1
+        if renumber:
+            self.renumber_after(position)
+
+    def delete_from(self, position: int) -> None:
+        assert self.sql(f"DELETE FROM events WHERE position >= {position}") > 0
+
+    def swap(self, a: int, b: int) -> None:
+        self.sql(
+            f"UPDATE events SET position = -1 WHERE position = {a}",
+            f"UPDATE events SET position = {a} WHERE position = {b}",
+            f"UPDATE events SET position = {b} WHERE position = -1",
+        )
+
+    def rewrite_chain(self, position: int) -> None:
+        rows = self.rows(
+            "SELECT position, stream_id, prev_hash, body FROM events ORDER BY position"
+        )
+        forged = forge_chain(
+            [(pos, sid, bytes(prev), bytes(body)) for pos, sid, prev, body in rows], position
+        )
+        p = self.param
+        self.sql_many(
+            f"UPDATE events SET prev_hash = {p}, hash = {p}, body = {p} WHERE position = {p}",
+            [(prev, digest, body, pos) for pos, prev, digest, body in forged],
+        )
+
+    def replace_checkpoints(self, notes: Sequence[tuple[int, str]]) -> None:
+        insert = f"INSERT INTO checkpoints (size, note) VALUES ({self.param}, {self.param})"
+        self.sql("DELETE FROM checkpoints")
+        for size, note in notes:
+            self.sql(insert, params=(size, note))
+
+    def last_position(self) -> int:
+        ((last,),) = self.rows("SELECT max(position) FROM events")
+        return int(last)
+
+
+def damage_of(world: LedgerWorld) -> LedgerDamaged:
+    with world.open() as ledger:
+        report = ledger.verify(workers=1)
+    assert report.damage is not None, report.as_dict()
+    assert not report.ok
+    return report.damage
+
+
+class TamperSuite:
+    """The attacks every backend must detect, each with its kind and position."""
+
+    # What verify reports when one record in the middle is deleted. Where positions are a
+    # stored column (SQLite, PostgreSQL) the position is simply missing: GAP. Where a
+    # record's position is its place in the file (JSONL line numbers), every later record
+    # moves up one place and is found where it was not written: REORDER.
+    middle_delete_kind: ClassVar[DamageKind] = DamageKind.GAP
+
+    @pytest.fixture
+    def world(self) -> LedgerWorld:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    @pytest.fixture
+    def attacker(self) -> Attacker:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    @pytest.fixture
+    def filled(self, world: LedgerWorld) -> Callable[[int], LedgerWorld]:
+        """``n`` events over three streams and two workflows, then a signed checkpoint."""
+
+        def fill(n: int) -> LedgerWorld:
+            with world.open() as ledger:
+                fill_ledger(ledger, n)
+            return world
+
+        return fill
+
+    # -- an intact ledger ----------------------------------------------------------------
+
+    def test_intact_ledger_verifies(self, filled: Callable[[int], LedgerWorld]) -> None:
+        world = filled(40)
+        with world.open() as ledger:
+            report = ledger.verify(workers=1)
+        assert report.ok, report.as_dict()
+        assert (report.size, report.checkpoint_size, report.witness_size) == (40, 40, 40)
+        assert report.checks == {
+            "chain": "ok",
+            "positions": "ok",
+            "merkle": "ok",
+            "signature": "ok",
+            "witness": "ok",
+        }
+
+    # -- edits -----------------------------------------------------------------------------
+
+    def test_edit_one_payload_is_tamper_at_that_position(
+        self, filled: Callable[[int], LedgerWorld], attacker: Attacker
+    ) -> None:
+        world = filled(30)
+        attacker.edit_body(18, '"amount_usd":"0.0017"', '"amount_usd":"0.9017"')
+        d = damage_of(world)
+        assert (d.kind, d.position) == (DamageKind.TAMPER, 18)
+
+    def test_edit_index_column_is_tamper(
+        self, filled: Callable[[int], LedgerWorld], attacker: Attacker
+    ) -> None:
+        world = filled(30)
+        attacker.edit_column(7, "workflow_id", "wf-9")
+        d = damage_of(world)
+        assert (d.kind, d.position) == (DamageKind.TAMPER, 7)
+
+    def test_edit_the_stored_hash_is_tamper(
+        self, filled: Callable[[int], LedgerWorld], attacker: Attacker
+    ) -> None:
+        world = filled(30)
+        attacker.edit_column(7, "hash", FORGED_HASH)
+        d = damage_of(world)
+        assert (d.kind, d.position) == (DamageKind.TAMPER, 7)
+
+    # -- deletions and moves -------------------------------------------------------------
+
+    def test_delete_last_events_is_truncation(
+        self, filled: Callable[[int], LedgerWorld], attacker: Attacker
+    ) -> None:
+        world = filled(30)
+        attacker.delete_from(27)
+        d = damage_of(world)
+        assert (d.kind, d.position) == (DamageKind.TRUNCATION, 27)
+
+    def test_delete_middle_event_is_gap_or_reorder(
+        self, filled: Callable[[int], LedgerWorld], attacker: Attacker
+    ) -> None:
+        world = filled(30)
+        attacker.delete(12)
+        d = damage_of(world)
+        assert (d.kind, d.position) == (self.middle_delete_kind, 12)
+        detail = {
+            DamageKind.GAP: "position 12 is missing",
+            DamageKind.REORDER: "written at position 13",
+        }
+        assert detail[d.kind] in d.detail
+
+    def test_delete_middle_event_and_renumber_is_reported(
+        self, filled: Callable[[int], LedgerWorld], attacker: Attacker
+    ) -> None:
+        world = filled(30)
+        attacker.delete(12, renumber=True)
+        d = damage_of(world)
+        assert (d.kind, d.position) == (DamageKind.REORDER, 12)
+        assert "written at position 13" in d.detail
+
+    def test_swap_two_events_is_reorder(
+        self, filled: Callable[[int], LedgerWorld], attacker: Attacker
+    ) -> None:
+        world = filled(30)
+        attacker.swap(9, 21)
+        d = damage_of(world)
+        assert (d.kind, d.position) == (DamageKind.REORDER, 9)
+        assert "written at position 21" in d.detail
+
+    # -- consistent forgeries --------------------------------------------------------------
+
+    def test_consistent_rewrite_without_key_fails_merkle(
+        self, filled: Callable[[int], LedgerWorld], attacker: Attacker
+    ) -> None:
+        world = filled(30)
+        attacker.rewrite_chain(14)
+        with world.open() as ledger:
+            report = ledger.verify(workers=1)
+        assert report.checks["chain"] == "ok"  # the forgery is internally consistent...
+        assert report.damage is not None  # ...but not with what was signed
+        assert report.damage.kind is DamageKind.TAMPER
+        assert report.checks["merkle"] == "failed"
+
+    def test_rewrite_and_resign_with_own_key_is_forged_signature(
+        self, filled: Callable[[int], LedgerWorld], attacker: Attacker
+    ) -> None:
+        world = filled(30)
+        attacker.rewrite_chain(14)
+        with world.open() as ledger:
+            forged_root = bytes.fromhex(ledger.verify(workers=1).root)
+        own_key = NoteSigner("tb-test", b"\x01" * 32)  # same name, different key
+        note = sign_checkpoint(Checkpoint(origin=ORIGIN, size=30, root=forged_root), own_key)
+        attacker.replace_checkpoints([(30, note)])
+        d = damage_of(world)
+        assert (d.kind, d.position) == (DamageKind.FORGED_SIGNATURE, 30)
+
+    def test_rewrite_and_drop_checkpoints_is_caught_by_witness(
+        self, filled: Callable[[int], LedgerWorld], attacker: Attacker
+    ) -> None:
+        world = filled(30)
+        attacker.rewrite_chain(14)
+        attacker.replace_checkpoints([])
+        d = damage_of(world)
+        assert d.kind is DamageKind.ROLLBACK  # the store's checkpoints are behind the witness
+
+    def test_copy_back_older_snapshot_is_rollback(
+        self, world: LedgerWorld, attacker: Attacker
+    ) -> None:
+        with world.open() as ledger:
+            for i in range(10):
+                ledger.record("run", [cost(i)])
+            ledger.checkpoint()
+        snapshot = attacker.snapshot()
+        with world.open() as ledger:
+            for i in range(10, 25):
+                ledger.record("run", [cost(i)])
+            ledger.checkpoint()
+        attacker.restore(snapshot)
+        assert attacker.last_position() == 10
+        d = damage_of(world)
+        assert (d.kind, d.position) == (DamageKind.ROLLBACK, 11)
+
+    # -- what verify and checkpoint cover ------------------------------------------------
+
+    def test_events_after_last_checkpoint_are_chain_checked(
+        self, filled: Callable[[int], LedgerWorld], attacker: Attacker
+    ) -> None:
+        world = filled(20)
+        with world.open() as ledger:
+            ledger.record("run-x", [cost(99)])
+            report = ledger.verify(workers=1)
+            assert report.ok and report.uncovered == 1
+        attacker.edit_body(21, '"0.0099"', '"0.0098"')
+        d = damage_of(world)
+        assert (d.kind, d.position) == (DamageKind.TAMPER, 21)
+
+    def test_checkpoint_refuses_to_sign_damage(
+        self, filled: Callable[[int], LedgerWorld], attacker: Attacker
+    ) -> None:
+        world = filled(10)
+        attacker.edit_body(4, '"0.0003"', '"0.0004"')
+        with world.open() as ledger, pytest.raises(LedgerDamaged) as info:
+            ledger.checkpoint()
+        assert info.value.position == 4
+
+    def test_parallel_verify_reports_same_as_serial(
+        self,
+        filled: Callable[[int], LedgerWorld],
+        attacker: Attacker,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        import tracebound.ledger as ledger_mod
+
+        monkeypatch.setattr(ledger_mod, "CHUNK", 8)  # many chunks from a small log
+        world = filled(45)
+        with world.open() as ledger:
+            serial, parallel = ledger.verify(workers=1), ledger.verify(workers=2)
+        assert serial.ok and parallel.ok
+        assert serial.root == parallel.root
+        intact = attacker.snapshot()
+        attacks: list[tuple[Callable[[], None], DamageKind]] = [
+            (lambda: attacker.edit_column(33, "workflow_id", "wf-9"), DamageKind.TAMPER),
+            (lambda: attacker.delete(33), self.middle_delete_kind),
+        ]
+        for attack, kind in attacks:
+            attacker.restore(intact)
+            attack()
+            with world.open() as ledger:
+                a, b = ledger.verify(workers=1), ledger.verify(workers=2)
+            assert a.damage is not None and b.damage is not None
+            assert (a.damage.kind, a.damage.position) == (b.damage.kind, b.damage.position)
+            assert (a.damage.kind, a.damage.position) == (kind, 33)
+
+    def test_inclusion_proof_round_trip(self, filled: Callable[[int], LedgerWorld]) -> None:
+        world = filled(23)
+        with world.open() as ledger:
+            for position in (1, 2, 13, 23):
+                bundle = ledger.prove(position)
+                again = InclusionBundle.from_dict(bundle.as_dict())
+                assert verify_bundle(again, world.signer.verifier).size == 23
+            bad = bundle.as_dict()
+            bad["record"] = bad["record"][:-8] + "AAAAAAA="
+            with pytest.raises(ProofError):
+                verify_bundle(InclusionBundle.from_dict(bad), world.signer.verifier)
