@@ -28,7 +28,8 @@ from tracebound.errors import DamageKind, LedgerDamaged
 from tracebound.events.envelope import Event
 from tracebound.ledger import Ledger
 from tracebound.sources import FixedClock, SequentialIds
-from tracebound.store.jsonl import JsonlStore, _Prepared, _PreparedRequest
+from tracebound.store._chaining import Prepared, PreparedRequest
+from tracebound.store.jsonl import JsonlStore
 from tracebound.store.sqlite import SQLiteStore
 
 TRIALS = 8
@@ -84,7 +85,7 @@ def _next_write(store_dir: Path, scratch: Path, batches: list[list[int]]) -> byt
     before = (scratch / "log.jsonl").stat().st_size
     with JsonlStore(scratch) as copy:
         prepared = [
-            [_PreparedRequest(f"s{i % 2}", None, [_Prepared(_event(n)) for n in ns])]
+            [PreparedRequest(f"s{i % 2}", None, [Prepared(_event(n)) for n in ns])]
             for i, ns in enumerate(batches)
         ]
         copy._append_prepared(prepared)  # one write for all of them, as group commit does

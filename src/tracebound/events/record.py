@@ -15,11 +15,12 @@ a test holds that equality.
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any, NamedTuple
+from datetime import UTC, datetime
+from typing import Any, Final, NamedTuple
 from uuid import UUID
 
 import orjson
+from pydantic import BaseModel
 
 from tracebound.canonical import canonical_bytes
 from tracebound.errors import IntegrityError
@@ -73,6 +74,49 @@ def _json_str(value: str | None) -> bytes:
 _TYPE_JSON: dict[str, bytes] = {}
 """Canonical bytes of each event type seen: a handful of distinct strings, one per event."""
 
+_WORKFLOW_JSON: dict[str, bytes] = {}
+"""Canonical bytes of recent workflow ids (an append's events share theirs); bounded."""
+_WORKFLOW_JSON_MAX: Final = 4096
+
+
+def _workflow_json(value: str | None) -> bytes:
+    """``_json_str(value)``, remembered for plain ``str`` values."""
+    if value is None:
+        return b"null"
+    cached = _WORKFLOW_JSON.get(value)
+    if cached is None:
+        cached = canonical_bytes(value)
+        if type(value) is str:  # plain str keys only, as for _TYPE_JSON
+            if len(_WORKFLOW_JSON) >= _WORKFLOW_JSON_MAX:
+                _WORKFLOW_JSON.clear()
+            _WORKFLOW_JSON[value] = cached
+    return cached
+
+
+def _plain_dump(model_type: type[BaseModel]) -> bool:
+    """Whether ``model_dump`` of this payload class is pydantic's own (not overridden), so
+    that calling its serializer directly is exactly what ``model_dump`` would do."""
+    return model_type.model_dump is BaseModel.model_dump
+
+
+_PLAIN_DUMP: dict[type[BaseModel], bool] = {}
+
+
+def _payload_json(payload: BaseModel) -> Any:
+    """``payload.model_dump(mode="json")``, without the method's argument handling.
+
+    ``BaseModel.model_dump`` passes its arguments on to the class's compiled serializer;
+    with only ``mode="json"`` given, the rest are the serializer's own defaults. So while a
+    class does not override ``model_dump`` the serializer is called directly.
+    """
+    cls = type(payload)
+    plain = _PLAIN_DUMP.get(cls)
+    if plain is None:
+        plain = _PLAIN_DUMP[cls] = _plain_dump(cls)
+    if plain:
+        return cls.__pydantic_serializer__.to_python(payload, mode="json")
+    return payload.model_dump(mode="json")
+
 
 def event_prefix(event: Event) -> bytes:
     """Canonical bytes of the record up to and including the payload (no closing brace)."""
@@ -87,13 +131,28 @@ def event_prefix(event: Event) -> bytes:
         b"null" if correlation_id is None else canonical_bytes(correlation_id),
         str(event.event_id).encode(),
         type_json,
-        canonical_bytes(event.payload.model_dump(mode="json")),
+        canonical_bytes(_payload_json(event.payload)),
     )
+
+
+def _timestamp_text(value: datetime) -> str:
+    """``format_timestamp(value)``, through ``datetime.isoformat`` when that is the same.
+
+    For a datetime in UTC, ``isoformat(timespec="microseconds")`` is
+    ``YYYY-MM-DDTHH:MM:SS.ffffff+00:00`` (the year always four digits), which is
+    ``format_timestamp``'s text with ``+00:00`` for ``Z``. Anything else (naive, another
+    offset, a subclass) takes ``format_timestamp`` itself. A test compares both.
+    """
+    if type(value) is datetime and value.tzinfo is UTC:
+        text = value.isoformat(timespec="microseconds")
+        if len(text) == 32 and text.endswith("+00:00"):
+            return text[:26] + "Z"
+    return format_timestamp(value)
 
 
 def _timestamp_json(value: datetime) -> bytes:
     """``canonical_bytes(format_timestamp(value))``: an RFC 3339 string needs no escaping."""
-    return b'"%s"' % format_timestamp(value).encode()
+    return b'"%s"' % _timestamp_text(value).encode()
 
 
 class LedgerFields:
@@ -106,9 +165,10 @@ class LedgerFields:
     __slots__ = ("schema_version", "timestamp", "timestamp_text", "workflow_id")
 
     def __init__(self, event: Event) -> None:
-        self.timestamp = _timestamp_json(event.timestamp)
-        self.timestamp_text = self.timestamp[1:-1].decode()
-        self.workflow_id = _json_str(event.workflow_id)
+        text = _timestamp_text(event.timestamp)
+        self.timestamp_text = text
+        self.timestamp = b'"%s"' % text.encode()
+        self.workflow_id = _workflow_json(event.workflow_id)
         self.schema_version = event.schema_version
 
 

@@ -122,19 +122,32 @@ class _Request:
         self.future: asyncio.Future[list[RecordedEvent]] | None = None
         self.counted = False  # settled, and its caller not yet running again
 
-    def resolve_later(self, consume: Callable[[_Request], None]) -> None:
-        """Resolve a task's future on its loop; ``consume`` it if nobody will run for it."""
-        assert self.loop is not None
-        try:
-            self.loop.call_soon_threadsafe(_resolve, self, consume)
-        except RuntimeError:  # the caller's loop is closed: nobody is left to tell
-            consume(self)
-
     def outcome(self) -> list[RecordedEvent]:
         if self.error is not None:
             raise self.error
         assert self.result is not None
         return self.result
+
+
+def _resolve_later(
+    loop: asyncio.AbstractEventLoop,
+    requests: list[_Request],
+    consume: Callable[[_Request], None],
+) -> None:
+    """Settle the futures of ``requests`` (tasks of ``loop``) on their loop, in one call:
+    one thread-safe wake-up of the loop per group. If the loop is closed, nobody is left to
+    tell: ``consume`` them here."""
+    try:
+        loop.call_soon_threadsafe(_resolve_all, requests, consume)
+    except RuntimeError:
+        for request in requests:
+            consume(request)
+
+
+def _resolve_all(requests: list[_Request], consume: Callable[[_Request], None]) -> None:
+    """Settle asyncio callers' futures, on their loop."""
+    for request in requests:
+        _resolve(request, consume)
 
 
 def _resolve(request: _Request, consume: Callable[[_Request], None]) -> None:
@@ -252,9 +265,13 @@ class GroupCommitter(Generic[_P]):
                             last.next = request
                         last = request
                 self._flushed.notify_all()
+            by_loop: dict[asyncio.AbstractEventLoop, list[_Request]] = {}
             for request in group:
                 if request.done is None:
-                    request.resolve_later(self._consume)
+                    assert request.loop is not None
+                    by_loop.setdefault(request.loop, []).append(request)
+            for loop, requests in by_loop.items():  # one wake-up per event loop, not per task
+                _resolve_later(loop, requests, self._consume)
             if first is not None:
                 self._wake(first)
 

@@ -37,6 +37,7 @@ import os
 import re
 import threading
 from array import array
+from binascii import hexlify
 from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -59,14 +60,18 @@ from tracebound.errors import (
     StoreClosed,
     StoreNotFound,
 )
-from tracebound.events.envelope import Event, RecordedEvent, format_timestamp
-from tracebound.events.record import LedgerFields, decode_record, event_prefix, record_suffix
-from tracebound.ids import ChainHead, Position, StreamId, StreamVersion
-from tracebound.integrity.chain import GENESIS, chain_hash
+from tracebound.events.envelope import RecordedEvent, format_timestamp
+from tracebound.events.record import decode_record
+from tracebound.ids import ChainHead, StreamVersion
+from tracebound.integrity.chain import GENESIS
 from tracebound.integrity.verify import PAGE
+from tracebound.store._chaining import (
+    ChainedAppends,
+    PreparedRequest,
+    chain_rows,
+    recorded_events,
+)
 from tracebound.store.port import (
-    ANY_VERSION,
-    AppendRequest,
     RawRecord,
     StreamHead,
     check_import,
@@ -180,23 +185,6 @@ class Repair:
             "kept": self.kept,
             "reason": self.reason,
         }
-
-
-class _Prepared:
-    """An event's writer-side work, done before any lock: canonical prefix and fields."""
-
-    __slots__ = ("event", "fields", "prefix")
-
-    def __init__(self, event: Event) -> None:
-        self.event = event
-        self.prefix = event_prefix(event)
-        self.fields = LedgerFields(event)
-
-
-class _PreparedRequest(NamedTuple):
-    stream_id: str
-    expected_version: int | None
-    items: list[_Prepared]
 
 
 class _Stream:
@@ -362,7 +350,7 @@ def _read_lines(path: Path, start: int, stop: int) -> Iterator[tuple[int, bytes]
         raise _Shrunk
 
 
-class JsonlStore:
+class JsonlStore(ChainedAppends):
     """A ledger in a directory of JSONL files. Safe to share between threads and processes.
 
     Args:
@@ -644,38 +632,8 @@ class JsonlStore:
 
     # -- appends -------------------------------------------------------------------------
 
-    def append(
-        self,
-        stream_id: str,
-        events: Sequence[Event],
-        *,
-        expected_version: int | None = ANY_VERSION,
-    ) -> list[RecordedEvent]:
-        return self.append_batch([AppendRequest(StreamId(stream_id), events, expected_version)])
-
-    def append_batch(self, requests: Sequence[AppendRequest]) -> list[RecordedEvent]:
-        batch = [
-            _PreparedRequest(r.stream_id, r.expected_version, [_Prepared(e) for e in r.events])
-            for r in requests
-        ]
-        (result,) = self._append_prepared([batch])
-        if isinstance(result, ConcurrencyConflict):
-            raise result
-        return result
-
-    def _prepare_batch(
-        self, requests: Sequence[AppendRequest]
-    ) -> tuple[list[_PreparedRequest], int]:
-        """The writer-side work for :meth:`_append_prepared`, done before any lock, and the
-        batch's size in canonical bytes (group commit bounds its memory with it)."""
-        batch = [
-            _PreparedRequest(r.stream_id, r.expected_version, [_Prepared(e) for e in r.events])
-            for r in requests
-        ]
-        return batch, sum(len(item.prefix) for r in batch for item in r.items)
-
     def _append_prepared(
-        self, batches: Sequence[Sequence[_PreparedRequest]]
+        self, batches: Sequence[Sequence[PreparedRequest]]
     ) -> list[list[RecordedEvent] | ConcurrencyConflict]:
         """Append several independent all-or-nothing batches with one write and one fsync.
 
@@ -716,66 +674,35 @@ class JsonlStore:
 
     @staticmethod
     def _plan(
-        batch: Sequence[_PreparedRequest],
+        batch: Sequence[PreparedRequest],
         position: int,
         streams: dict[str, _Stream],
         heads: dict[str, tuple[int, bytes]],
     ) -> ConcurrencyConflict | tuple[list[RecordedEvent], list[tuple[int, bytes, str, int, bytes]]]:
         """Form one batch's lines after ``position``; update ``heads`` only if it fits."""
+
+        def head_of(sid: str) -> tuple[int, bytes]:
+            if sid in heads:
+                return heads[sid]
+            stream = streams.get(sid)
+            return (0, GENESIS) if stream is None else (stream.version, stream.head)
+
+        try:
+            done = chain_rows(batch, position, head_of)
+        except ConcurrencyConflict as conflict:
+            return conflict
         first = position + 1
-        last = position + sum(len(r.items) for r in batch)
-        mine: dict[str, tuple[int, bytes]] = {}
-        recorded: list[RecordedEvent] = []
+        last = done.position
         lines: list[tuple[int, bytes, str, int, bytes]] = []
-        for request in batch:
-            sid = request.stream_id
-            if sid in mine:
-                version, prev = mine[sid]
-            elif sid in heads:
-                version, prev = heads[sid]
-            elif sid in streams:
-                version, prev = streams[sid].version, streams[sid].head
-            else:
-                version, prev = 0, GENESIS
-            if request.expected_version is not None and request.expected_version != version:
-                return ConcurrencyConflict(sid, request.expected_version, version)
-            sid_json = canonical_bytes(sid)
-            for item in request.items:
-                position += 1
-                version += 1
-                body = item.prefix + record_suffix(
-                    item.fields,
-                    position=position,
-                    prev_hash=prev,
-                    stream_id_json=sid_json,
-                    stream_version=version,
-                )
-                if b"\n" in body:  # RFC 8785 escapes control characters; guard the format
-                    raise CanonicalizationError("a record's canonical bytes contain a newline")
-                digest = chain_hash(prev, body)
-                lines.append(
-                    (
-                        position,
-                        _LINE % (first, last, digest.hex().encode(), body),
-                        sid,
-                        version,
-                        digest,
-                    )
-                )
-                recorded.append(
-                    RecordedEvent.model_construct(
-                        **dict(item.event),
-                        stream_id=StreamId(sid),
-                        stream_version=StreamVersion(version),
-                        position=Position(position),
-                        prev_hash=ChainHead(prev),
-                        hash=ChainHead(digest),
-                    )
-                )
-                prev = digest
-            mine[sid] = (version, prev)
-        heads.update(mine)
-        return recorded, lines
+        add = lines.append
+        for row in done.rows:
+            body = row[9]
+            if b"\n" in body:  # RFC 8785 escapes control characters; guard the format
+                raise CanonicalizationError("a record's canonical bytes contain a newline")
+            digest = row[8]
+            add((row[0], _LINE % (first, last, hexlify(digest), body), row[1], row[2], digest))
+        heads.update(done.heads)
+        return recorded_events(batch, done.rows), lines
 
     def _write_durably(self, data: bytes) -> None:
         """One write, one fsync; on failure cut the file back so nothing half-written stays."""

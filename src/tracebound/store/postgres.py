@@ -56,7 +56,6 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
 
-from tracebound.canonical import canonical_bytes
 from tracebound.errors import (
     ConcurrencyConflict,
     ConcurrencyError,
@@ -68,12 +67,19 @@ from tracebound.errors import (
     StoreNotFound,
     TraceboundError,
 )
-from tracebound.events.envelope import Event, RecordedEvent
-from tracebound.events.record import LedgerFields, decode_record, event_prefix, record_suffix
-from tracebound.ids import ChainHead, Position, StreamId, StreamVersion
+from tracebound.events.envelope import RecordedEvent
+from tracebound.events.record import decode_record
+from tracebound.ids import ChainHead, StreamVersion
 from tracebound.integrity.chain import GENESIS
+from tracebound.store._chaining import (
+    ChainedAppends,
+    PreparedRequest,
+    Row,
+    chain_rows,
+    prepare_requests,
+    recorded_events,
+)
 from tracebound.store.port import (
-    ANY_VERSION,
     AppendRequest,
     RawRecord,
     StreamHead,
@@ -224,17 +230,6 @@ def _display_url(conninfo: str, schema: str) -> str:
     )
 
 
-class _Prepared:
-    """An event's writer-side work, done before the lock: canonical prefix and fields."""
-
-    __slots__ = ("event", "fields", "prefix")
-
-    def __init__(self, event: Event) -> None:
-        self.event = event
-        self.prefix = event_prefix(event)
-        self.fields = LedgerFields(event)
-
-
 class _Statements:
     """Every statement, with the schema's qualified names quoted in once."""
 
@@ -326,7 +321,7 @@ def _channel(schema: str) -> str:
     return name
 
 
-class PostgresStore:
+class PostgresStore(ChainedAppends):
     """A ledger in one PostgreSQL schema. Safe to share between threads; open one per process.
 
     Each thread gets its own connection (a psycopg connection serves one thread at a time).
@@ -457,18 +452,9 @@ class PostgresStore:
 
     # -- appends -------------------------------------------------------------------------
 
-    def append(
-        self,
-        stream_id: str,
-        events: Sequence[Event],
-        *,
-        expected_version: int | None = ANY_VERSION,
-    ) -> list[RecordedEvent]:
-        return self.append_batch([AppendRequest(StreamId(stream_id), events, expected_version)])
-
     def append_batch(self, requests: Sequence[AppendRequest]) -> list[RecordedEvent]:
-        prepared = [(r, [_Prepared(e) for e in r.events]) for r in requests]
-        count = sum(len(items) for _, items in prepared)
+        prepared = prepare_requests(requests)
+        count = sum(len(r.items) for r in prepared)
         streams = list(dict.fromkeys(r.stream_id for r in requests))
         with _translated("append"):
             conn = self._conn()
@@ -476,15 +462,15 @@ class PostgresStore:
                 rows = self._append_pipelined(conn, count, streams, prepared)
             else:
                 rows = self._append_in_transaction(conn, count, streams, prepared)
-        return _recorded_events(prepared, rows)
+        return recorded_events(prepared, rows)
 
     def _append_pipelined(
         self,
         conn: _Conn,
         count: int,
         streams: Sequence[str],
-        prepared: Sequence[tuple[AppendRequest, list[_Prepared]]],
-    ) -> list[tuple[Any, ...]]:
+        prepared: Sequence[PreparedRequest],
+    ) -> list[Row]:
         """A small append in two round trips, both of them while the lock is held.
 
         Round trips made under the lock limit every writer on every host. So BEGIN, the lock
@@ -518,8 +504,8 @@ class PostgresStore:
         conn: _Conn,
         count: int,
         streams: Sequence[str],
-        prepared: Sequence[tuple[AppendRequest, list[_Prepared]]],
-    ) -> list[tuple[Any, ...]]:
+        prepared: Sequence[PreparedRequest],
+    ) -> list[Row]:
         """A bulk append (binary COPY, which cannot run in a pipeline), or one that joins the
         session's open transaction (a tracking block), as a savepoint."""
         with conn.transaction(), conn.cursor() as cur:
@@ -540,16 +526,8 @@ class PostgresStore:
 
     # -- group commit (store/group_commit.py) ---------------------------------------------
 
-    def _prepare_batch(
-        self, requests: Sequence[AppendRequest]
-    ) -> tuple[list[tuple[AppendRequest, list[_Prepared]]], int]:
-        """The writer-side work for :meth:`_append_prepared`, done before the lock, and the
-        batch's size in canonical bytes (group commit bounds its memory with it)."""
-        prepared = [(r, [_Prepared(e) for e in r.events]) for r in requests]
-        return prepared, sum(len(item.prefix) for _, items in prepared for item in items)
-
     def _append_prepared(
-        self, batches: Sequence[Sequence[tuple[AppendRequest, list[_Prepared]]]]
+        self, batches: Sequence[Sequence[PreparedRequest]]
     ) -> list[list[RecordedEvent] | ConcurrencyConflict]:
         """Append independent all-or-nothing batches in one transaction: one WAL flush.
 
@@ -559,7 +537,7 @@ class PostgresStore:
         expected version does not hold gets its ConcurrencyConflict back and no positions;
         the others go ahead. An error fails them all (ROLLBACK).
         """
-        streams = list(dict.fromkeys(r.stream_id for batch in batches for r, _ in batch))
+        streams = list(dict.fromkeys(r.stream_id for batch in batches for r in batch))
         with _translated("append"):
             conn = self._conn()
             idle = conn.info.transaction_status == TransactionStatus.IDLE
@@ -584,11 +562,11 @@ class PostgresStore:
         return [
             outcome
             if isinstance(outcome, ConcurrencyConflict)
-            else _recorded_group(batch, plan.rows[outcome[0] : outcome[1]])
+            else recorded_events(batch, plan.rows[outcome[0] : outcome[1]])
             for batch, outcome in zip(batches, plan.outcomes, strict=True)
         ]
 
-    def _write_group(self, conn: _Conn, rows: list[tuple[Any, ...]], last: int) -> None:
+    def _write_group(self, conn: _Conn, rows: list[Row], last: int) -> None:
         """Insert a group's rows, move the head to ``last``, notify and COMMIT."""
         if len(rows) >= _COPY_THRESHOLD:
             with conn.cursor() as cur:
@@ -831,76 +809,36 @@ def _decode_at(position: int, digest: bytes, body: bytes) -> RecordedEvent:
 
 
 def _rows_for(
-    last: int,
-    heads: dict[str, StreamHead],
-    prepared: Sequence[tuple[AppendRequest, list[_Prepared]]],
-) -> list[tuple[Any, ...]]:
+    last: int, heads: Mapping[str, StreamHead], prepared: Sequence[PreparedRequest]
+) -> list[Row]:
     """Rows to insert, positions ``last + 1`` onwards, in :data:`_COLUMNS` order.
 
     This runs under the log's lock, so it does only what needs the position and the stream
     heads: format the suffix and hash. The events handed back are built after the commit.
     """
-    position = last
-    chain: dict[str, tuple[int, bytes]] = {}
-    rows: list[tuple[Any, ...]] = []
-    add = rows.append
-    suffix = record_suffix
-    for request, items in prepared:
-        sid = request.stream_id
-        if sid not in chain:
-            head = heads.get(sid)
-            chain[sid] = (0, GENESIS) if head is None else (head.version, head.head)
-        version, prev = chain[sid]
-        if request.expected_version is not None and request.expected_version != version:
-            raise ConcurrencyConflict(sid, request.expected_version, version)
-        sid_json = canonical_bytes(sid)
-        for item in items:
-            position += 1
-            version += 1
-            fields = item.fields
-            body = item.prefix + suffix(
-                fields,
-                position=position,
-                prev_hash=prev,
-                stream_id_json=sid_json,
-                stream_version=version,
-            )
-            digest = blake3(prev).update(body).digest()
-            ev = item.event
-            add(
-                (
-                    position,
-                    sid,
-                    version,
-                    ev.event_type,
-                    ev.workflow_id,
-                    fields.timestamp[1:-1].decode(),
-                    fields.schema_version,
-                    prev,
-                    digest,
-                    body,
-                )
-            )
-            prev = digest
-        chain[sid] = (version, prev)
-    return rows
+
+    def head_of(sid: str) -> tuple[int, bytes]:
+        head = heads.get(sid)
+        return (0, GENESIS) if head is None else (head.version, head.head)
+
+    return chain_rows(prepared, last, head_of).rows
 
 
 class _GroupPlan(NamedTuple):
     """A group's rows, and per batch either its slice of the rows or its conflict."""
 
-    rows: list[tuple[Any, ...]]
+    rows: list[Row]
     outcomes: list[tuple[int, int] | ConcurrencyConflict]
 
 
 def _plan_group(
     last: int,
     heads: dict[str, StreamHead],
-    batches: Sequence[Sequence[tuple[AppendRequest, list[_Prepared]]]],
+    batches: Sequence[Sequence[PreparedRequest]],
 ) -> _GroupPlan:
     """Rows for every batch that holds, positions ``last + 1`` onwards, each batch chained
     onto the ones before it; a batch that conflicts takes no positions. Updates ``heads``."""
-    rows: list[tuple[Any, ...]] = []
+    rows: list[Row] = []
     outcomes: list[tuple[int, int] | ConcurrencyConflict] = []
     for batch in batches:
         try:
@@ -909,79 +847,10 @@ def _plan_group(
             outcomes.append(conflict)
             continue
         for row in more:
-            heads[row[1]] = StreamHead(row[2], row[8])
+            heads[row[1]] = StreamHead(StreamVersion(row[2]), ChainHead(row[8]))
         outcomes.append((len(rows), len(rows) + len(more)))
         rows += more
     return _GroupPlan(rows, outcomes)
-
-
-def _recorded_events(
-    prepared: Sequence[tuple[AppendRequest, list[_Prepared]]], rows: list[tuple[Any, ...]]
-) -> list[RecordedEvent]:
-    """The appended events as the store recorded them, paired with their rows in order."""
-    items = (item for _, batch in prepared for item in batch)
-    return [
-        RecordedEvent.model_construct(
-            **item.event.__dict__,
-            stream_id=StreamId(sid),
-            stream_version=StreamVersion(version),
-            position=Position(position),
-            prev_hash=ChainHead(prev),
-            hash=ChainHead(digest),
-        )
-        for item, (position, sid, version, _, _, _, _, prev, digest, _) in zip(
-            items, rows, strict=True
-        )
-    ]
-
-
-_RECORDED_FIELDS: Final = frozenset(RecordedEvent.model_fields)
-_PLAIN_RECORDED: Final = (
-    RecordedEvent.__pydantic_post_init__ is None
-    and not RecordedEvent.__private_attributes__
-    and not RecordedEvent.__pydantic_root_model__
-    and RecordedEvent.model_config.get("extra") != "allow"
-)
-_new_object = object.__new__
-_set = object.__setattr__
-
-
-def _recorded_group(
-    prepared: Sequence[tuple[AppendRequest, list[_Prepared]]], rows: list[tuple[Any, ...]]
-) -> list[RecordedEvent]:
-    """:func:`_recorded_events` for group commit, without ``model_construct``'s walk.
-
-    ``model_construct`` looks at every field for aliases and defaults, which costs more than
-    the chain hash; every field is given here, so what it would do comes down to the four
-    assignments below. Used only while the model has no post-init hook, private attributes
-    or extra fields (checked once, above); otherwise it falls back to the general builder.
-    """
-    if not _PLAIN_RECORDED:
-        return _recorded_events(prepared, rows)
-    items = (item for _, batch in prepared for item in batch)
-    out: list[RecordedEvent] = []
-    add = out.append
-    for item, (position, sid, version, _, _, _, _, prev, digest, _) in zip(
-        items, rows, strict=True
-    ):
-        obj = _new_object(RecordedEvent)
-        _set(
-            obj,
-            "__dict__",
-            {
-                **item.event.__dict__,
-                "stream_id": sid,
-                "stream_version": version,
-                "position": position,
-                "prev_hash": prev,
-                "hash": digest,
-            },
-        )
-        _set(obj, "__pydantic_fields_set__", set(_RECORDED_FIELDS))
-        _set(obj, "__pydantic_extra__", None)
-        _set(obj, "__pydantic_private__", None)
-        add(obj)
-    return out
 
 
 class PostgresTracking:

@@ -14,15 +14,11 @@ from __future__ import annotations
 import importlib
 import sqlite3
 import threading
-from binascii import hexlify
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final
 
-from blake3 import blake3
-
-from tracebound.canonical import canonical_bytes
 from tracebound.errors import (
     ConcurrencyConflict,
     ConfigError,
@@ -32,15 +28,21 @@ from tracebound.errors import (
     StoreClosed,
     StoreNotFound,
 )
-from tracebound.events.envelope import Event, RecordedEvent
-from tracebound.events.record import SUFFIX_FORMAT, LedgerFields, decode_record, event_prefix
-from tracebound.ids import ChainHead, StreamId, StreamVersion
+from tracebound.events.envelope import RecordedEvent
+from tracebound.events.record import decode_record
+from tracebound.ids import ChainHead, StreamVersion
 from tracebound.integrity import _kernel
 from tracebound.integrity.chain import GENESIS
 from tracebound.integrity.verify import PAGE
+from tracebound.store._chaining import (
+    Chained,
+    ChainedAppends,
+    PreparedRequest,
+    Row,
+    chain_rows,
+    recorded_events,
+)
 from tracebound.store.port import (
-    ANY_VERSION,
-    AppendRequest,
     RawRecord,
     StreamHead,
     check_import,
@@ -163,53 +165,7 @@ class _WriterState:
         self.heads.update(heads)
 
 
-class _Prepared:
-    """An event's writer-side work, done before the lock: canonical prefix and fields."""
-
-    __slots__ = ("fields", "prefix", "values")
-
-    def __init__(self, event: Event) -> None:
-        self.values = event.__dict__  # the validated field values, in field order
-        self.prefix = event_prefix(event)
-        self.fields = LedgerFields(event)
-
-
-_RECORDED_FIELDS: Final = tuple(RecordedEvent.model_fields)
-_new_object = object.__new__
-_set = object.__setattr__
-
-
-def _recorded_fast(values: dict[str, Any]) -> RecordedEvent:
-    """``RecordedEvent.model_construct(**values)`` for values that name every field in order.
-
-    model_construct walks every field looking for aliases and defaults, which costs more than
-    the chain hash; the store always passes every field, so only the assignments it would
-    make remain. Used only while the model has no post-init hook and no private attributes
-    (checked below), which is when these four assignments are all that model_construct does.
-    """
-    obj = _new_object(RecordedEvent)
-    _set(obj, "__dict__", values)
-    _set(obj, "__pydantic_fields_set__", set(_RECORDED_FIELDS))
-    _set(obj, "__pydantic_extra__", None)
-    _set(obj, "__pydantic_private__", None)
-    return obj
-
-
-def _recorded_slow(values: dict[str, Any]) -> RecordedEvent:
-    return RecordedEvent.model_construct(**values)
-
-
-_recorded = (
-    _recorded_fast
-    if RecordedEvent.__pydantic_post_init__ is None
-    and not RecordedEvent.__private_attributes__
-    and not RecordedEvent.__pydantic_root_model__
-    and RecordedEvent.model_config.get("extra") != "allow"
-    else _recorded_slow
-)
-
-
-class SQLiteStore:
+class SQLiteStore(ChainedAppends):
     """A ledger in one SQLite file. Safe to share between threads and processes.
 
     Args:
@@ -296,53 +252,17 @@ class SQLiteStore:
 
     # -- appends -------------------------------------------------------------------------
 
-    def append(
-        self,
-        stream_id: str,
-        events: Sequence[Event],
-        *,
-        expected_version: int | None = ANY_VERSION,
-    ) -> list[RecordedEvent]:
-        return self.append_batch([AppendRequest(StreamId(stream_id), events, expected_version)])
-
-    def append_batch(self, requests: Sequence[AppendRequest]) -> list[RecordedEvent]:
-        prepared = [(r, [_Prepared(e) for e in r.events]) for r in requests]
-        with self._write_lock, _translated("append"):
-            conn = self._conn()
-            state: _WriterState = self._local.writer
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                (data_version,) = conn.execute("PRAGMA data_version").fetchone()
-                state.sync(data_version)
-                rows, recorded, position, heads = self._rows_for(conn, prepared, state)
-                conn.executemany(_INSERT, rows)
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            state.committed(position, heads)
-        return recorded
-
-    # -- group commit (store/group_commit.py) ---------------------------------------------
-
-    def _prepare_batch(
-        self, requests: Sequence[AppendRequest]
-    ) -> tuple[list[tuple[AppendRequest, list[_Prepared]]], int]:
-        """The writer-side work for :meth:`_append_prepared`, done before the lock, and the
-        batch's size in canonical bytes (group commit bounds its memory with it)."""
-        prepared = [(r, [_Prepared(e) for e in r.events]) for r in requests]
-        return prepared, sum(len(item.prefix) for _, items in prepared for item in items)
-
     def _append_prepared(
-        self, batches: Sequence[Sequence[tuple[AppendRequest, list[_Prepared]]]]
+        self, batches: Sequence[Sequence[PreparedRequest]]
     ) -> list[list[RecordedEvent] | ConcurrencyConflict]:
         """Append independent all-or-nothing batches in one transaction: one fsync.
 
-        The seam for group commit. A batch whose expected version does not hold gets its
-        ConcurrencyConflict back and writes nothing; the batches after it see the heads as
-        if it had never been asked for. An error fails them all (ROLLBACK).
+        The seam for group commit (and what :meth:`append_batch` runs with one batch). A
+        batch whose expected version does not hold gets its ConcurrencyConflict back and
+        writes nothing; the batches after it see the heads as if it had never been asked
+        for. An error fails them all (ROLLBACK).
         """
-        results: list[list[RecordedEvent] | ConcurrencyConflict] = []
+        chained: list[Chained | ConcurrencyConflict] = []
         with self._write_lock, _translated("append"):
             conn = self._conn()
             state: _WriterState = self._local.writer
@@ -352,19 +272,33 @@ class SQLiteStore:
                 state.sync(data_version)
                 if len(state.heads) > state.MAX_HEADS:
                     state.heads.clear()
-                rows: list[tuple[Any, ...]] = []
+                if state.position is None:
+                    (last,) = conn.execute(
+                        "SELECT COALESCE(MAX(position), 0) FROM events"
+                    ).fetchone()
+                    state.position = int(last)
+                known = state.heads
+
+                def head_of(sid: str) -> tuple[int, bytes]:
+                    cached = known.get(sid)
+                    if cached is None:
+                        head = self._head(conn, sid)
+                        cached = (0, GENESIS) if head is None else (head.version, head.head)
+                    return cached
+
+                rows: list[Row] = []
                 for batch in batches:
                     try:
-                        more, recorded, position, heads = self._rows_for(conn, batch, state)
+                        done = chain_rows(batch, state.position, head_of)
                     except ConcurrencyConflict as conflict:
-                        results.append(conflict)
+                        chained.append(conflict)
                         continue
                     # The cache moves ahead inside the transaction, so the next batch chains
                     # onto this one; it is dropped below if the transaction does not commit.
-                    state.position = position
-                    state.heads.update(heads)
-                    rows += more
-                    results.append(recorded)
+                    state.position = done.position
+                    known.update(done.heads)
+                    rows += done.rows
+                    chained.append(done)
                 if rows:
                     conn.executemany(_INSERT, rows)
                 conn.execute("COMMIT")
@@ -373,85 +307,11 @@ class SQLiteStore:
                 state.heads.clear()
                 conn.execute("ROLLBACK")
                 raise
-        return results
-
-    def _rows_for(
-        self,
-        conn: sqlite3.Connection,
-        prepared: Sequence[tuple[AppendRequest, list[_Prepared]]],
-        state: _WriterState,
-    ) -> tuple[list[tuple[Any, ...]], list[RecordedEvent], int, dict[str, tuple[int, bytes]]]:
-        """Rows to insert, the events to return, and the new head (position, stream heads)."""
-        # This loop runs under the write lock, once per event: everything costly was done
-        # in _Prepared, and what is left is kept to local names and one `%` per suffix.
-        if state.position is None:
-            (last,) = conn.execute("SELECT COALESCE(MAX(position), 0) FROM events").fetchone()
-            state.position = int(last)
-        position = state.position
-        known = state.heads
-        heads: dict[str, tuple[int, bytes]] = {}
-        rows: list[tuple[Any, ...]] = []
-        recorded: list[RecordedEvent] = []
-        add_row = rows.append
-        add_recorded = recorded.append
-        suffix = SUFFIX_FORMAT
-        b3 = blake3
-        for request, items in prepared:
-            sid = request.stream_id
-            if sid not in heads:
-                cached = known.get(sid)
-                if cached is None:
-                    head = self._head(conn, sid)
-                    cached = (0, GENESIS) if head is None else (head.version, head.head)
-                heads[sid] = cached
-            version, prev = heads[sid]
-            if request.expected_version is not None and request.expected_version != version:
-                raise ConcurrencyConflict(sid, request.expected_version, version)
-            sid_json = canonical_bytes(sid)
-            for item in items:
-                position += 1
-                version += 1
-                fields = item.fields
-                body = item.prefix + suffix % (
-                    position,
-                    hexlify(prev),
-                    fields.schema_version,
-                    sid_json,
-                    version,
-                    fields.timestamp,
-                    fields.workflow_id,
-                )
-                digest = b3(prev).update(body).digest()  # chain_hash, without the call
-                ev = item.values
-                add_row(
-                    (
-                        position,
-                        sid,
-                        version,
-                        ev["event_type"],
-                        ev["workflow_id"],
-                        fields.timestamp_text,
-                        fields.schema_version,
-                        prev,
-                        digest,
-                        body,
-                    )
-                )
-                add_recorded(
-                    _recorded(
-                        {
-                            **ev,
-                            "stream_id": sid,
-                            "stream_version": version,
-                            "position": position,
-                            "prev_hash": prev,
-                            "hash": digest,
-                        }
-                    )
-                )
-                prev = digest
-            heads[sid] = (version, prev)
-        return rows, recorded, position, heads
+        # Built after the commit: nothing here needs the lock.
+        return [
+            done if isinstance(done, ConcurrencyConflict) else recorded_events(batch, done.rows)
+            for batch, done in zip(batches, chained, strict=True)
+        ]
 
     @staticmethod
     def _head(conn: sqlite3.Connection, stream_id: str) -> StreamHead | None:

@@ -1,0 +1,251 @@
+"""Turning prepared events into chained rows: the one loop every backend runs under its lock.
+
+Each backend (SQLite, JSONL, PostgreSQL) appends the same way once it holds its write lock
+and knows the log's last position: for every event, the next position and stream version,
+the record's bytes (the canonical prefix made before the lock, plus the suffix formatted
+here), the BLAKE3 link onto the stream's previous record, and a row in the stores' common
+column order. The events handed back to the caller are built from the same rows, after the
+commit. Only where a stream's head comes from differs per backend (``head_of``).
+
+The work that does not need the lock (canonical JSON of the payload, the timestamp) is
+done by :class:`Prepared`, in the caller's thread.
+"""
+
+from __future__ import annotations
+
+from binascii import hexlify
+from collections.abc import Callable, Sequence
+from typing import Any, Final, NamedTuple
+
+from blake3 import blake3
+
+from tracebound.canonical import canonical_bytes
+from tracebound.errors import ConcurrencyConflict
+from tracebound.events.envelope import Event, RecordedEvent
+from tracebound.events.record import SUFFIX_FORMAT, LedgerFields, event_prefix
+from tracebound.ids import ChainHead, Position, StreamId, StreamVersion
+from tracebound.store.port import ANY_VERSION, AppendRequest
+
+__all__ = [
+    "Chained",
+    "ChainedAppends",
+    "Prepared",
+    "PreparedRequest",
+    "Row",
+    "chain_rows",
+    "prepare_batch",
+    "prepare_requests",
+    "recorded_events",
+]
+
+Row = tuple[int, str, int, str, str | None, str, int, bytes, bytes, bytes]
+"""position, stream_id, stream_version, event_type, workflow_id, timestamp (text),
+schema_version, prev_hash, hash, body: every store's column order."""
+
+
+class Prepared:
+    """An event's writer-side work, done before any lock: canonical prefix and fields."""
+
+    __slots__ = ("fields", "prefix", "values")
+
+    def __init__(self, event: Event) -> None:
+        self.values: dict[str, Any] = event.__dict__  # the validated values, in field order
+        self.prefix = event_prefix(event)
+        self.fields = LedgerFields(event)
+
+
+class PreparedRequest(NamedTuple):
+    """One stream's part of an all-or-nothing batch, prepared."""
+
+    stream_id: str
+    expected_version: int | None
+    items: list[Prepared]
+
+
+def prepare_requests(requests: Sequence[AppendRequest]) -> list[PreparedRequest]:
+    """The writer-side work for a batch of requests."""
+    return [
+        PreparedRequest(r.stream_id, r.expected_version, [Prepared(e) for e in r.events])
+        for r in requests
+    ]
+
+
+def prepare_batch(requests: Sequence[AppendRequest]) -> tuple[list[PreparedRequest], int]:
+    """:func:`prepare_requests` and the batch's size in canonical prefix bytes (group commit
+    bounds its memory with it): what every backend's ``_prepare_batch`` returns."""
+    batch = prepare_requests(requests)
+    return batch, sum(len(item.prefix) for r in batch for item in r.items)
+
+
+class Chained(NamedTuple):
+    """A batch chained onto the log: its rows, the last position, the streams' new heads."""
+
+    rows: list[Row]
+    position: int
+    heads: dict[str, tuple[int, bytes]]
+
+
+def chain_rows(
+    batch: Sequence[PreparedRequest],
+    position: int,
+    head_of: Callable[[str], tuple[int, bytes]],
+) -> Chained:
+    """Chain ``batch`` after ``position``: positions ``position + 1`` onwards.
+
+    ``head_of(stream_id)`` gives a stream's (version, chain head) before this batch
+    (``(0, GENESIS)`` for a new stream); it is asked once per stream. Raises
+    :class:`ConcurrencyConflict` if an expected version does not hold; then nothing of the
+    batch counts and the caller's heads are untouched (the new ones are only returned).
+    """
+    # This loop runs under the store's write lock, once per event: everything costly was
+    # done in Prepared, and what is left is kept to local names and one `%` per suffix.
+    heads: dict[str, tuple[int, bytes]] = {}
+    rows: list[Row] = []
+    add_row = rows.append
+    suffix = SUFFIX_FORMAT
+    b3 = blake3
+    for request in batch:
+        sid = request.stream_id
+        head = heads.get(sid)
+        if head is None:
+            head = head_of(sid)
+        version, prev = head
+        expected = request.expected_version
+        if expected is not None and expected != version:
+            raise ConcurrencyConflict(sid, expected, version)
+        sid_json = canonical_bytes(sid)
+        for item in request.items:
+            position += 1
+            version += 1
+            fields = item.fields
+            body = item.prefix + suffix % (
+                position,
+                hexlify(prev),
+                fields.schema_version,
+                sid_json,
+                version,
+                fields.timestamp,
+                fields.workflow_id,
+            )
+            digest = b3(prev).update(body).digest()  # chain_hash, without the call
+            values = item.values
+            add_row(
+                (
+                    position,
+                    sid,
+                    version,
+                    values["event_type"],
+                    values["workflow_id"],
+                    fields.timestamp_text,
+                    fields.schema_version,
+                    prev,
+                    digest,
+                    body,
+                )
+            )
+            prev = digest
+        heads[sid] = (version, prev)
+    return Chained(rows, position, heads)
+
+
+_RECORDED_FIELDS: Final = tuple(RecordedEvent.model_fields)
+_PLAIN_RECORDED: Final = (
+    RecordedEvent.__pydantic_post_init__ is None
+    and not RecordedEvent.__private_attributes__
+    and not RecordedEvent.__pydantic_root_model__
+    and RecordedEvent.model_config.get("extra") != "allow"
+)
+"""Whether ``model_construct`` of a RecordedEvent comes down to the four assignments that
+:func:`recorded_events` makes (no post-init hook, no private attributes, no extras)."""
+_new_object = object.__new__
+_set = object.__setattr__
+
+
+def recorded_events(batch: Sequence[PreparedRequest], rows: Sequence[Row]) -> list[RecordedEvent]:
+    """The events as stored: ``batch``'s events, paired in order with their ``rows``.
+
+    ``RecordedEvent.model_construct`` walks every field looking for aliases and defaults,
+    which costs more than the chain hash; every field is given here, so what it does comes
+    down to four assignments, made directly while the model is plain (checked at import,
+    otherwise ``model_construct`` itself runs). Same type, equal values.
+    """
+    items = [item for request in batch for item in request.items]
+    if len(items) != len(rows):
+        raise ValueError(f"{len(rows)} rows for {len(items)} events")
+    out: list[RecordedEvent] = []
+    add = out.append
+    if not _PLAIN_RECORDED:
+        for item, row in zip(items, rows, strict=True):
+            add(
+                RecordedEvent.model_construct(
+                    **item.values,
+                    stream_id=StreamId(row[1]),
+                    stream_version=StreamVersion(row[2]),
+                    position=Position(row[0]),
+                    prev_hash=ChainHead(row[7]),
+                    hash=ChainHead(row[8]),
+                )
+            )
+        return out
+    fields_set = frozenset(_RECORDED_FIELDS)
+    for item, (position, sid, version, _, _, _, _, prev, digest, _) in zip(
+        items, rows, strict=True
+    ):
+        obj = _new_object(RecordedEvent)
+        _set(
+            obj,
+            "__dict__",
+            {
+                **item.values,
+                "stream_id": sid,
+                "stream_version": version,
+                "position": position,
+                "prev_hash": prev,
+                "hash": digest,
+            },
+        )
+        _set(obj, "__pydantic_fields_set__", set(fields_set))
+        _set(obj, "__pydantic_extra__", None)
+        _set(obj, "__pydantic_private__", None)
+        add(obj)
+    return out
+
+
+class ChainedAppends:
+    """The append methods every backend shares, on top of its ``_append_prepared``.
+
+    ``append`` is ``append_batch`` of one request; ``append_batch`` runs one prepared batch
+    through ``_append_prepared`` (the group-commit seam, see ``store/group_commit.py``), so
+    a single append and a group take the same path; ``_prepare_batch`` is the caller-side
+    half of group commit. A backend with a faster single-batch path overrides
+    ``append_batch``.
+    """
+
+    __slots__ = ()
+
+    def _append_prepared(
+        self, batches: Sequence[Sequence[PreparedRequest]]
+    ) -> list[list[RecordedEvent] | ConcurrencyConflict]:
+        raise NotImplementedError
+
+    def append(
+        self,
+        stream_id: str,
+        events: Sequence[Event],
+        *,
+        expected_version: int | None = ANY_VERSION,
+    ) -> list[RecordedEvent]:
+        return self.append_batch([AppendRequest(StreamId(stream_id), events, expected_version)])
+
+    def append_batch(self, requests: Sequence[AppendRequest]) -> list[RecordedEvent]:
+        (result,) = self._append_prepared([prepare_requests(requests)])
+        if isinstance(result, ConcurrencyConflict):
+            raise result
+        return result
+
+    def _prepare_batch(
+        self, requests: Sequence[AppendRequest]
+    ) -> tuple[list[PreparedRequest], int]:
+        """The writer-side work for ``_append_prepared``, done before any lock, and the
+        batch's size in canonical bytes (group commit bounds its memory with it)."""
+        return prepare_batch(requests)
