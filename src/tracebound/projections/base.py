@@ -98,6 +98,11 @@ class Projection(Protocol):
     tables change, and the runner then rebuilds it (drop, replay from 0). ``kinds`` lists
     the event types it reads, or is ``None`` for "every event"; the runner skips the call
     for other kinds, which is also how a projection ignores event types it does not know.
+
+    Optionally, a projection may set ``reads_payload = False`` (a class attribute, not part
+    of the protocol): it then reads only the envelope (position, type, workflow, time...)
+    and is handed records whose ``payload`` is None unless another projection of the same
+    runner reads that kind's payload. The runner then skips parsing payloads nobody reads.
     """
 
     @property

@@ -16,7 +16,7 @@ has not registered pass through untouched: projections that do not know the type
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Container, Iterable, Iterator, Sequence
 from typing import Any, Final
 
 import orjson
@@ -109,6 +109,24 @@ class RecordDecoder:
             return self.upcast(record)
         return record
 
+    def envelope_raw(self, row: Sequence[Any]) -> dict[str, Any]:
+        """A raw row to a record dict whose ``payload`` is None: nothing parsed at all.
+
+        For a runner none of whose projections reads this kind's payload (the audit trail
+        needs only the envelope columns). ``schema_version`` is the stored one: the payload
+        is not upcast because it is not read.
+        """
+        return {
+            "event_type": row[3],
+            "payload": None,
+            "position": row[0],
+            "schema_version": row[6],
+            "stream_id": row[1],
+            "stream_version": row[2],
+            "timestamp": row[5],
+            "workflow_id": row[4],
+        }
+
     def _current_form(self, record: dict[str, Any], kind: str, version: int) -> dict[str, Any]:
         current = self._current.get(kind, -1)
         if current == -1:
@@ -138,10 +156,22 @@ def read_records(
     start: int = 1,
     stop: int | None = None,
     decoder: RecordDecoder | None = None,
+    payload_kinds: Container[str] | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """The log from ``start`` as record dicts, in position order, in constant memory."""
+    """The log from ``start`` as record dicts, in position order, in constant memory.
+
+    With ``payload_kinds``, only records of those kinds have their payload parsed; the
+    others come with ``payload`` None (:meth:`RecordDecoder.envelope_raw`). A runner passes
+    the kinds its projections read payloads of, so that no event is decoded for nothing.
+    """
     dec = decoder or RecordDecoder()
     decode = dec.decode_raw
+    if payload_kinds is not None:
+        envelope = dec.envelope_raw
+
+        def decode(row: Sequence[Any]) -> dict[str, Any]:
+            return dec.decode_raw(row) if row[3] in payload_kinds else envelope(row)
+
     pages = getattr(store, "read_raw_pages", None)
     if pages is not None:
         # The SQLite store's bulk reader yields plain tuples: no named tuple per record,

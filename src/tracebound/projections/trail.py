@@ -124,6 +124,7 @@ class AuditTrailProjection:
     version = 1
     tables = (AUDIT_TRAIL,)
     kinds: frozenset[str] | None = None
+    reads_payload = False  # the envelope is enough: payloads need not be parsed for it
 
     def apply(self, record: EventRecord, rows: Rows) -> None:
         wf = record["workflow_id"]
