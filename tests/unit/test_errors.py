@@ -62,3 +62,27 @@ def test_sqlite_errors_are_translated(tmp_path: Path) -> None:
     with pytest.raises(E.StorageError) as info:
         SQLiteStore(bogus)
     assert isinstance(info.value.__cause__, sqlite3.Error)
+
+
+def test_every_public_exception_in_the_package_has_the_one_root() -> None:
+    """Errors defined next to their code (CopyDiverged, EvidenceInvalid, ...) count too."""
+    import importlib
+    import pkgutil
+
+    import tracebound
+
+    found = []
+    for info in pkgutil.walk_packages(tracebound.__path__, "tracebound."):
+        if info.name.rsplit(".", 1)[-1].startswith("_") or info.name == "tracebound.__main__":
+            continue
+        module = importlib.import_module(info.name)
+        for name, obj in vars(module).items():
+            if (
+                isinstance(obj, type)
+                and issubclass(obj, BaseException)
+                and obj.__module__ == module.__name__
+                and not name.startswith("_")
+            ):
+                found.append(obj)
+                assert issubclass(obj, E.TraceboundError), f"{obj.__module__}.{name}"
+    assert len(found) > len(E.__all__) - 2  # the walk really found the package's errors
