@@ -26,6 +26,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <datetime.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -753,8 +754,134 @@ py_encode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return result;
 }
 
+PyDoc_STRVAR(record_prefix_doc,
+"record_prefix(correlation_id, event_id_int, event_type, payload, /) -> bytes\n\n"
+"The canonical record up to and including the payload (no closing brace):\n"
+"{\"correlation_id\":C,\"event_id\":\"U\",\"event_type\":T,\"payload\":P where C, T and P are\n"
+"the hash-safe RFC 8785 bytes of correlation_id, event_type and payload, and U is the UUID\n"
+"text (8-4-4-4-12 lowercase hex) of the 128-bit int event_id_int.\n"
+"Raises Rejected for anything encode() refuses, or an id that is not an int in [0, 2**128).");
+
+static const char HEX_DIGITS[] = "0123456789abcdef";
+
+static int
+write_uuid(Writer *w, PyObject *id)
+{
+    unsigned char raw[16];
+    char *o;
+    int i;
+    if (Py_TYPE(id) != &PyLong_Type || _PyLong_Sign(id) < 0) {
+        return reject("event id is not a non-negative int");
+    }
+#if PY_VERSION_HEX >= 0x030D0000
+    if (_PyLong_AsByteArray((PyLongObject *)id, raw, 16, 0, 0, 1) < 0) {
+#else
+    if (_PyLong_AsByteArray((PyLongObject *)id, raw, 16, 0, 0) < 0) {
+#endif
+        PyErr_Clear();
+        return reject("event id does not fit in 128 bits");
+    }
+    if (reserve(w, 38) < 0) {
+        return -1;
+    }
+    o = w->buf + w->len;
+    *o++ = '"';
+    for (i = 0; i < 16; i++) {
+        if (i == 4 || i == 6 || i == 8 || i == 10) {
+            *o++ = '-';
+        }
+        *o++ = HEX_DIGITS[raw[i] >> 4];
+        *o++ = HEX_DIGITS[raw[i] & 15];
+    }
+    *o++ = '"';
+    w->len += 38;
+    return 0;
+}
+
+static PyObject *
+py_record_prefix(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    char inline_buffer[INLINE_BUFFER];
+    Member inline_members[INLINE_MEMBERS];
+    Writer w;
+    PyObject *result = NULL;
+    (void)module;
+
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "record_prefix() takes 4 positional arguments");
+        return NULL;
+    }
+    w.buf = inline_buffer;
+    w.len = 0;
+    w.cap = INLINE_BUFFER;
+    w.buf_on_heap = 0;
+    w.members = inline_members;
+    w.n_members = 0;
+    w.members_cap = INLINE_MEMBERS;
+    w.members_on_heap = 0;
+    w.float_formatter = NULL;
+
+    /* Each part is encoded as a top-level value (depth 0), as canonical_bytes would. */
+    if (write_bytes(&w, "{\"correlation_id\":", 18) == 0 && encode(&w, args[0], 0) == 0 &&
+        write_bytes(&w, ",\"event_id\":", 12) == 0 && write_uuid(&w, args[1]) == 0 &&
+        write_bytes(&w, ",\"event_type\":", 14) == 0 && encode(&w, args[2], 0) == 0 &&
+        write_bytes(&w, ",\"payload\":", 11) == 0 && encode(&w, args[3], 0) == 0) {
+        result = PyBytes_FromStringAndSize(w.buf, w.len);
+    }
+    if (w.buf_on_heap) {
+        PyMem_Free(w.buf);
+    }
+    if (w.members_on_heap) {
+        PyMem_Free(w.members);
+    }
+    return result;
+}
+
+PyDoc_STRVAR(utc_timestamp_doc,
+"utc_timestamp(value, /) -> str | None\n\n"
+"YYYY-MM-DDTHH:MM:SS.ffffffZ (year zero-padded to four digits) for an exact datetime whose\n"
+"tzinfo is datetime.UTC itself; None for anything else (the caller formats those).");
+
+static void
+put_digits(char *o, int value, int width)
+{
+    while (width-- > 0) {
+        o[width] = (char)('0' + value % 10);
+        value /= 10;
+    }
+}
+
+static PyObject *
+py_utc_timestamp(PyObject *module, PyObject *value)
+{
+    char text[27];
+    (void)module;
+    if (!PyDateTime_CheckExact(value) || !PyDateTime_DATE_GET_TZINFO(value) ||
+        PyDateTime_DATE_GET_TZINFO(value) != PyDateTime_TimeZone_UTC) {
+        Py_RETURN_NONE;
+    }
+    put_digits(text, PyDateTime_GET_YEAR(value), 4);
+    text[4] = '-';
+    put_digits(text + 5, PyDateTime_GET_MONTH(value), 2);
+    text[7] = '-';
+    put_digits(text + 8, PyDateTime_GET_DAY(value), 2);
+    text[10] = 'T';
+    put_digits(text + 11, PyDateTime_DATE_GET_HOUR(value), 2);
+    text[13] = ':';
+    put_digits(text + 14, PyDateTime_DATE_GET_MINUTE(value), 2);
+    text[16] = ':';
+    put_digits(text + 17, PyDateTime_DATE_GET_SECOND(value), 2);
+    text[19] = '.';
+    put_digits(text + 20, PyDateTime_DATE_GET_MICROSECOND(value), 6);
+    text[26] = 'Z';
+    return PyUnicode_FromStringAndSize(text, 27);
+}
+
 static PyMethodDef methods[] = {
     {"encode", (PyCFunction)(void (*)(void))py_encode, METH_FASTCALL, encode_doc},
+    {"record_prefix", (PyCFunction)(void (*)(void))py_record_prefix, METH_FASTCALL,
+     record_prefix_doc},
+    {"utc_timestamp", py_utc_timestamp, METH_O, utc_timestamp_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -773,7 +900,12 @@ static struct PyModuleDef module_def = {
 PyMODINIT_FUNC
 PyInit__canonical(void)
 {
-    PyObject *m = PyModule_Create(&module_def);
+    PyObject *m;
+    PyDateTime_IMPORT;
+    if (PyDateTimeAPI == NULL) {
+        return NULL;
+    }
+    m = PyModule_Create(&module_def);
     if (m == NULL) {
         return NULL;
     }

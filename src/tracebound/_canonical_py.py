@@ -16,6 +16,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Iterable
+from uuid import UUID
 
 from tracebound.errors import CanonicalizationError
 
@@ -25,6 +26,7 @@ __all__ = [
     "canonical_bytes",
     "canonicalize",
     "format_float",
+    "record_prefix",
     "utf16_sort_key",
 ]
 
@@ -83,6 +85,30 @@ def canonicalize(value: object) -> bytes:
             non-str keys, unsupported types or too deep nesting.
     """
     return _encode_top(value, format_float)
+
+
+def record_prefix(
+    correlation_id: object, event_id: int, event_type: object, payload: object
+) -> bytes:
+    """The canonical record up to and including the payload, without the closing brace.
+
+    ``{"correlation_id":C,"event_id":"U","event_type":T,"payload":P``: C, T and P are
+    :func:`canonical_bytes` of the values, U is the text of ``UUID(int=event_id)``. This is
+    the reference for the accelerator's ``record_prefix``; ``events/record.py`` relies on
+    RFC 8785's key order putting these four keys first.
+
+    Raises:
+        CanonicalizationError: a value must not be hashed (as :func:`canonical_bytes`).
+        TypeError, ValueError: ``event_id`` is not an int in ``[0, 2**128)``.
+    """
+    if type(event_id) is not int:
+        raise TypeError(f"event id must be an int, not {type(event_id).__name__}")
+    return b'{"correlation_id":%s,"event_id":"%s","event_type":%s,"payload":%s' % (
+        canonical_bytes(correlation_id),
+        str(UUID(int=event_id)).encode(),
+        canonical_bytes(event_type),
+        canonical_bytes(payload),
+    )
 
 
 def _encode_top(value: object, float_formatter: _FloatFormatter | None) -> bytes:

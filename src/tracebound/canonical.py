@@ -37,13 +37,14 @@ from typing import Final
 from tracebound import _canonical_py as _reference
 from tracebound.errors import CanonicalizationError
 
-__all__ = ["MAX_SAFE_INTEGER", "canonical_bytes", "canonicalize"]
+__all__ = ["MAX_SAFE_INTEGER", "canonical_bytes", "canonicalize", "record_prefix"]
 
 MAX_SAFE_INTEGER: Final = _reference.MAX_SAFE_INTEGER
 """2**53 - 1: the largest integer hashed data may hold (larger ones belong in a decimal string)."""
 
 
 _Encoder = Callable[[object], bytes]
+_PrefixBuilder = Callable[[object, int, object, object], bytes]
 
 
 def _load_accelerator() -> ModuleType | None:
@@ -121,6 +122,43 @@ _accelerator = _load_accelerator()
 if _accelerator is not None:
     _IMPLEMENTATIONS["c"] = _accelerated(_accelerator)
 
+
+def _accelerated_prefix(accelerator: ModuleType) -> _PrefixBuilder:
+    """Wrap the C ``record_prefix``: on a refusal the reference raises its own error."""
+    build: _PrefixBuilder = accelerator.record_prefix
+    rejected: type[Exception] = accelerator.Rejected
+    reference = _reference.record_prefix
+
+    def record_prefix(
+        correlation_id: object, event_id: int, event_type: object, payload: object
+    ) -> bytes:
+        """``{"correlation_id":…,"event_id":"…","event_type":…,"payload":…`` (no closing
+        brace): hash-safe canonical bytes of the three values and ``UUID(int=event_id)``'s
+        text, as :func:`tracebound._canonical_py.record_prefix` writes them.
+
+        Raises:
+            CanonicalizationError: a value must not be hashed (path-bearing message).
+            TypeError, ValueError: ``event_id`` is not an int in ``[0, 2**128)``.
+        """
+        try:
+            return build(correlation_id, event_id, event_type, payload)
+        except rejected:
+            pass
+        reference(correlation_id, event_id, event_type, payload)
+        raise CanonicalizationError(
+            "$: the C canonical encoder refused a value the reference accepts; please report this"
+        )
+
+    record_prefix.__qualname__ = record_prefix.__name__
+    record_prefix.__module__ = __name__
+    return record_prefix
+
+
+_PREFIX_BUILDERS: Final[dict[str, _PrefixBuilder]] = {"python": _reference.record_prefix}
+"""``record_prefix`` of every available implementation by name, for the tests."""
+if _accelerator is not None and hasattr(_accelerator, "record_prefix"):
+    _PREFIX_BUILDERS["c"] = _accelerated_prefix(_accelerator)
+
 _IMPLEMENTATION: Final = (
     "c" if "c" in _IMPLEMENTATIONS and os.environ.get("TRACEBOUND_PURE_PYTHON") != "1" else "python"
 )
@@ -129,3 +167,13 @@ _IMPLEMENTATION: Final = (
 canonical_bytes: _Encoder
 canonicalize: _Encoder
 canonical_bytes, canonicalize = _IMPLEMENTATIONS[_IMPLEMENTATION]
+
+record_prefix: _PrefixBuilder = _PREFIX_BUILDERS.get(_IMPLEMENTATION, _reference.record_prefix)
+"""The record's canonical prefix up to the payload, from its four leading values."""
+
+utc_timestamp: Callable[[object], str | None] | None = (
+    getattr(_accelerator, "utc_timestamp", None) if _IMPLEMENTATION == "c" else None
+)
+"""The accelerator's ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` of an exact ``datetime`` in
+``datetime.UTC`` (None for anything else), or None when the C module is not in use;
+``events/record.py`` falls back to Python formatting then."""

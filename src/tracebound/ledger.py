@@ -175,6 +175,7 @@ _EVENT_FIELDS: Final = (
     "correlation_id",
     "schema_version",
 )
+_EVENT_FIELD_SET: Final = frozenset(_EVENT_FIELDS)
 _new_object = object.__new__
 _set = object.__setattr__
 
@@ -240,13 +241,14 @@ def _event_fast(
             "event_id": event_id,
             "event_type": kind,
             "workflow_id": workflow_id,
-            "timestamp": timestamp.astimezone(UTC),
+            # astimezone(UTC) returns a UTC datetime itself: skip the call for those
+            "timestamp": timestamp if timestamp.tzinfo is UTC else timestamp.astimezone(UTC),
             "payload": payload,
             "correlation_id": correlation_id,
             "schema_version": version,
         },
     )
-    _set(event, "__pydantic_fields_set__", set(_EVENT_FIELDS))
+    _set(event, "__pydantic_fields_set__", set(_EVENT_FIELD_SET))
     _set(event, "__pydantic_extra__", None)
     _set(event, "__pydantic_private__", None)
     return event

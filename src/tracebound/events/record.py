@@ -22,7 +22,7 @@ from uuid import UUID
 import orjson
 from pydantic import BaseModel
 
-from tracebound.canonical import canonical_bytes
+from tracebound.canonical import canonical_bytes, record_prefix, utc_timestamp
 from tracebound.errors import IntegrityError
 from tracebound.events.envelope import Event, RecordedEvent, format_timestamp
 from tracebound.events.registry import EventRegistry, default_registry
@@ -119,7 +119,25 @@ def _payload_json(payload: BaseModel) -> Any:
 
 
 def event_prefix(event: Event) -> bytes:
-    """Canonical bytes of the record up to and including the payload (no closing brace)."""
+    """Canonical bytes of the record up to and including the payload (no closing brace).
+
+    One :func:`~tracebound.canonical.record_prefix` call (in C when built) for an exact
+    ``UUID`` id (its text is ``UUID(int=…)``'s); anything else takes
+    :func:`_event_prefix_general`. Both write the same bytes; a test compares them.
+    """
+    event_id = event.event_id
+    if type(event_id) is UUID:
+        return record_prefix(
+            event.correlation_id,
+            event_id.int,
+            event.event_type,
+            _payload_json(event.payload),
+        )
+    return _event_prefix_general(event)
+
+
+def _event_prefix_general(event: Event) -> bytes:
+    """:func:`event_prefix` for any event: one canonical call per value, ``str`` of the id."""
     event_type = event.event_type
     type_json = _TYPE_JSON.get(event_type)
     if type_json is None:
@@ -135,14 +153,23 @@ def event_prefix(event: Event) -> bytes:
     )
 
 
+_utc_timestamp: Final = utc_timestamp
+
+
 def _timestamp_text(value: datetime) -> str:
     """``format_timestamp(value)``, through ``datetime.isoformat`` when that is the same.
 
     For a datetime in UTC, ``isoformat(timespec="microseconds")`` is
     ``YYYY-MM-DDTHH:MM:SS.ffffff+00:00`` (the year always four digits), which is
     ``format_timestamp``'s text with ``+00:00`` for ``Z``. Anything else (naive, another
-    offset, a subclass) takes ``format_timestamp`` itself. A test compares both.
+    offset, a subclass) takes ``format_timestamp`` itself. With the C accelerator, the
+    UTC case is formatted there (the same digits, ~30 ns instead of ~0.8 µs for
+    ``isoformat``'s keyword call). Tests compare all of them.
     """
+    if _utc_timestamp is not None:
+        fast = _utc_timestamp(value)
+        if fast is not None:
+            return fast
     if type(value) is datetime and value.tzinfo is UTC:
         text = value.isoformat(timespec="microseconds")
         if len(text) == 32 and text.endswith("+00:00"):

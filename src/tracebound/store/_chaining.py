@@ -191,19 +191,14 @@ def recorded_events(batch: Sequence[PreparedRequest], rows: Sequence[Row]) -> li
     for item, (position, sid, version, _, _, _, _, prev, digest, _) in zip(
         items, rows, strict=True
     ):
+        values = item.values.copy()  # same keys, same order as {**item.values, ...}
+        values["stream_id"] = sid
+        values["stream_version"] = version
+        values["position"] = position
+        values["prev_hash"] = prev
+        values["hash"] = digest
         obj = _new_object(RecordedEvent)
-        _set(
-            obj,
-            "__dict__",
-            {
-                **item.values,
-                "stream_id": sid,
-                "stream_version": version,
-                "position": position,
-                "prev_hash": prev,
-                "hash": digest,
-            },
-        )
+        _set(obj, "__dict__", values)
         _set(obj, "__pydantic_fields_set__", set(fields_set))
         _set(obj, "__pydantic_extra__", None)
         _set(obj, "__pydantic_private__", None)
