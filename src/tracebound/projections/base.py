@@ -77,6 +77,9 @@ class Table:
     columns: tuple[Column, ...]
     key: tuple[str, ...]
     indexes: tuple[tuple[str, ...], ...] = ()
+    narrow: bool = False
+    """Rows stay small (a few hundred bytes): a backend may cluster them by key (SQLite
+    ``WITHOUT ROWID``), one b-tree instead of a table plus a key index."""
     column_names: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:

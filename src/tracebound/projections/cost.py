@@ -54,6 +54,7 @@ COST_LEDGER = Table(
         Column("last_at"),
     ),
     key=("workflow_id", "tier", "source"),
+    narrow=True,
 )
 
 COST_BY_ROLE = Table(
@@ -65,6 +66,7 @@ COST_BY_ROLE = Table(
         Column("events", "integer"),
     ),
     key=("hour", "role"),
+    narrow=True,
 )
 
 

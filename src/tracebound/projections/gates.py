@@ -43,16 +43,19 @@ GATE_STATS = Table(
         Column("retries", "integer"),
     ),
     key=("gate",),
+    narrow=True,
 )
 GATE_SCORES = Table(
     "gate_scores",
     (Column("gate"), Column("verdict"), Column("bucket", "integer"), Column("count", "integer")),
     key=("gate", "verdict", "bucket"),
+    narrow=True,
 )
 GATE_CAUSES = Table(
     "gate_causes",
     (Column("kind"), Column("gate"), Column("cause"), Column("count", "integer")),
     key=("kind", "gate", "cause"),
+    narrow=True,
 )
 
 

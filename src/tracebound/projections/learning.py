@@ -35,6 +35,7 @@ KG_NODES = Table(
         Column("last_position", "integer"),
     ),
     key=("node_id",),
+    narrow=True,
     indexes=(("node_type",),),
 )
 KG_EDGES = Table(
@@ -47,6 +48,7 @@ KG_EDGES = Table(
         Column("position", "integer"),
     ),
     key=("src", "edge", "dst"),
+    narrow=True,
     indexes=(("dst", "edge"),),
 )
 

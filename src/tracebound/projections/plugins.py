@@ -40,6 +40,7 @@ PLUGIN_WORKFLOWS = Table(
         Column("closed", "integer"),
     ),
     key=("workflow_id",),
+    narrow=True,
     indexes=(("plugin_id",),),
 )
 

@@ -191,6 +191,9 @@ class PostgresViews:
                 self._tables[table.name] = table
             return stored
 
+    def create_indexes(self, projections: Sequence[Projection]) -> None:
+        """Nothing to do: PostgreSQL tables get their indexes when created."""
+
     def reset(self, projection: Projection) -> None:
         """Drop the projection's tables and position: the next run replays from position 0."""
         with self._lock, _translated("reset"), self._conn.transaction():

@@ -42,6 +42,7 @@ ROI_WORKFLOWS = Table(
         Column("last_decision", nullable=True),
     ),
     key=("workflow_id",),
+    narrow=True,
 )
 
 _RATIO: Final = Decimal("0.0001")

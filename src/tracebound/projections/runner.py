@@ -223,6 +223,8 @@ class ViewStore(RowSink, Protocol):
 
     def commit(self, writes: Sequence[TableWrite]) -> None: ...
 
+    def create_indexes(self, projections: Sequence[Projection]) -> None: ...
+
 
 ViewsT = TypeVar("ViewsT", bound=ViewStore)
 
@@ -390,6 +392,9 @@ class ProjectionRunner(Generic[ViewsT]):
         failed: dict[str, tuple[ProjectionFailure, BaseException]] = {}
         with _no_cyclic_gc():
             self._catch_up(live, head, report, failed, until_caught_up=until_caught_up)
+        if report.batches:
+            # Tables of a fresh projection are bulk-loaded without secondary indexes.
+            self.views.create_indexes([lv.projection for lv in live if lv.position == head])
         report.failures = [f for f, _ in failed.values()]
         if failed:
             first, cause = min(failed.values(), key=lambda fc: fc[0].position)

@@ -18,6 +18,7 @@ TEXT [TEXT, JSONB], integer INTEGER [BIGINT], decimal is a plain decimal string 
 
 from __future__ import annotations
 
+import operator
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -38,6 +39,10 @@ __all__ = ["VIEWS_FILENAME", "PositionRecord", "SQLiteViews", "TableWrite"]
 VIEWS_FILENAME: Final = "views.db"
 
 _SQL_TYPES: Final = {"text": "TEXT", "integer": "INTEGER", "decimal": "TEXT", "json": "TEXT"}
+
+_CACHE_KIB: Final = -65_536
+"""Page cache of the views connection (negative: KiB), 64 MiB: a catch-up batch rewrites
+pages all over the keyed tables, and SQLite's 2 MiB default re-read most of them."""
 
 _POSITIONS = """
 CREATE TABLE IF NOT EXISTS projection_positions (
@@ -76,11 +81,11 @@ def _encode_json(value: Any) -> str:
 
 
 def _encode_decimal(value: Any) -> str:
-    return format(Decimal(value), "f")
+    return format(value if type(value) is Decimal else Decimal(value), "f")
 
 
 def _encode_int(value: Any) -> int:
-    return int(value)
+    return value if type(value) is int else int(value)
 
 
 _ENCODERS: Final[dict[str, Callable[[Any], Any] | None]] = {
@@ -147,11 +152,15 @@ class SQLiteViews:
         self.path = p
         self._lock = threading.RLock()
         self._tables: dict[str, Table] = {ENGINE_HISTORY.name: ENGINE_HISTORY}
+        self._unindexed: set[str] = set()  # fresh tables whose indexes wait for catch-up
+        self._indexed: set[str] = set()
+        self._writers: dict[Table, tuple[str, Callable[[Row], Sequence[Any]]]] = {}
         with _translated("open"):
             p.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             self._conn = sqlite3.connect(p, isolation_level=None, check_same_thread=False)
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=NORMAL")
+            self._conn.execute(f"PRAGMA cache_size={_CACHE_KIB}")
             self._conn.execute(_POSITIONS)
             self._create(ENGINE_HISTORY)
 
@@ -167,23 +176,52 @@ class SQLiteViews:
 
     # -- schema --------------------------------------------------------------------------
 
-    def _create(self, table: Table) -> None:
+    def _create(self, table: Table, *, defer_indexes: bool = False) -> None:
         cols = ", ".join(
             f"{_quote(c.name)} {_SQL_TYPES[c.type]}{'' if c.nullable else ' NOT NULL'}"
             for c in table.columns
         )
         key = ", ".join(_quote(k) for k in table.key)
         name = _quote(table.name)
-        # A rowid table, not WITHOUT ROWID: view rows (a workflow's folded state, a trail
+        # Wide tables stay rowid tables: their rows (a workflow's folded state, a trail
         # block) run to kilobytes, and WITHOUT ROWID b-trees spill rows that size into
-        # overflow pages, which made the file 8x larger and the writes slower.
-        self._conn.execute(f"CREATE TABLE IF NOT EXISTS {name} ({cols}, PRIMARY KEY ({key}))")
+        # overflow pages, which made the file 8x larger and the writes slower. Narrow ones
+        # are clustered by key: one b-tree to write instead of the table and its key index.
+        suffix = " WITHOUT ROWID" if table.narrow else ""
+        self._conn.execute(
+            f"CREATE TABLE IF NOT EXISTS {name} ({cols}, PRIMARY KEY ({key})){suffix}"
+        )
+        self._tables[table.name] = table
+        if defer_indexes and table.indexes:
+            self._unindexed.add(table.name)
+        else:
+            self._create_indexes(table)
+
+    def _create_indexes(self, table: Table) -> None:
+        name = _quote(table.name)
         for i, index in enumerate(table.indexes):
             cols_ix = ", ".join(_quote(c) for c in index)
             self._conn.execute(
                 f"CREATE INDEX IF NOT EXISTS {_quote(f'{table.name}_ix{i}')} ON {name} ({cols_ix})"
             )
-        self._tables[table.name] = table
+        self._unindexed.discard(table.name)
+        self._indexed.add(table.name)
+
+    def create_indexes(self, projections: Sequence[Projection]) -> None:
+        """Build the secondary indexes a fresh projection's tables were created without.
+
+        A projection replayed from position 0 (a rebuild, a first run) gets its tables
+        without secondary indexes, and the runner calls this once it has caught up: one
+        sorted build per index instead of maintaining it on every row of the bulk load.
+        Until then the views are complete but their secondary lookups unindexed; a run that
+        stops half-way gets them when :meth:`prepare` next sees the projection.
+        """
+        todo = [t for p in projections for t in p.tables if t.name in self._unindexed]
+        if not todo:
+            return
+        with self._lock, _translated("index"):
+            for table in todo:
+                self._create_indexes(table)
 
     def prepare(self, projection: Projection) -> PositionRecord:
         """Create the projection's tables and position row; a new version starts over.
@@ -199,7 +237,7 @@ class SQLiteViews:
                 self._conn.execute("BEGIN IMMEDIATE")
                 try:
                     for table in projection.tables:
-                        self._create(table)
+                        self._create(table, defer_indexes=True)
                     self._conn.execute(
                         "INSERT OR REPLACE INTO projection_positions "
                         "(name, version, position) VALUES (?, ?, 0)",
@@ -212,6 +250,11 @@ class SQLiteViews:
                 return PositionRecord(projection.name, projection.version, 0, None, None)
             for table in projection.tables:
                 self._tables[table.name] = table
+                if stored.position == 0:
+                    if table.indexes:
+                        self._unindexed.add(table.name)  # built once it has caught up
+                elif table.name not in self._indexed:
+                    self._create_indexes(table)  # in case a bulk load stopped half-way
             return stored
 
     def reset(self, projection: Projection) -> None:
@@ -269,21 +312,43 @@ class SQLiteViews:
         return row
 
     def _upsert(self, table: Table, rows: Sequence[Row]) -> None:
+        sql, encode = self._writer(table)
+        self._conn.executemany(sql, map(encode, rows))
+
+    def _writer(self, table: Table) -> tuple[str, Callable[[Row], Sequence[Any]]]:
+        """The upsert statement of a table and a row-to-parameters function (cached)."""
+        found = self._writers.get(table)
+        if found is not None:
+            return found
         codec = _codec(table.columns, _ENCODERS)
         cols = ", ".join(_quote(n) for n, _ in codec)
         marks = ", ".join("?" * len(codec))
         sql = f"INSERT OR REPLACE INTO {_quote(table.name)} ({cols}) VALUES ({marks})"  # noqa: S608
-        if all(enc is None for _, enc in codec):
-            names = [n for n, _ in codec]
-            self._conn.executemany(sql, ([r[n] for n in names] for r in rows))
-            return
-        self._conn.executemany(
-            sql,
-            (
-                [r[n] if enc is None or r[n] is None else enc(r[n]) for n, enc in codec]
-                for r in rows
-            ),
-        )
+        # itemgetter picks the columns in C; only the columns with an encoder are revisited.
+        pick = operator.itemgetter(*(n for n, _ in codec)) if len(codec) > 1 else None
+        coded = [(i, enc) for i, (_, enc) in enumerate(codec) if enc is not None]
+        encode: Callable[[Row], Sequence[Any]]
+        if pick is None:
+            name, enc = codec[0]
+
+            def encode(r: Row) -> Sequence[Any]:
+                v = r[name]
+                return (v if enc is None or v is None else enc(v),)
+
+        elif not coded:
+            encode = pick
+        else:
+
+            def encode(r: Row) -> Sequence[Any]:
+                values = list(pick(r))
+                for i, enc in coded:
+                    v = values[i]
+                    if v is not None:
+                        values[i] = enc(v)
+                return values
+
+        self._writers[table] = found = (sql, encode)
+        return found
 
     def commit(self, writes: Sequence[TableWrite]) -> None:
         """Write every projection's rows and position in one transaction: all or nothing.
