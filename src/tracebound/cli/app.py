@@ -15,6 +15,7 @@ from rich.table import Table
 from tracebound.cli._common import (
     EXIT_DAMAGED,
     EXIT_INCOMPLETE,
+    EXIT_OK,
     JsonOpt,
     KeyOpt,
     StoreOpt,
@@ -489,7 +490,9 @@ def verify(
                 report = ledger.verify(progress=update, workers=workers)
         finally:
             ledger.close()
-    code = 0 if report.ok else (EXIT_DAMAGED if report.damage is not None else EXIT_INCOMPLETE)
+    code = EXIT_OK if report.ok else EXIT_INCOMPLETE
+    if report.damage is not None:
+        code = EXIT_DAMAGED
     if as_json:
         emit_json(report.as_dict())
         raise typer.Exit(code)

@@ -67,10 +67,6 @@ class RawRecord(NamedTuple):
     body: bytes
 
 
-def _json_str(value: str | None) -> bytes:
-    return b"null" if value is None else canonical_bytes(value)
-
-
 _TYPE_JSON: dict[str, bytes] = {}
 """Canonical bytes of each event type seen: a handful of distinct strings, one per event."""
 
@@ -80,7 +76,7 @@ _WORKFLOW_JSON_MAX: Final = 4096
 
 
 def _workflow_json(value: str | None) -> bytes:
-    """``_json_str(value)``, remembered for plain ``str`` values."""
+    """Canonical JSON of a workflow id (``null`` for None), remembered for plain ``str``."""
     if value is None:
         return b"null"
     cached = _WORKFLOW_JSON.get(value)
@@ -175,11 +171,6 @@ def _timestamp_text(value: datetime) -> str:
         if len(text) == 32 and text.endswith("+00:00"):
             return text[:26] + "Z"
     return format_timestamp(value)
-
-
-def _timestamp_json(value: datetime) -> bytes:
-    """``canonical_bytes(format_timestamp(value))``: an RFC 3339 string needs no escaping."""
-    return b'"%s"' % _timestamp_text(value).encode()
 
 
 class LedgerFields:

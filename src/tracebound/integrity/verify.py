@@ -491,13 +491,26 @@ def check_against_checkpoints(
             f"the witness holds a checkpoint of {witness.size} events, newer than any in the "
             f"store (newest {newest}): the store's checkpoints were rolled back",
         )
-    good = 0
+    matched: list[int] = []
     for cp in sorted([*checkpoints, *([witness] if witness else [])], key=lambda c: c.size):
-        if log.roots.get(cp.size) != cp.root:
+        # The damage lies after the largest smaller checkpoint that still matches.
+        good = max((s for s in matched if s < cp.size), default=0)
+        if log.roots.get(cp.size) == cp.root:
+            matched.append(cp.size)
+            continue
+        if cp is witness:
+            # The store's own checkpoints agree (or were replaced): only the outside witness
+            # still remembers that a different log was signed at this size.
             raise LedgerDamaged(
-                DamageKind.TAMPER,
+                DamageKind.FORK,
                 good + 1,
-                f"the log's Merkle root at size {cp.size} differs from the signed checkpoint; "
-                f"the log was rewritten somewhere in positions {good + 1}..{cp.size}",
+                f"the witness's checkpoint of {cp.size} events has a different root than the "
+                f"log: the log forked from what was signed somewhere in positions "
+                f"{good + 1}..{cp.size}",
             )
-        good = cp.size
+        raise LedgerDamaged(
+            DamageKind.TAMPER,
+            good + 1,
+            f"the log's Merkle root at size {cp.size} differs from the signed checkpoint; "
+            f"the log was rewritten somewhere in positions {good + 1}..{cp.size}",
+        )

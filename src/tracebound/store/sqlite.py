@@ -158,12 +158,6 @@ class _WriterState:
             self.position = None
             self.heads.clear()
 
-    def committed(self, position: int, heads: dict[str, tuple[int, bytes]]) -> None:
-        if len(self.heads) + len(heads) > self.MAX_HEADS:
-            self.heads.clear()
-        self.position = position
-        self.heads.update(heads)
-
 
 class SQLiteStore(ChainedAppends):
     """A ledger in one SQLite file. Safe to share between threads and processes.

@@ -103,3 +103,18 @@ def test_roots_at_checkpoint_sizes_and_checks() -> None:
     with pytest.raises(LedgerDamaged) as rewritten:
         check_against_checkpoints(log, forged, None)
     assert (rewritten.value.kind, rewritten.value.position) == (DamageKind.TAMPER, 5)
+
+
+def test_a_witness_that_disagrees_at_the_same_size_is_a_fork() -> None:
+    """The store's checkpoint and the witness's, same size, different roots: equivocation."""
+    records = make_log([0, 1, 0, 2, 1, 0])
+    log = verify_records(records, root_sizes=[6])
+    stored = Checkpoint("o", 6, log.roots[6])
+    witnessed = Checkpoint("o", 6, b"\x07" * 32)
+    with pytest.raises(LedgerDamaged) as forked:
+        check_against_checkpoints(log, [stored], witnessed)
+    assert (forked.value.kind, forked.value.position) == (DamageKind.FORK, 1)
+    resigned = Checkpoint("o", 6, b"\x07" * 32)  # the store's own checkpoint disagrees too
+    with pytest.raises(LedgerDamaged) as rewritten:
+        check_against_checkpoints(log, [resigned], witnessed)
+    assert rewritten.value.kind is DamageKind.TAMPER
