@@ -24,7 +24,11 @@ samples; the first run warms caches and is dropped.
 
 For scale, each part alone on the same machine: one durable ``Ledger.record`` of the
 step's ARL entry, one ``BlobStore.put`` of a new artifact, and the two CPU-bound checks
-(redacting the artifact, validating it against the TPC contract).
+(redacting the artifact, validating it against the TPC contract), the last also with the
+compiled fast path switched off (the jsonschema reference alone, ADR 0008).
+
+Tip: ``--dir /dev/shm`` takes fsync out (tmpfs), leaving the CPU part; on a shared disk the
+fsyncs' latency swings with other processes' I/O, so compare CPU ms per step across runs.
 """
 
 from __future__ import annotations
@@ -38,10 +42,12 @@ from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 from bench._common import machine, print_table, write_json
 from tracebound import Ledger, NoteSigner, RandomIds, SQLiteStore, SystemClock
 from tracebound.canonical import canonical_bytes
+from tracebound.contract import validate as contract_validate
 from tracebound.contract import validate_tpc
 from tracebound.events.catalog import CostEstimate, StepRecorded
 from tracebound.events.envelope import RecordedEvent
@@ -232,8 +238,12 @@ def measure_floor(root: Path, n: int) -> dict[str, Any]:
     docs = [artifact(20_000 + i, 0) for i in range(n)]
     redact = timed(lambda i: redactor.redact(docs[i]))
     tpc = timed(lambda i: validate_tpc(docs[i]))
+    # The same check with the compiled fast path switched off: the jsonschema reference
+    # alone, as before ADR 0008 (side by side, same documents, same run).
+    with mock.patch.object(contract_validate, "_fast_accepts", return_value=False):
+        tpc_reference = timed(lambda i: validate_tpc(docs[i]))
     return {"durable_append_ms": append, "blob_put_ms": put, "redact_ms": redact,
-            "validate_tpc_ms": tpc}  # fmt: skip
+            "validate_tpc_ms": tpc, "validate_tpc_reference_ms": tpc_reference}  # fmt: skip
 
 
 def run(runs: int, steps: int, directory: Path | None, profile: bool) -> dict[str, Any]:
@@ -255,6 +265,7 @@ def report(result: dict[str, Any]) -> None:
         ("blob put alone", "blob_put_ms"),
         ("redact the artifact alone", "redact_ms"),
         ("validate_tpc alone", "validate_tpc_ms"),
+        ("validate_tpc, jsonschema only", "validate_tpc_reference_ms"),
     )
     for name, key in parts:
         f = result["floor"][key]

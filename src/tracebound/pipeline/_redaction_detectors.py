@@ -15,9 +15,10 @@ verify a secret.
 
 from __future__ import annotations
 
+import math
 import re
 import string
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Literal, cast
 
@@ -55,11 +56,29 @@ _TOKEN_CHARS = frozenset(string.ascii_letters + string.digits + "_-")
 
 
 @dataclass(frozen=True, slots=True)
+class Hint:
+    """What every text a rule can find anything in contains.
+
+    That is one of ``literals`` (searched in ``text.lower()`` when ``lowered``) or a match
+    of ``pattern``. It is a necessary condition, never a sufficient one: the prefilter
+    (:func:`may_match`) skips a text only when it holds no rule's hint, so a hint that is
+    too wide costs time and one that is too narrow would leak a secret. Each hint below
+    says why every match of its rule contains it, and a test checks that on generated text.
+    """
+
+    literals: tuple[str, ...] = ()
+    lowered: bool = False
+    pattern: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Detector:
     """One named detection rule.
 
     ``priority`` breaks ties between equally long overlapping spans: lower is more
     specific, so ``password=ghp_…`` is attributed to the GitHub rule, not the keyword rule.
+    ``hint`` is what a text must contain for ``find`` to yield anything; ``None`` means
+    unknown, and the prefilter then lets every text through.
     """
 
     name: str
@@ -67,6 +86,7 @@ class Detector:
     source: Source
     priority: int
     find: Callable[[str], Iterator[Span]]
+    hint: Hint | None = None
 
 
 # --- helpers ---------------------------------------------------------------------------
@@ -212,6 +232,18 @@ _DIGEST_TOKEN = re.compile(r"(?i)^(?:sha1|sha224|sha256|sha384|sha512|blake2b|bl
 DIGEST_HEX_LENGTHS = frozenset({32, 40, 56, 64, 96, 128})
 
 
+def _entropy_may_exceed(token: str, limit: float) -> bool:
+    """False only when ``token``'s Shannon entropy cannot exceed ``limit``.
+
+    A string of ``d`` distinct characters has at most ``log2(d)`` bits per character
+    (equality when they are equally frequent), and the library's sum, over a subset of
+    those characters and minus a penalty for hex numbers, is at most that. Its rounding
+    error is below 1e-13, far inside the 1e-9 kept here, so this only skips the library's
+    per-character loop where its answer is certainly no: most paths and words.
+    """
+    return math.log2(len(set(token))) >= limit - 1e-9
+
+
 def _after_digest_prefix(text: str, start: int) -> bool:
     return _DIGEST_PREFIX.search(text, max(0, start - 8), start) is not None
 
@@ -232,6 +264,8 @@ def _base64_entropy(text: str) -> Iterator[Span]:
             and any(c.isdigit() for c in token)
         ):
             continue
+        if not _entropy_may_exceed(token, _B64.entropy_limit):
+            continue  # first: the cheapest test that turns most non-secrets away
         if _DIGEST_TOKEN.match(token) or _after_digest_prefix(text, match.start()):
             continue
         if is_sequential_string(token) or is_potential_uuid(token):
@@ -250,6 +284,8 @@ def _hex_entropy(text: str) -> Iterator[Span]:
         if single_case and len(token) in DIGEST_HEX_LENGTHS:
             continue
         if _after_digest_prefix(text, match.start()):
+            continue
+        if not _entropy_may_exceed(token, _HEX.entropy_limit):
             continue
         if _HEX.calculate_shannon_entropy(token) > _HEX.entropy_limit:
             yield match.span()
@@ -521,28 +557,59 @@ def _library_all(
     return find
 
 
-def _gate(
-    find: Callable[[str], Iterator[Span]], *needles: str, ignore_case: bool = False
-) -> Callable[[str], Iterator[Span]]:
-    """Run ``find`` only if the text contains one of ``needles``.
+@dataclass(frozen=True, slots=True)
+class _Gated:
+    """``find``, run only if the text contains one of ``needles``.
 
     Each needle is a literal every match of the rule must contain, so the gate changes
-    no result; it turns most rules into a substring test on ordinary text.
+    no result; it turns most rules into a substring test on ordinary text. The needles
+    are also the rule's :class:`Hint`.
     """
+
+    find: Callable[[str], Iterator[Span]]
+    needles: tuple[str, ...]
+    ignore_case: bool
+
+    def __call__(self, text: str) -> Iterator[Span]:
+        haystack = text.lower() if self.ignore_case else text
+        if any(needle in haystack for needle in self.needles):
+            yield from self.find(text)
+
+
+def _gate(
+    find: Callable[[str], Iterator[Span]], *needles: str, ignore_case: bool = False
+) -> _Gated:
     wanted = tuple(n.lower() for n in needles) if ignore_case else needles
-
-    def gated(text: str) -> Iterator[Span]:
-        haystack = text.lower() if ignore_case else text
-        if any(needle in haystack for needle in wanted):
-            yield from find(text)
-
-    return gated
+    return _Gated(find, wanted, ignore_case)
 
 
 def _d(
-    name: str, reason: str, source: Source, priority: int, find: Callable[[str], Iterator[Span]]
+    name: str,
+    reason: str,
+    source: Source,
+    priority: int,
+    find: Callable[[str], Iterator[Span]],
+    *,
+    hint: Hint | None = None,
 ) -> Detector:
-    return Detector(name=name, reason=reason, source=source, priority=priority, find=find)
+    if hint is None and isinstance(find, _Gated):
+        hint = Hint(find.needles, lowered=find.ignore_case)
+    return Detector(name, reason, source, priority, find, hint)
+
+
+# Hints of the ungated rules (and two stronger than their gate), shared where one implies
+# another. A run of 20 token characters, found from its start (the look-behind keeps this
+# linear): the base64 rule's tokens are such runs, and a hex token's characters are a
+# subset of them, so its maximal run is at least as long.
+_TOKEN_RUN = Hint(pattern=r"(?<![A-Za-z0-9+/_\-])[A-Za-z0-9+/_\-]{20}")
+# Five digits, consecutive ones separated by at most one of `` .-``: a NANP number has
+# ``ddd[ .-]dddd`` at its end, a trunk number ``0d[ -]ddd`` at its start, a card 13 digits
+# with at most one ``[ -]`` between two. ``\d`` is at least as wide as their ``\d`` and digits.
+_DIGIT_RUN = Hint(pattern=r"\d(?:[ .\-]?\d){4}")
+# The keyword rule matches a keyword of _KEYWORD in the lowered text (see
+# _keyword_assignments), and every keyword contains one of these. When lowering changes
+# the length it searches the original text instead; may_match() lets such text through.
+_KEYWORD_STEMS = Hint(("pass", "pwd", "secret", "token", "key"), lowered=True)
 
 
 _LIB: Source = "detect-secrets"
@@ -696,9 +763,17 @@ DETECTORS: tuple[Detector, ...] = (
         _OURS,
         40,
         _gate(_keyword_assignments, "=", ":"),
+        hint=_KEYWORD_STEMS,
     ),
-    _d("high-entropy-base64", "high-entropy base64 string", _LIB, 50, _base64_entropy),
-    _d("high-entropy-hex", "high-entropy hex string", _LIB, 50, _hex_entropy),
+    _d(
+        "high-entropy-base64",
+        "high-entropy base64 string",
+        _LIB,
+        50,
+        _base64_entropy,
+        hint=_TOKEN_RUN,
+    ),
+    _d("high-entropy-hex", "high-entropy hex string", _LIB, 50, _hex_entropy, hint=_TOKEN_RUN),
     _d("email", "email address", _OURS, 60, _gate(_emails, "@")),
     _d(
         "phone",
@@ -707,13 +782,52 @@ DETECTORS: tuple[Detector, ...] = (
         60,
         _gate(_regex_rule(_PHONE_INTL, valid=_digit_count_between(8, 15)), "+"),
     ),
-    _d("phone", "phone number", _OURS, 60, _regex_rule(_PHONE_NANP)),
+    _d("phone", "phone number", _OURS, 60, _regex_rule(_PHONE_NANP), hint=_DIGIT_RUN),
     _d(
         "phone",
         "phone number",
         _OURS,
         60,
         _gate(_regex_rule(_PHONE_TRUNK, valid=_digit_count_between(9, 12)), "0"),
+        hint=_DIGIT_RUN,
     ),
-    _d("payment-card", "payment card number", _OURS, 60, _cards),
+    _d("payment-card", "payment card number", _OURS, 60, _cards, hint=_DIGIT_RUN),
 )
+
+
+def _any_of(literals: Iterable[str], patterns: Iterable[str] = ()) -> re.Pattern[str]:
+    """One regex matching where any literal or pattern does (a literal holding another
+    literal is dropped: the shorter one is found wherever it is). ``(?!)`` never matches:
+    an empty alternation would match everywhere."""
+    unique = sorted(set(literals))
+    kept = [x for x in unique if not any(y != x and y in x for y in unique)]
+    branches = [re.escape(x) for x in kept] + list(dict.fromkeys(patterns))
+    return re.compile("|".join(branches) or "(?!)")
+
+
+def _prefilter(detectors: tuple[Detector, ...]) -> Callable[[str], bool]:
+    hints = [d.hint for d in detectors]
+    if any(h is None for h in hints):
+        return lambda _text: True  # a rule with no known hint: everything must be scanned
+    known = [h for h in hints if h is not None]
+    # A regex scan beats a loop of ``in`` tests several times over on short text.
+    in_text = _any_of(
+        (x for h in known if not h.lowered for x in h.literals),
+        (h.pattern for h in known if h.pattern),
+    )
+    in_lowered = _any_of(x for h in known if h.lowered for x in h.literals)
+
+    def may_match(text: str) -> bool:
+        if in_text.search(text):
+            return True
+        folded = text.lower()
+        # The keyword rule's hint holds for lowered text of the same length only.
+        return len(folded) != len(text) or in_lowered.search(folded) is not None
+
+    return may_match
+
+
+may_match: Callable[[str], bool] = _prefilter(DETECTORS)
+"""Whether any of :data:`DETECTORS` could find something in a text; False is a proof that
+none can (each rule's :class:`Hint` is absent), True only a maybe. Redacting text that
+holds no hint is then one scan, not thirty-one."""

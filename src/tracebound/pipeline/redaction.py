@@ -23,6 +23,7 @@ Which detector comes from detect-secrets and which is written here is recorded i
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import json
@@ -31,7 +32,7 @@ import threading
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -42,6 +43,7 @@ from tracebound.pipeline._redaction_detectors import (
     MARKER_RE,
     Detector,
     Source,
+    may_match,
     plausible_secret_value,
 )
 
@@ -319,15 +321,19 @@ class Redactor:
         re-scan the output (markers masked) and redact again until it is clean. Spans in
         records always index the original ``text``.
         """
+        hits = _hits(text, key_hint)
+        if not hits:
+            return text  # most text: nothing to take out, nothing to build
         # The output as pieces: ``(start, end)`` is original text, ``str`` a new marker.
         pieces: list[tuple[int, int] | str] = [(0, len(text))]
         current = text
         for _ in range(_MAX_PASSES):
-            groups = _merge(_hits(current, key_hint))
+            groups = _merge(hits)
             if not groups:
                 return current
             pieces = self._apply(text, pieces, groups, path, found)
             current = "".join(p if isinstance(p, str) else text[p[0] : p[1]] for p in pieces)
+            hits = _hits(current, key_hint)
         raise ValidationFailed(
             path or "text", f"redaction did not settle after {_MAX_PASSES} passes"
         )
@@ -452,12 +458,17 @@ def _trim(text: str, start: int, end: int) -> tuple[int, int]:
 
 
 def _hits(text: str, key_hint: str | None) -> list[_Hit]:
-    markers = [m.span() for m in MARKER_RE.finditer(text)]
-    raw: list[tuple[int, int, Detector]] = [
-        (start, end, detector) for detector in DETECTORS for start, end in detector.find(text)
-    ]
+    # Most text holds no detector's hint; one prefilter scan then replaces thirty-one.
+    raw: list[tuple[int, int, Detector]] = (
+        [(start, end, detector) for detector in DETECTORS for start, end in detector.find(text)]
+        if may_match(text)
+        else []
+    )
     if key_hint is not None:
         raw.extend(_key_hint_hits(text, key_hint))
+    if not raw:
+        return []
+    markers = [m.span() for m in MARKER_RE.finditer(text)]
     hits: list[_Hit] = []
     for start, end, detector in raw:
         for p_start, p_end in _outside(start, end, markers) if markers else [(start, end)]:
@@ -467,15 +478,30 @@ def _hits(text: str, key_hint: str | None) -> list[_Hit]:
     return hits
 
 
+def _key_kind(key: str) -> Literal["auth", "secret"] | None:
+    if key.lower() in _AUTH_HEADER_KEYS:
+        return "auth"
+    return "secret" if KEY_NAME_RE.match(key) else None
+
+
+# Keys are a document's schema: few, short, and the same in every step, so their kind is
+# cached; a long key (rare, and a memory risk in a cache) is classified each time.
+_cached_key_kind = functools.lru_cache(maxsize=1024)(_key_kind)
+_CACHED_KEY_LENGTH = 64
+
+
 def _key_hint_hits(text: str, key: str) -> list[tuple[int, int, Detector]]:
     """A string under a secret-named key is a secret as a whole (``{"api_key": "…"}``)."""
-    if key.lower() in _AUTH_HEADER_KEYS:
+    kind = _cached_key_kind(key) if len(key) <= _CACHED_KEY_LENGTH else _key_kind(key)
+    if kind is None:
+        return []
+    if kind == "auth":
         scheme = _AUTH_SCHEME.match(text)
         start = scheme.end() if scheme else 0
         if len(text[start:].strip()) >= 3 and not MARKER_RE.fullmatch(text[start:].strip()):
             return [(start, len(text), _AUTH_HINT_DETECTOR)]
         return []
-    if KEY_NAME_RE.match(key) and plausible_secret_value(text, key, quoted=True, op="="):
+    if plausible_secret_value(text, key, quoted=True, op="="):
         return [(0, len(text), _KEY_HINT_DETECTOR)]
     return []
 

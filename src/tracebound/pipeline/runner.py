@@ -84,7 +84,9 @@ class StepOutcome:
     name: str
     role: RoleName
     status: Literal["success", "error", "skipped", "gated"]
-    artifact: TPCArtifact | None = None
+    # Out of repr: asyncio.run (3.11) builds the finished task's repr, result included,
+    # each time a run ends, and the artifacts' reprs cost ~1 ms a run; the hash names them.
+    artifact: TPCArtifact | None = field(default=None, repr=False)
     artifact_hash: Sha256Digest | None = None
     error_origin: StepId | None = None
     latency_ms: int = 0

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -45,6 +46,28 @@ class BlobRef:
         return f"{_POINTER_SCHEME}{self.digest}"
 
 
+def _fsync_folder(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _make_folder(folder: Path) -> bool:
+    """Make ``folder`` (0700); True if it was new, and then its name is durable too.
+
+    A new folder's name lives in its parent: without syncing that, a crash could lose the
+    folder with every blob later written (and synced) into it.
+    """
+    try:
+        folder.mkdir(mode=0o700)
+    except FileExistsError:
+        return False
+    _fsync_folder(folder.parent)
+    return True
+
+
 def _hex_of(digest: str) -> str:
     if digest.startswith(_POINTER_SCHEME):
         digest = digest[len(_POINTER_SCHEME) :]
@@ -59,36 +82,66 @@ class BlobStore:
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
+        # The shard folders this object made or found, by their two hex digits, so a put
+        # neither re-creates (and re-syncs) them nor rebuilds their paths. At most 256; one
+        # removed behind our back is made again (see put).
+        self._shards: dict[str, Path] = {}
 
     def _path(self, digest: str) -> Path:
         h = _hex_of(digest)
         return self.root / "sha256" / h[:2] / h[2:]
 
     def put(self, data: bytes) -> BlobRef:
-        """Store ``data`` durably and return its reference; storing twice is a no-op."""
+        """Store ``data`` durably and return its reference; storing twice is a no-op.
+
+        Durable means on disk when this returns: the file's bytes (fsync), its name (fsync
+        of its folder) and, the first time a folder is made, the folder's own name (fsync
+        of its parent). The caller may then record the digest in the ledger.
+        """
         ref = BlobRef(sha256_digest(data), len(data))
-        path = self._path(ref.digest)
+        h = ref.digest[len("sha256:") :]
+        shard = self._shards.get(h[:2]) or self.root / "sha256" / h[:2]
+        path = shard / h[2:]
         if path.exists():
             return ref
         try:
-            for directory in (self.root, self.root / "sha256", path.parent):
-                directory.mkdir(mode=0o700, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             try:
-                os.write(fd, data)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            tmp.replace(path)
-            dir_fd = os.open(path.parent, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+                self._write(shard, path, data)
+            except FileNotFoundError:
+                self._shards.clear()  # a folder was removed since we made it: make it again
+                self._write(shard, path, data)
         except OSError as exc:
             raise StorageError(f"could not store blob {ref.digest}: {exc}") from exc
         return ref
+
+    def _write(self, shard: Path, path: Path, data: bytes) -> None:
+        if shard.name not in self._shards:
+            self._make_folders(shard)
+        # pid and thread: two writers of the same blob never share a temporary file.
+        tmp = shard / f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            view = memoryview(data)
+            while view:  # os.write may write less than it was given
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        tmp.replace(path)
+        _fsync_folder(shard)
+
+    def _make_folders(self, shard: Path) -> None:
+        shards = shard.parent
+        _make_folder(self.root)
+        if _make_folder(shards):
+            # A new store: all 256 shard folders now, made durable by one sync of their
+            # parent, so that no later put pays a second sync for a folder of its own.
+            for index in range(256):
+                (shards / f"{index:02x}").mkdir(mode=0o700, exist_ok=True)
+            _fsync_folder(shards)
+        else:
+            _make_folder(shard)  # an older store, or one whose shard was removed
+        self._shards[shard.name] = shard
 
     def get(self, digest: str) -> bytes:
         """The blob's bytes, checked against its digest.

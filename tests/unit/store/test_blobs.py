@@ -1,0 +1,130 @@
+"""The blob store: content-addressed, durable before put returns, checked on every read."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import threading
+from pathlib import Path
+
+import pytest
+
+from tracebound.errors import IntegrityError, StorageError
+from tracebound.store import blobs as blobs_module
+from tracebound.store.blobs import BlobStore, sha256_digest
+
+
+def test_put_then_get_round_trips(tmp_path: Path) -> None:
+    store = BlobStore(tmp_path / "blobs")
+    ref = store.put(b"hello")
+    assert ref.digest == sha256_digest(b"hello") and ref.size == 5
+    assert ref.pointer == f"blob://{ref.digest}"
+    assert store.get(ref.digest) == b"hello"
+    assert store.get(ref.pointer) == b"hello"
+    assert store.put(b"hello") == ref  # a second put is a no-op
+
+
+def test_files_and_folders_are_private(tmp_path: Path) -> None:
+    store = BlobStore(tmp_path / "blobs")
+    ref = store.put(b"private")
+    path = store._path(ref.digest)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    for folder in (store.root, store.root / "sha256", path.parent):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary left
+
+
+def test_new_folders_are_synced_in_their_parent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced: list[Path] = []
+    real = blobs_module._fsync_folder
+
+    def spy(folder: Path) -> None:
+        synced.append(folder)
+        real(folder)
+
+    monkeypatch.setattr(blobs_module, "_fsync_folder", spy)
+    store = BlobStore(tmp_path / "blobs")
+    ref = store.put(b"first")
+    shard = store._path(ref.digest).parent
+    shards = store.root / "sha256"
+    # root's and sha256's names, the 256 shard names at once, then the blob's own name.
+    assert synced == [tmp_path, store.root, shards, shard]
+    assert sorted(p.name for p in shards.iterdir()) == [f"{i:02x}" for i in range(256)]
+    synced.clear()
+    other = next(bytes([i]) for i in range(256) if sha256_digest(bytes([i]))[7:9] != shard.name)
+    store.put(other)
+    assert synced == [store._path(sha256_digest(other)).parent]  # no folder was new
+    # A store whose shard folder went missing makes it again, and syncs its name.
+    third = next(bytes([i, i]) for i in range(256))
+    missing = store._path(sha256_digest(third)).parent
+    missing.rmdir()
+    synced.clear()
+    BlobStore(store.root).put(third)
+    assert synced == [shards, missing]
+
+
+def test_a_short_write_is_completed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_write = os.write
+
+    def one_byte(fd: int, data: bytes | memoryview) -> int:
+        return real_write(fd, bytes(data[:1]))
+
+    monkeypatch.setattr(blobs_module.os, "write", one_byte)
+    store = BlobStore(tmp_path / "blobs")
+    ref = store.put(b"written one byte at a time")
+    monkeypatch.undo()
+    assert store.get(ref.digest) == b"written one byte at a time"
+
+
+def test_a_folder_removed_behind_its_back_is_made_again(tmp_path: Path) -> None:
+    store = BlobStore(tmp_path / "blobs")
+    store.put(b"one")
+    shutil.rmtree(store.root)
+    ref = store.put(b"one")
+    assert store.get(ref.digest) == b"one"
+
+
+def test_a_root_that_cannot_be_made_is_a_storage_error(tmp_path: Path) -> None:
+    store = BlobStore(tmp_path / "missing" / "blobs")  # parents are not made
+    with pytest.raises(StorageError, match="could not store blob"):
+        store.put(b"x")
+
+
+def test_altered_bytes_are_refused_on_read(tmp_path: Path) -> None:
+    store = BlobStore(tmp_path / "blobs")
+    ref = store.put(b"original")
+    store._path(ref.digest).write_bytes(b"altered")
+    with pytest.raises(IntegrityError, match="was altered"):
+        store.get(ref.digest)
+
+
+def test_erased_blob_is_a_storage_error(tmp_path: Path) -> None:
+    store = BlobStore(tmp_path / "blobs")
+    ref = store.put(b"gone")
+    assert store.erase(ref.digest) is True
+    assert store.erase(ref.digest) is False
+    with pytest.raises(StorageError, match="erased or never stored"):
+        store.get(ref.digest)
+
+
+def test_threads_putting_the_same_blob_do_not_collide(tmp_path: Path) -> None:
+    store = BlobStore(tmp_path / "blobs")
+    errors: list[BaseException] = []
+
+    def put() -> None:
+        try:
+            for _ in range(50):
+                store.put(b"shared")
+                store.erase(sha256_digest(b"shared"))
+        except BaseException as exc:  # noqa: BLE001 - collected and asserted on below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=put) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
