@@ -23,8 +23,9 @@ positions hash to the same bytes in both.
 
 **Round trips.** Every round trip made while the lock is held limits every writer on every
 host, so an append of fewer than ``_COPY_THRESHOLD`` events is pipelined into two: BEGIN +
-lock + stream heads, then one multi-row INSERT + NOTIFY + COMMIT. Larger appends stream
-their rows with binary COPY.
+lock (with NOTIFY) + stream heads, then one multi-row INSERT + COMMIT. Larger appends stream
+their rows with binary COPY between the two, chained piece by piece so that the server
+ingests one piece while this process chains the next.
 
 **Durability.** Every session sets ``synchronous_commit = on``: an append returns only once
 its commit record is flushed (and, with synchronous replication configured on the server,
@@ -47,7 +48,7 @@ from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from time import monotonic
-from typing import TYPE_CHECKING, Any, Final, NamedTuple, Self
+from typing import TYPE_CHECKING, Any, Final, Self
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
@@ -55,6 +56,7 @@ from blake3 import blake3
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
+from psycopg.types.string import BytesBinaryDumper
 
 from tracebound.errors import (
     ConcurrencyConflict,
@@ -103,6 +105,10 @@ SCHEMA_VERSION: Final = 1
 _PAGE: Final = 1000  # rows per keyset page: bounded memory, one short statement per page
 _VERIFY_PAGE: Final = 2048  # verify's page: a power of two, so a page is one Merkle subtree
 _COPY_THRESHOLD: Final = 1000  # events from which an append streams rows with binary COPY
+# A bulk append chains, sends and builds its events this many at a time, so that the server
+# ingests one piece while the next is chained (PostgresStore._copy_batches).
+_PIECE: Final = 256
+_NEW_STREAM: Final = (0, GENESIS)  # a stream's version and chain head before its first event
 _NO_UPPER: Final = (1 << 62) - 1  # "no upper bound" that still fits a bigint
 _MAX_IDENTIFIER: Final = 63  # PostgreSQL truncates longer names (NAMEDATALEN - 1)
 
@@ -122,6 +128,10 @@ _COLUMNS: Final = (
 )
 _COPY_TYPES: Final = ["int8", "text", "int8", "text", "text", "text", "int4"] + ["bytea"] * 3
 
+# No index on workflow_id: nothing reads events by workflow (projections and subscribers read
+# by position, streams by stream id), and each index is one more B-tree insert per event:
+# ~15% of the server's CPU per event in a bulk append. Ledgers created before this change keep
+# their events_by_workflow index, which is harmless there. (As in the SQLite store.)
 _DDL: Final = """
 CREATE SCHEMA IF NOT EXISTS {schema};
 CREATE TABLE IF NOT EXISTS {meta} (
@@ -143,7 +153,6 @@ CREATE TABLE IF NOT EXISTS {events} (
     body           bytea   NOT NULL,
     UNIQUE (stream_id, stream_version)
 );
-CREATE INDEX IF NOT EXISTS {events_by_workflow} ON {events} (workflow_id, position);
 CREATE TABLE IF NOT EXISTS {checkpoints} (
     size bigint PRIMARY KEY,
     note text   NOT NULL
@@ -242,8 +251,6 @@ class _Statements:
                 return sql.SQL(text.replace("%", "%%") if params else text)
 
             names: dict[str, sql.Composable] = {t: name(schema, t) for t in _TABLES}
-            # An index lives in its table's schema and is named without one.
-            names["events_by_workflow"] = name("events_by_workflow")
             names["schema"] = name(schema)
             names["columns"] = sql.SQL(", ").join(map(sql.Identifier, _COLUMNS))
             names.update(extra)
@@ -251,10 +258,21 @@ class _Statements:
 
         self.ddl = q(_DDL, params=False, version=sql.Literal(str(SCHEMA_VERSION)))
         self.allocate = q("UPDATE {log_head} SET position = position + %s RETURNING position")
+        # The same, with the subscribers' NOTIFY in the same statement: a notification is
+        # queued only at COMMIT (and dropped on ROLLBACK), so it can be sent as early as the
+        # position is known, and costs no statement of its own.
+        self.allocate_notify = q(
+            "WITH h AS (UPDATE {log_head} SET position = position + %s RETURNING position) "
+            "SELECT position, pg_notify(%s, position::text) FROM h"
+        )
         # Group commit takes the lock first and sets the head once it knows which requests
         # of the group hold (a conflicting one gets no positions).
         self.lock_head = q("SELECT position FROM {log_head} FOR UPDATE")
         self.set_head = q("UPDATE {log_head} SET position = %s")
+        self.set_head_notify = q(
+            "WITH h AS (UPDATE {log_head} SET position = %s RETURNING position) "
+            "SELECT pg_notify(%s, position::text) FROM h"
+        )
         self.head = q(
             "SELECT stream_version, hash FROM {events} WHERE stream_id = %s "
             "ORDER BY stream_version DESC LIMIT 1"
@@ -272,7 +290,6 @@ class _Statements:
             "%b::int4[], %b::bytea[], %b::bytea[], %b::bytea[])"
         )
         self.copy = q("COPY {events} ({columns}) FROM STDIN (FORMAT BINARY)", params=False)
-        self.notify = q("SELECT pg_notify(%s, %s)")
         self.size = q("SELECT COALESCE(MAX(position), 0) FROM {events}")
         self.read_raw = q(
             "SELECT {columns} FROM {events} WHERE position >= %s AND position <= %s "
@@ -458,11 +475,12 @@ class PostgresStore(ChainedAppends):
         streams = list(dict.fromkeys(r.stream_id for r in requests))
         with _translated("append"):
             conn = self._conn()
-            if count < _COPY_THRESHOLD and conn.info.transaction_status == TransactionStatus.IDLE:
+            if conn.info.transaction_status != TransactionStatus.IDLE:
+                return self._append_in_transaction(conn, count, streams, prepared)
+            if count < _COPY_THRESHOLD:
                 rows = self._append_pipelined(conn, count, streams, prepared)
-            else:
-                rows = self._append_in_transaction(conn, count, streams, prepared)
-        return recorded_events(prepared, rows)
+                return recorded_events(prepared, rows)
+            return self._append_copy(conn, count, streams, prepared)
 
     def _append_pipelined(
         self,
@@ -474,30 +492,51 @@ class PostgresStore(ChainedAppends):
         """A small append in two round trips, both of them while the lock is held.
 
         Round trips made under the lock limit every writer on every host. So BEGIN, the lock
-        and the stream heads go in one pipeline flush; the rows, NOTIFY and COMMIT in a
+        (with NOTIFY) and the stream heads go in one pipeline flush; the rows and COMMIT in a
         second. (``conn.transaction()`` would add a sync before COMMIT, hence the explicit
         BEGIN and COMMIT, used only when the session is not already in a transaction.)
         """
-        try:
+        with (
+            _rollback_on_error(conn),
+            conn.pipeline(),
+            conn.cursor() as cur,
+            conn.cursor() as head_cur,
+        ):
+            conn.execute(b"BEGIN")
+            # The lock: held from here to COMMIT, so commit order is position order.
+            self._send_lock(cur, count)
+            # A separate statement, so it reads with a snapshot taken after the lock.
+            self._send_heads(head_cur, streams)
+            last = self._allocated(cur)
+            rows = _rows_for(last - count, self._heads(head_cur, streams), prepared)
+            if rows:
+                conn.execute(self._sql.insert, [list(col) for col in zip(*rows, strict=True)])
+            conn.execute(b"COMMIT")
+        return rows
+
+    def _append_copy(
+        self,
+        conn: _Conn,
+        count: int,
+        streams: Sequence[str],
+        prepared: Sequence[PreparedRequest],
+    ) -> list[RecordedEvent]:
+        """A bulk append: BEGIN, the lock and the heads in one round trip, the rows by binary
+        COPY (chained and sent piece by piece, :meth:`_copy_batches`), then COMMIT."""
+        with _rollback_on_error(conn):
             with conn.pipeline(), conn.cursor() as cur, conn.cursor() as head_cur:
                 conn.execute(b"BEGIN")
-                # The lock: held from here to COMMIT, so commit order is position order.
-                cur.execute(self._sql.allocate, (count,))
-                # A separate statement, so it reads with a snapshot taken after the lock.
-                self._send_heads(head_cur, streams)
+                self._send_lock(cur, count)  # the lock, as above
+                self._send_heads(head_cur, streams)  # a later statement: a snapshot after it
                 last = self._allocated(cur)
-                rows = _rows_for(last - count, self._heads(head_cur, streams), prepared)
-                if rows:
-                    conn.execute(self._sql.insert, [list(col) for col in zip(*rows, strict=True)])
-                    if self._notify:
-                        conn.execute(self._sql.notify, (self.channel, str(last)))
-                conn.execute(b"COMMIT")
-        except BaseException:
-            if not conn.broken and conn.info.transaction_status != TransactionStatus.IDLE:
-                with suppress(psycopg.Error):
-                    conn.execute(b"ROLLBACK")
-            raise
-        return rows
+                heads = self._heads(head_cur, streams)
+            _versions_after(prepared, _versions(heads))  # a conflict raises before any row is sent
+            with conn.cursor() as cur:
+                (rows,) = self._copy_batches(cur, last - count, heads, [prepared])
+            with conn.pipeline():
+                conn.execute(b"COMMIT")  # sent, not waited for: the server flushes the WAL
+                events = recorded_events(prepared, rows)  # while this builds the events
+        return events
 
     def _append_in_transaction(
         self,
@@ -505,24 +544,67 @@ class PostgresStore(ChainedAppends):
         count: int,
         streams: Sequence[str],
         prepared: Sequence[PreparedRequest],
-    ) -> list[Row]:
-        """A bulk append (binary COPY, which cannot run in a pipeline), or one that joins the
-        session's open transaction (a tracking block), as a savepoint."""
+    ) -> list[RecordedEvent]:
+        """An append that joins the session's open transaction (a tracking block), as a
+        savepoint: the rows by binary COPY from ``_COPY_THRESHOLD`` events."""
         with conn.transaction(), conn.cursor() as cur:
-            cur.execute(self._sql.allocate, (count,))  # the lock, as above
+            self._send_lock(cur, count)  # the lock, as above
             last = self._allocated(cur)
             self._send_heads(cur, streams)  # a later statement: a snapshot after the lock
-            rows = _rows_for(last - count, self._heads(cur, streams), prepared)
-            if len(rows) >= _COPY_THRESHOLD:
-                with cur.copy(self._sql.copy) as copy:
-                    copy.set_types(_COPY_TYPES)
-                    for row in rows:
-                        copy.write_row(row)
-            elif rows:
-                cur.execute(self._sql.insert, [list(col) for col in zip(*rows, strict=True)])
-            if self._notify and rows:
-                cur.execute(self._sql.notify, (self.channel, str(last)))
-        return rows
+            heads = self._heads(cur, streams)
+            if count >= _COPY_THRESHOLD:
+                _versions_after(prepared, _versions(heads))
+                (rows,) = self._copy_batches(cur, last - count, heads, [prepared])
+            else:
+                rows = _rows_for(last - count, heads, prepared)
+                if rows:
+                    cur.execute(self._sql.insert, [list(col) for col in zip(*rows, strict=True)])
+        return recorded_events(prepared, rows)
+
+    def _send_lock(self, cur: psycopg.Cursor[Any], count: int) -> None:
+        """Take the log's lock and ``count`` positions (and NOTIFY, if anything is added)."""
+        if self._notify and count:
+            cur.execute(self._sql.allocate_notify, (count, self.channel))
+        else:
+            cur.execute(self._sql.allocate, (count,))
+
+    def _copy_batches(
+        self,
+        cur: psycopg.Cursor[Any],
+        last: int,
+        heads: Mapping[str, StreamHead],
+        batches: Sequence[Sequence[PreparedRequest]],
+    ) -> list[list[Row]]:
+        """Chain ``batches`` after position ``last`` and stream their rows by binary COPY;
+        the rows of each batch.
+
+        The server is another process: it parses, inserts and indexes the rows it has
+        received while this one chains the next piece of ``_PIECE`` events (psycopg sends
+        without waiting, :func:`_copy_rows`). So the client's and the server's work
+        overlap instead of taking turns; the caller builds the events it hands back while
+        the server flushes the COMMIT, for the same reason. The expected versions must have
+        been checked (:func:`_versions_after`): a piece is on its way before the next is
+        chained.
+        """
+        chain = {sid: (int(h.version), bytes(h.head)) for sid, h in heads.items()}
+
+        def head_of(sid: str) -> tuple[int, bytes]:
+            return chain.get(sid, _NEW_STREAM)
+
+        out: list[list[Row]] = []
+        with _copy_rows(cur, self._sql.copy) as copy:
+            write_row = copy.write_row
+            for batch in batches:
+                rows: list[Row] = []
+                for piece in _pieces(batch, _PIECE):
+                    chained = chain_rows(piece, last, head_of)
+                    for row in chained.rows:
+                        write_row(row)
+                    rows += chained.rows
+                    chain.update(chained.heads)
+                    last = chained.position
+                out.append(rows)
+        return out
 
     # -- group commit (store/group_commit.py) ---------------------------------------------
 
@@ -532,10 +614,11 @@ class PostgresStore(ChainedAppends):
         """Append independent all-or-nothing batches in one transaction: one WAL flush.
 
         The seam for group commit. Two round trips, as for a single small append: BEGIN,
-        the lock and every stream's head in one; the head update, the rows (binary COPY
-        from ``_COPY_THRESHOLD`` rows), NOTIFY and COMMIT in the other. A batch whose
-        expected version does not hold gets its ConcurrencyConflict back and no positions;
-        the others go ahead. An error fails them all (ROLLBACK).
+        the lock and every stream's head in one; the head update (with NOTIFY), the rows
+        and COMMIT in the other (from ``_COPY_THRESHOLD`` rows, binary COPY between the
+        two, as in a bulk append). A batch whose expected version does not hold gets its
+        ConcurrencyConflict back and no positions; the others go ahead. An error fails
+        them all (ROLLBACK).
         """
         streams = list(dict.fromkeys(r.stream_id for batch in batches for r in batch))
         with _translated("append"):
@@ -543,7 +626,7 @@ class PostgresStore(ChainedAppends):
             idle = conn.info.transaction_status == TransactionStatus.IDLE
             if not idle:  # a tracking block's transaction: a group must not ride on it
                 raise StorageError("group commit cannot join an open transaction")
-            try:
+            with _rollback_on_error(conn):
                 with conn.pipeline(), conn.cursor() as cur, conn.cursor() as head_cur:
                     conn.execute(b"BEGIN")
                     cur.execute(self._sql.lock_head)  # held to COMMIT: commit = position order
@@ -551,41 +634,49 @@ class PostgresStore(ChainedAppends):
                         self._send_heads(head_cur, streams)
                     last = self._allocated(cur)
                     heads = self._heads(head_cur, streams) if streams else {}
-                plan = _plan_group(last, heads, batches)
-                self._write_group(conn, plan.rows, last + len(plan.rows))
-            except BaseException:
-                if not conn.broken and conn.info.transaction_status != TransactionStatus.IDLE:
-                    with suppress(psycopg.Error):
-                        conn.execute(b"ROLLBACK")
-                raise
-        # Built after the commit: nothing here needs the lock.
-        return [
-            outcome
-            if isinstance(outcome, ConcurrencyConflict)
-            else recorded_events(batch, plan.rows[outcome[0] : outcome[1]])
-            for batch, outcome in zip(batches, plan.outcomes, strict=True)
-        ]
+                outcomes = _admit(heads, batches)
+                admitted = [b for b, o in zip(batches, outcomes, strict=True) if o is None]
+                written = iter(self._write_group(conn, last, heads, admitted))
+        return [next(written) if outcome is None else outcome for outcome in outcomes]
 
-    def _write_group(self, conn: _Conn, rows: list[Row], last: int) -> None:
-        """Insert a group's rows, move the head to ``last``, notify and COMMIT."""
-        if len(rows) >= _COPY_THRESHOLD:
+    def _write_group(
+        self,
+        conn: _Conn,
+        last: int,
+        heads: Mapping[str, StreamHead],
+        batches: Sequence[Sequence[PreparedRequest]],
+    ) -> list[list[RecordedEvent]]:
+        """Insert the admitted batches' rows after ``last``, move the head, notify, COMMIT."""
+        end = last + sum(len(r.items) for batch in batches for r in batch)
+        if end - last >= _COPY_THRESHOLD:
             with conn.cursor() as cur:
-                with cur.copy(self._sql.copy) as copy:
-                    copy.set_types(_COPY_TYPES)
-                    for row in rows:
-                        copy.write_row(row)
-                cur.execute(self._sql.set_head, (last,))
-                if self._notify:
-                    cur.execute(self._sql.notify, (self.channel, str(last)))
-            conn.execute(b"COMMIT")
-            return
+                written = self._copy_batches(cur, last, heads, batches)
+            with conn.pipeline():
+                self._send_set_head(conn, end)
+                conn.execute(b"COMMIT")  # sent; the events are built while the WAL is flushed
+                return [recorded_events(b, r) for b, r in zip(batches, written, strict=True)]
+        rows: list[Row] = []
+        bounds: list[tuple[int, int]] = []
+        current = dict(heads)
+        for batch in batches:
+            more = _rows_for(last + len(rows), current, batch)
+            for row in more:  # the next batch of the group chains onto this one
+                current[row[1]] = StreamHead(StreamVersion(row[2]), ChainHead(row[8]))
+            bounds.append((len(rows), len(rows) + len(more)))
+            rows += more
         with conn.pipeline():
             if rows:
-                conn.execute(self._sql.set_head, (last,))
+                self._send_set_head(conn, end)
                 conn.execute(self._sql.insert, [list(col) for col in zip(*rows, strict=True)])
-                if self._notify:
-                    conn.execute(self._sql.notify, (self.channel, str(last)))
             conn.execute(b"COMMIT")
+        # Built after the commit: nothing here needs the lock.
+        return [recorded_events(b, rows[i:j]) for b, (i, j) in zip(batches, bounds, strict=True)]
+
+    def _send_set_head(self, conn: _Conn, end: int) -> None:
+        if self._notify:
+            conn.execute(self._sql.set_head_notify, (end, self.channel))
+        else:
+            conn.execute(self._sql.set_head, (end,))
 
     def _allocated(self, cur: psycopg.Cursor[Any]) -> int:
         """The last position of the block the lock statement assigned."""
@@ -777,20 +868,17 @@ class PostgresStore(ChainedAppends):
         with _translated("import"):
             conn = self._conn()
             with conn.transaction(), conn.cursor() as cur:
-                cur.execute(self._sql.allocate, (len(rows),))
+                self._send_lock(cur, len(rows))
                 last = self._allocated(cur)
                 self._send_heads(cur, streams)
                 heads = self._heads(cur, streams)
                 check_import(last - len(rows), records, heads.get)
                 if len(rows) >= _COPY_THRESHOLD:
-                    with cur.copy(self._sql.copy) as copy:
-                        copy.set_types(_COPY_TYPES)
+                    with _copy_rows(cur, self._sql.copy) as copy:
                         for row in rows:
                             copy.write_row(row)
                 else:
                     cur.execute(self._sql.insert, [list(col) for col in zip(*rows, strict=True)])
-                if self._notify:
-                    cur.execute(self._sql.notify, (self.channel, str(last)))
 
 
 def _rows(cursor: psycopg.Cursor[Any]) -> list[tuple[Any, ...]]:
@@ -824,33 +912,98 @@ def _rows_for(
     return chain_rows(prepared, last, head_of).rows
 
 
-class _GroupPlan(NamedTuple):
-    """A group's rows, and per batch either its slice of the rows or its conflict."""
+def _versions_after(
+    batch: Sequence[PreparedRequest], versions: Mapping[str, int]
+) -> dict[str, int]:
+    """The versions of ``batch``'s streams after it, if its expected versions hold.
 
-    rows: list[Row]
-    outcomes: list[tuple[int, int] | ConcurrencyConflict]
+    The check :func:`chain_rows` makes, made before any hashing, so that a bulk append can
+    send its first rows before the last are chained.
+
+    Raises:
+        ConcurrencyConflict: as :func:`chain_rows` would, for the first request that fails.
+    """
+    after: dict[str, int] = {}
+    for request in batch:
+        sid = request.stream_id
+        version = after.get(sid)
+        if version is None:
+            version = versions.get(sid, 0)
+        expected = request.expected_version
+        if expected is not None and expected != version:
+            raise ConcurrencyConflict(sid, expected, version)
+        after[sid] = version + len(request.items)
+    return after
 
 
-def _plan_group(
-    last: int,
-    heads: dict[str, StreamHead],
-    batches: Sequence[Sequence[PreparedRequest]],
-) -> _GroupPlan:
-    """Rows for every batch that holds, positions ``last + 1`` onwards, each batch chained
-    onto the ones before it; a batch that conflicts takes no positions. Updates ``heads``."""
-    rows: list[Row] = []
-    outcomes: list[tuple[int, int] | ConcurrencyConflict] = []
+def _admit(
+    heads: Mapping[str, StreamHead], batches: Sequence[Sequence[PreparedRequest]]
+) -> list[ConcurrencyConflict | None]:
+    """Per batch of a group, its conflict or None: each checked against the streams as the
+    admitted batches before it leave them; a conflicting batch takes no positions."""
+    versions = _versions(heads)
+    outcomes: list[ConcurrencyConflict | None] = []
     for batch in batches:
         try:
-            more = _rows_for(last + len(rows), heads, batch)
+            versions.update(_versions_after(batch, versions))
         except ConcurrencyConflict as conflict:
             outcomes.append(conflict)
             continue
-        for row in more:
-            heads[row[1]] = StreamHead(StreamVersion(row[2]), ChainHead(row[8]))
-        outcomes.append((len(rows), len(rows) + len(more)))
-        rows += more
-    return _GroupPlan(rows, outcomes)
+        outcomes.append(None)
+    return outcomes
+
+
+def _pieces(batch: Sequence[PreparedRequest], size: int) -> Iterator[list[PreparedRequest]]:
+    """``batch`` in pieces of at most ``size`` events, in order, without expected versions
+    (:func:`_versions_after` checked them for the whole batch)."""
+    piece: list[PreparedRequest] = []
+    room = size
+    for request in batch:
+        items = request.items
+        start = 0
+        while start < len(items):
+            part = items[start : start + room]
+            piece.append(PreparedRequest(request.stream_id, None, part))
+            start += len(part)
+            room -= len(part)
+            if not room:
+                yield piece
+                piece = []
+                room = size
+    if piece:
+        yield piece
+
+
+def _versions(heads: Mapping[str, StreamHead]) -> dict[str, int]:
+    return {sid: int(head.version) for sid, head in heads.items()}
+
+
+@contextmanager
+def _copy_rows(cur: psycopg.Cursor[Any], statement: bytes) -> Iterator[psycopg.Copy]:
+    """A binary ``COPY … FROM STDIN`` of rows in :data:`_COLUMNS` order, on ``cur``.
+
+    psycopg picks a column's binary dumper by its type's oid, and for ``bytea`` that is the
+    dumper of its DB-API ``Binary`` wrapper, written in Python (it was registered last);
+    every value here is plain ``bytes``, so the C dumper of ``bytes`` is made the one for
+    ``bytea`` on this cursor: 0.7 -> 0.3 µs per row. psycopg hands the rows to the socket
+    as they come without waiting for the server, until 1 MB is queued.
+    """
+    cur.adapters.register_dumper(bytes, BytesBinaryDumper)
+    with cur.copy(statement) as copy:
+        copy.set_types(_COPY_TYPES)
+        yield copy
+
+
+@contextmanager
+def _rollback_on_error(conn: _Conn) -> Iterator[None]:
+    """For a transaction opened with an explicit BEGIN: ROLLBACK if the block fails."""
+    try:
+        yield
+    except BaseException:
+        if not conn.broken and conn.info.transaction_status != TransactionStatus.IDLE:
+            with suppress(psycopg.Error):
+                conn.execute(b"ROLLBACK")
+        raise
 
 
 class PostgresTracking:
