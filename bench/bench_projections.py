@@ -9,7 +9,8 @@ Rebuild: a SQLite ledger of ``--events`` events (default 1,000,000; about 20 per
 every built-in kind that a remediation run emits) is built once and cached in ``--dir``.
 Then, each timed on its own:
 
-* ``read+decode``: ``store.read_raw`` pages and ``orjson.loads`` of every body: the floor.
+* ``read+decode``: :func:`read_records` (the runner's narrow SQLite read, one
+  ``orjson.loads`` of every stored body into its record dict): the floor.
 * ``fold``: read+decode plus ``fold_all`` (every workflow's state, in memory).
 * ``rebuild``: ``ProjectionRunner.rebuild()`` of the fold and all six projections into a
   fresh views database, committed in 20,000-event transactions; then again with
@@ -19,6 +20,10 @@ Then, each timed on its own:
 * for reference, ``model_validate_json``: what re-validating every record would cost.
 
 Target: rebuild >= 300,000 events/s (stretch 500,000).
+
+``--phases`` adds a CPU breakdown per ledger event, in one process and in memory: the
+read, each projection's ``apply_many`` (or ``apply``) over its pre-read records, the
+drains; the rest of a rebuild's CPU is the views commit (encoding and SQLite).
 
 Live lag: a writer thread appends ``--rate`` events/s (default 5,000) in small batches for
 ``--lag-seconds`` while ``ProjectionRunner.follow`` runs in another thread; for each commit
@@ -297,6 +302,51 @@ def measure_rebuild(
     return out
 
 
+def measure_phases(store: SQLiteStore) -> dict[str, float]:
+    """CPU us per ledger event of each phase of a rebuild, in memory (no views database)."""
+    import gc  # noqa: PLC0415 - only this measurement pauses the collector, like the runner
+
+    from tracebound.projections.base import Rows  # noqa: PLC0415
+    from tracebound.projections.memory import MemorySink  # noqa: PLC0415
+    from tracebound.projections.runner import default_projections  # noqa: PLC0415
+
+    n = store.size()
+    out: dict[str, float] = {}
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        cpu = time.process_time()
+        records = list(read_records(store))
+        out["read+decode"] = (time.process_time() - cpu) / n * 1e6
+        drains = 0.0
+        for p in default_projections():
+            kinds = p.kinds
+            mine = [r for r in records if kinds is None or r["event_type"] in kinds]
+            rows = Rows(MemorySink(), fresh=[t.name for t in p.tables])
+            many = getattr(p, "apply_many", None)
+            cpu = time.process_time()
+            for start in range(0, len(mine), 2048):
+                chunk = mine[start : start + 2048]
+                if many is not None:
+                    many(chunk, rows)
+                else:
+                    for r in chunk:
+                        p.apply(r, rows)
+                if start % 20_480 == 0:
+                    d = time.process_time()
+                    rows.drain()
+                    drains += time.process_time() - d
+            out[f"apply {p.name}"] = (time.process_time() - cpu) / n * 1e6
+        out["drains"] = drains / n * 1e6
+        cpu = time.process_time()
+        del records, mine
+        out["free the records"] = (time.process_time() - cpu) / n * 1e6
+    finally:
+        if was:
+            gc.enable()
+    return out
+
+
 def measure_lag(workdir: Path, *, seconds: float, rate: float) -> dict[str, Any]:
     """Append at ``rate`` events/s while following; lag = commit-visible minus append-return."""
     ledger_path = workdir / "lag-ledger.db"
@@ -396,6 +446,13 @@ def report(results: dict[str, Any]) -> None:
             rows,
         )
         print(f"  rebuild took {r['rebuild_seconds']:.2f}s; views file {r['views_mb']:.0f} MB")
+    phases = results.get("phases")
+    if phases:
+        print_table(
+            "CPU per ledger event, in memory (the rest of a rebuild is the views commit)",
+            ["phase", "us/event"],
+            [[k, f"{v:.3f}"] for k, v in phases.items()],
+        )
     lag = results.get("lag")
     if lag:
         print_table(
@@ -425,6 +482,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, default=2, help="processes for the 2nd rebuild")
     parser.add_argument("--skip-rebuild", action="store_true")
     parser.add_argument("--skip-lag", action="store_true")
+    parser.add_argument("--phases", action="store_true", help="CPU breakdown per phase")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     workdir = args.dir or Path(tempfile.gettempdir()) / "tracebound-bench-projections"
@@ -436,6 +494,8 @@ def main(argv: list[str] | None = None) -> None:
         results["rebuild"] = measure_rebuild(
             store, workdir, profile=args.profile, workers=args.workers
         )
+        if args.phases:
+            results["phases"] = measure_phases(store)
         store.close()
     if not args.skip_lag:
         results["lag"] = measure_lag(workdir, seconds=args.lag_seconds, rate=args.rate)

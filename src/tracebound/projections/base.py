@@ -106,6 +106,12 @@ class Projection(Protocol):
     of the protocol): it then reads only the envelope (position, type, workflow, time...)
     and is handed records whose ``payload`` is None unless another projection of the same
     runner reads that kind's payload. The runner then skips parsing payloads nobody reads.
+
+    It may also define ``apply_many(records, rows)`` (not part of the protocol either): the
+    batch form of ``apply``, handed a list of records of its kinds in log order, which must
+    leave the rows exactly as calling ``apply`` on each would. The runner prefers it, and
+    when it raises, drops the projection's cache and re-applies the batch with ``apply`` to
+    find the failing event (see :meth:`ProjectionRunner._dispatch`).
     """
 
     @property

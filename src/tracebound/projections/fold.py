@@ -21,14 +21,14 @@ a type never breaks the fold.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from decimal import Decimal
 from typing import Any, Final, Literal, TypeAlias, assert_never, get_args
 
 from tracebound.events.catalog import BuiltinPayload
 from tracebound.events.envelope import Event
-from tracebound.projections.base import Column, EventRecord, Rows, Table
+from tracebound.projections.base import Column, EventRecord, Row, Rows, Table
 from tracebound.projections.records import records_of
 
 __all__ = [
@@ -96,7 +96,9 @@ def kind_of(payload: BuiltinPayload) -> BuiltinKind:
     return payload.kind
 
 
-@dataclass(slots=True)
+# Not slots=True: to_dict copies the instance's __dict__ in one C call, where reading ~60
+# slot descriptors one by one cost ~2.5 us per row written (a 1M-event rebuild writes ~55k).
+@dataclass
 class WorkflowState:
     """What one workflow has done, as of ``last_position``. Plain data; JSON via to_dict."""
 
@@ -168,7 +170,7 @@ class WorkflowState:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON data: money as plain decimal strings, so the dict is hash- and diff-safe."""
-        out = {name: getattr(self, name) for name in _FIELD_NAMES}
+        out = dict(self.__dict__)  # exactly the fields, in declaration order
         for name in _DECIMAL_FIELDS:
             out[name] = format(out[name], "f")
         return out
@@ -556,8 +558,14 @@ class WorkflowStateProjection:
         wf = record["workflow_id"]
         if wf is None:
             return
-        key = (wf,)
-        row = rows.get(WORKFLOW_STATE, key)
+        row, state = self._load(rows, wf)
+        apply(state, record)
+        _sync(row, state)
+        rows.put(WORKFLOW_STATE, (wf,), row)
+
+    @staticmethod
+    def _load(rows: Rows, wf: str) -> tuple[Row, WorkflowState]:
+        row = rows.get(WORKFLOW_STATE, (wf,))
         if row is None:
             state = WorkflowState(workflow_id=wf)
             row = {"workflow_id": wf, "state": state}
@@ -565,9 +573,51 @@ class WorkflowStateProjection:
             raw = row["state"]
             state = raw if isinstance(raw, WorkflowState) else WorkflowState.from_dict(raw)
             row["state"] = state
-        apply(state, record)
-        row["status"] = state.status
-        row["events"] = state.events
-        row["last_position"] = state.last_position
-        row["cost_usd"] = state.cost_usd
-        rows.put(WORKFLOW_STATE, key, row)
+        return row, state
+
+    def apply_many(self, records: Sequence[EventRecord], rows: Rows) -> None:
+        """:meth:`apply` over a batch, as one loop: the same result, event by event.
+
+        The body of :func:`apply` is inlined, and a workflow's row is looked up and its
+        columns refreshed once per run of its events (a workflow's events mostly follow
+        one another in the log) instead of once per event.
+        """
+        dispatch = _DISPATCH
+        current: str | None = None
+        row: Row = {}
+        state: WorkflowState | None = None
+        for record in records:
+            wf = record["workflow_id"]
+            if wf is None:
+                continue
+            if wf != current:
+                if state is not None:
+                    _sync(row, state)
+                    rows.put(WORKFLOW_STATE, (current,), row)
+                current = wf
+                row, state = self._load(rows, wf)
+            assert state is not None
+            position = record["position"]
+            if not state.events:
+                state.workflow_id = wf
+                state.first_position = position
+                state.started_at = record["timestamp"]
+            state.events += 1
+            state.last_position = position
+            state.updated_at = record["timestamp"]
+            handler = dispatch.get(record["event_type"])
+            if handler is None:
+                state.other_events += 1
+            else:
+                handler(state, record["payload"])
+        if state is not None:
+            _sync(row, state)
+            rows.put(WORKFLOW_STATE, (current,), row)
+
+
+def _sync(row: Row, state: WorkflowState) -> None:
+    """The row's plain columns, from its live state."""
+    row["status"] = state.status
+    row["events"] = state.events
+    row["last_position"] = state.last_position
+    row["cost_usd"] = state.cost_usd

@@ -53,27 +53,37 @@ KG_EDGES = Table(
 )
 
 
+# Attributes are merged into the cached row's own dict, in place: the cache owns its rows
+# (a row loaded from the sink is decoded afresh), so no other row can share that dict.
+
+
 def _node(rows: Rows, node_id: str, node_type: str, position: int, **attrs: Any) -> None:
-    row = rows.get(KG_NODES, (node_id,))
+    key = (node_id,)
+    row = rows.get(KG_NODES, key)
     if row is None:
         row = {
             "node_id": node_id,
             "node_type": node_type,
-            "attrs": {},
+            "attrs": attrs,
             "first_position": position,
+            "last_position": position,
         }
-    row["attrs"] = {**row["attrs"], **attrs}
-    row["last_position"] = position
-    rows.put(KG_NODES, (node_id,), row)
+    else:
+        if attrs:
+            row["attrs"].update(attrs)
+        row["last_position"] = position
+    rows.put(KG_NODES, key, row)
 
 
 def _edge(rows: Rows, src: str, edge: str, dst: str, position: int, **attrs: Any) -> None:
     key = (src, edge, dst)
     row = rows.get(KG_EDGES, key)
-    merged = attrs if row is None else {**row["attrs"], **attrs}
-    rows.put(
-        KG_EDGES, key, {"src": src, "edge": edge, "dst": dst, "attrs": merged, "position": position}
-    )
+    if row is None:
+        row = {"src": src, "edge": edge, "dst": dst, "attrs": attrs, "position": position}
+    else:
+        row["attrs"].update(attrs)
+        row["position"] = position
+    rows.put(KG_EDGES, key, row)
 
 
 class LearningProjection:

@@ -10,8 +10,9 @@ before are committed with that position, the failure (position and error) is sto
 it, and the run raises once the healthy projections have caught up. The event is not
 skipped: the next run retries it, and fails the same way until the projection is fixed.
 
-Reading: one batch of raw records is read and decoded once (orjson, no re-validation; see
-:mod:`.records`) and dispatched to the projections that read its kind, in log order.
+Reading: one batch of records is read and decoded once (orjson, no re-validation; see
+:mod:`.records`), page by page, and each page handed to the projections that read its
+kinds, in log order, as soon as it is read (see :meth:`ProjectionRunner._dispatch`).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from tracebound.projections.fold import WorkflowStateProjection
 from tracebound.projections.gates import TrustGateProjection
 from tracebound.projections.learning import LearningProjection
 from tracebound.projections.plugins import PluginTelemetry
-from tracebound.projections.records import RecordDecoder, read_records
+from tracebound.projections.records import RecordDecoder, read_record_pages
 from tracebound.projections.roi import RoiProjection
 from tracebound.projections.sqlite_views import PositionRecord, SQLiteViews, TableWrite
 from tracebound.projections.trail import AuditTrailProjection
@@ -166,6 +167,40 @@ def _payload_kinds(live: Iterable[_Live]) -> frozenset[str] | None:
     return frozenset(kinds)
 
 
+_CHUNK: Final = 2_048
+"""Records dispatched together (see :meth:`ProjectionRunner._dispatch`)."""
+
+
+def _select(
+    records: Sequence[EventRecord], kind_sets: Iterable[frozenset[str] | None]
+) -> dict[frozenset[str] | None, Sequence[EventRecord]]:
+    """The records of each kind set (None: all of them), in log order, in one pass.
+
+    One filter per kind set cost ~0.1 us per event each; here a record costs one dict
+    lookup of its kind (a batch has a handful of kinds) plus one append per set it is in.
+    """
+    out: dict[frozenset[str] | None, Sequence[EventRecord]] = {}
+    filtered: list[tuple[frozenset[str], list[EventRecord]]] = []
+    for kinds in kind_sets:
+        if kinds is None:
+            out[None] = records
+        else:
+            chosen: list[EventRecord] = []
+            out[kinds] = chosen
+            filtered.append((kinds, chosen))
+    if not filtered:
+        return out
+    targets: dict[str, tuple[list[EventRecord], ...]] = {}
+    for record in records:
+        kind = record["event_type"]
+        lists = targets.get(kind)
+        if lists is None:
+            lists = targets[kind] = tuple(chosen for ks, chosen in filtered if kind in ks)
+        for target in lists:
+            target.append(record)
+    return out
+
+
 def _split(projections: Sequence[Projection], workers: int) -> list[list[Projection]]:
     """Projections in ``workers`` groups of about equal work, for a parallel rebuild.
 
@@ -205,11 +240,15 @@ def _run_part(
 class _Live:
     """A projection's run-time state: stored position and its write-behind rows."""
 
-    __slots__ = ("apply", "position", "projection", "rows")
+    __slots__ = ("apply", "many", "position", "projection", "rows")
 
     def __init__(self, projection: Projection, position: int, rows: Rows) -> None:
         self.projection = projection
         self.apply = projection.apply
+        # Optional batch form of apply (see Projection); None: the runner loops over apply.
+        self.many: Callable[[Sequence[EventRecord], Rows], None] | None = getattr(
+            projection, "apply_many", None
+        )
         self.position = position
         self.rows = rows
 
@@ -440,28 +479,6 @@ class ProjectionRunner(Generic[ViewsT]):
 
     # -- one batch ------------------------------------------------------------------------
 
-    def _read(
-        self, start: int, stop: int, payload_kinds: frozenset[str] | None = None
-    ) -> tuple[list[EventRecord], BaseException | None]:
-        """Decoded records ``start..stop``; on a bad record, those before it and the error.
-
-        Payloads are parsed for ``payload_kinds`` only (None: all); see :func:`read_records`.
-        """
-        records: list[EventRecord] = []
-        try:
-            records.extend(
-                read_records(
-                    self.store,
-                    start=start,
-                    stop=stop,
-                    decoder=self.decoder,
-                    payload_kinds=payload_kinds,
-                )
-            )
-        except TraceboundError as exc:
-            return records, exc
-        return records, None
-
     def _batch(
         self,
         pending: list[_Live],
@@ -470,19 +487,35 @@ class ProjectionRunner(Generic[ViewsT]):
         failed: dict[str, tuple[ProjectionFailure, BaseException]],
         report: RunReport,
     ) -> None:
-        records, read_error = self._read(start, stop, _payload_kinds(pending))
+        in_step = [lv for lv in pending if lv.position == start - 1]
+        behind = [lv for lv in pending if lv.position != start - 1]
+        records: list[EventRecord] = []
+        broken: dict[str, tuple[int, BaseException]] = {}
+        read_error: TraceboundError | None = None
+        pages = read_record_pages(
+            self.store,
+            start=start,
+            stop=stop,
+            decoder=self.decoder,
+            payload_kinds=_payload_kinds(pending),
+        )
+        try:
+            # Projections level with the batch start share one pass over the records, and
+            # each page is applied as soon as it is read, while its records are in cache.
+            for page in pages:
+                records.extend(page)
+                self._dispatch(in_step, page, records, broken)
+        except TraceboundError as bad_record:  # the records before it still count
+            read_error = bad_record
         if read_error is not None:
             bad = start + len(records)
             for lv in pending:
                 if lv.position < bad:
                     f = ProjectionFailure(lv.projection.name, bad, str(read_error))
                     failed[lv.projection.name] = (f, read_error)
-        in_step = [lv for lv in pending if lv.position == start - 1]
-        behind = [lv for lv in pending if lv.position != start - 1]
-        # Projections level with the batch start share one pass over the records.
-        broken = self._dispatch(in_step, records)
         for lv in behind:  # a projection added later, or one retried after a failure
-            broken.update(self._dispatch([lv], [r for r in records if r["position"] > lv.position]))
+            later = [r for r in records if r["position"] > lv.position]
+            self._dispatch([lv], later, later, broken)
         last = records[-1]["position"] if records else start - 1
         writes = []
         for lv in pending:
@@ -515,34 +548,53 @@ class ProjectionRunner(Generic[ViewsT]):
 
     @staticmethod
     def _dispatch(
-        live: list[_Live], records: list[EventRecord]
-    ) -> dict[str, tuple[int, BaseException]]:
-        """Apply records to projections in log order; returns the ones that raised, and where.
+        live: list[_Live],
+        records: Sequence[EventRecord],
+        so_far: Sequence[EventRecord],
+        broken: dict[str, tuple[int, BaseException]],
+    ) -> None:
+        """Apply records to projections; those that raise are added to ``broken``, with where.
 
-        The per-kind target lists are built lazily, once per kind seen: a batch has a
-        handful of kinds and many events.
+        ``so_far`` is the batch's records up to and including ``records`` (for the slow path
+        below); a projection already in ``broken`` is skipped.
+
+        Chunk by chunk, and in a chunk projection by projection, each over the chunk's
+        records of its kinds in log order: projections share nothing but the records, so
+        this is the same as interleaving them event by event, without a dispatch per event
+        and projection. Chunks of a few thousand records stay in the CPU cache while every
+        projection walks them (a whole batch did not: walking it seven times cost more than
+        the dispatch saved). A projection with an ``apply_many`` gets each chunk in one
+        call; if that raises, its cache is thrown away and the batch so far applied again
+        event by event, which finds the failing event (or, if ``apply`` does not fail,
+        leaves the rows exactly as ``apply`` computes them).
         """
-        broken: dict[str, tuple[int, BaseException]] = {}
-        if not live:
-            return broken
-        targets: dict[str, list[_Live]] = {}
-        for record in records:
-            kind = record["event_type"]
-            interested = targets.get(kind)
-            if interested is None:
-                interested = targets[kind] = [
-                    lv for lv in live if lv.projection.kinds is None or kind in lv.projection.kinds
-                ]
-            for lv in interested:
+        kind_sets = {lv.projection.kinds for lv in live}
+        done = len(so_far) - len(records)
+        for begin in range(0, len(records), _CHUNK):
+            end = begin + _CHUNK
+            selected = _select(records[begin:end], kind_sets)
+            for lv in live:
+                name = lv.projection.name
+                kinds = lv.projection.kinds
+                chosen = selected[kinds]
+                if not chosen or name in broken:
+                    continue
+                rows = lv.rows
+                if lv.many is not None:
+                    try:
+                        lv.many(chosen, rows)
+                        continue
+                    except Exception:  # noqa: BLE001 - located by the per-event pass below
+                        rows.discard()
+                        chosen = _select(so_far[: done + end], {kinds})[kinds]
+                apply = lv.apply
+                record: EventRecord | None = None
                 try:
-                    lv.apply(record, lv.rows)
+                    for record in chosen:
+                        apply(record, rows)
                 except Exception as exc:  # noqa: BLE001 - projection code is reported, typed
-                    name = lv.projection.name
+                    assert record is not None
                     broken[name] = (record["position"], exc)
-                    targets = {k: [x for x in v if x is not lv] for k, v in targets.items()}
-                    live = [x for x in live if x is not lv]
-                    interested = [x for x in interested if x is not lv]
-        return broken
 
     @staticmethod
     def _replay_before(lv: _Live, records: list[EventRecord], position: int) -> None:

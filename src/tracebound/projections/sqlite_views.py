@@ -326,7 +326,10 @@ class SQLiteViews:
         sql = f"INSERT OR REPLACE INTO {_quote(table.name)} ({cols}) VALUES ({marks})"  # noqa: S608
         # itemgetter picks the columns in C; only the columns with an encoder are revisited.
         pick = operator.itemgetter(*(n for n, _ in codec)) if len(codec) > 1 else None
-        coded = [(i, enc) for i, (_, enc) in enumerate(codec) if enc is not None]
+        # Integer columns almost always hold ints already: they are checked inline, and
+        # only a non-int (a Decimal, say) pays for a call; bool is an int and binds as one.
+        ints = tuple(i for i, (_, enc) in enumerate(codec) if enc is _encode_int)
+        coded = [(i, enc) for i, (_, enc) in enumerate(codec) if enc is not None and i not in ints]
         encode: Callable[[Row], Sequence[Any]]
         if pick is None:
             name, enc = codec[0]
@@ -335,12 +338,16 @@ class SQLiteViews:
                 v = r[name]
                 return (v if enc is None or v is None else enc(v),)
 
-        elif not coded:
+        elif not coded and not ints:
             encode = pick
         else:
 
             def encode(r: Row) -> Sequence[Any]:
                 values = list(pick(r))
+                for i in ints:
+                    v = values[i]
+                    if v.__class__ is not int and v is not None:
+                        values[i] = _encode_int(v)
                 for i, enc in coded:
                     v = values[i]
                     if v is not None:

@@ -138,6 +138,25 @@ class AuditTrailProjection:
         row["entries"].append([position, record["timestamp"], record["event_type"]])
         rows.put(AUDIT_TRAIL, key, row)
 
+    def apply_many(self, records: Sequence[EventRecord], rows: Rows) -> None:
+        """:meth:`apply` over a batch: one row lookup per run of a workflow's events."""
+        current: tuple[str, int] | None = None
+        entries: list[list[Any]] = []
+        for record in records:
+            wf = record["workflow_id"]
+            if wf is None:
+                continue
+            position: int = record["position"]
+            key = (wf, position >> BLOCK_BITS)
+            if key != current:
+                current = key
+                row = rows.get(AUDIT_TRAIL, key)
+                if row is None:
+                    row = {"workflow_id": wf, "block": key[1], "entries": []}
+                rows.put(AUDIT_TRAIL, key, row)  # marks it written; appended to in place
+                entries = row["entries"]
+            entries.append([position, record["timestamp"], record["event_type"]])
+
 
 @dataclass(frozen=True, slots=True)
 class TrailEntry:
