@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import os
 import sqlite3
 import statistics
 import tempfile
@@ -131,6 +132,105 @@ class _EventsourcingWriter:
         self.app.close()
 
 
+class _BareSQLiteWriter:
+    """The floor under both: plain ``sqlite3`` INSERTs of pre-built rows and a COMMIT.
+
+    Same file settings (WAL, ``synchronous=FULL``, the store's ``wal_autocheckpoint``), the
+    same table and index as tracebound's store (its schema text), rows of the same sizes,
+    built before the clock starts: what is timed is SQLite's own insert and durable commit,
+    nothing else. No ledger does less per durable append with SQLite and this schema.
+    """
+
+    name = "bare sqlite"
+
+    def __init__(self, directory: Path) -> None:
+        from tracebound.store import sqlite as store_module  # noqa: PLC0415 - bench only
+
+        self.db = directory / "bare.db"
+        self.conn = sqlite3.connect(self.db, isolation_level=None)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=FULL")
+        # The store's own checkpoint interval (SQLite's default where it sets none).
+        pages = getattr(store_module, "_WAL_AUTOCHECKPOINT", 1000)
+        self.conn.execute(f"PRAGMA wal_autocheckpoint={int(pages)}")
+        schema = store_module._SCHEMA
+        for statement in filter(None, (s.strip() for s in schema.split(";"))):
+            self.conn.execute(statement)
+        self.n = 0
+
+    def prepare(self, total: int, per_txn: int) -> list[list[Any]]:
+        first, self.n = self.n, self.n + total
+        body = b"x" * 1055
+        digest = bytes(32)
+        rows = [
+            (
+                i + 1,
+                "bench-stream",
+                i + 1,
+                "CostIncurred",
+                None,
+                "2026-01-01T00:00:00.000000Z",
+                1,
+                digest,
+                digest,
+                body,
+            )
+            for i in range(first, first + total)
+        ]
+        return [rows[b : b + per_txn] for b in range(0, total, per_txn)]
+
+    def write(self, batches: list[list[Any]]) -> None:
+        execute, executemany = self.conn.execute, self.conn.executemany
+        insert = "INSERT INTO events VALUES (?,?,?,?,?,?,?,?,?,?)"
+        for rows in batches:
+            execute("BEGIN IMMEDIATE")
+            if len(rows) == 1:
+                execute(insert, rows[0])
+            else:
+                executemany(insert, rows)
+            execute("COMMIT")
+
+    def describe(self) -> tuple[int, str]:
+        (body_len,) = self.conn.execute("SELECT AVG(LENGTH(body)) FROM events").fetchone()
+        sync = self.conn.execute("PRAGMA synchronous").fetchone()[0]
+        (journal,) = self.conn.execute("PRAGMA journal_mode").fetchone()
+        return round(body_len), f"journal_mode={journal}, synchronous={_SYNC_NAMES.get(sync, sync)}"
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class _FsyncWriter:
+    """The disk's own floor: one 4 KB ``pwrite`` (in place) and one ``fdatasync`` per txn.
+
+    A WAL commit writes at least one 4 KB page frame and syncs it; this is that, without
+    SQLite.
+    """
+
+    name = "fdatasync 4 KB"
+
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / "fsync.bin"
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        os.pwrite(self.fd, b"\0" * 4096, 0)
+        os.fsync(self.fd)
+
+    def prepare(self, total: int, per_txn: int) -> list[list[Any]]:
+        return [[b"y" * 4096] for _ in range(0, total, per_txn)]
+
+    def write(self, batches: list[list[Any]]) -> None:
+        fd = self.fd
+        for (page,) in batches:
+            os.pwrite(fd, page, 0)
+            os.fdatasync(fd)
+
+    def describe(self) -> tuple[int, str]:
+        return 4096, "pwrite + fdatasync, in place"
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
 def _timed(writer: Any, total: int, per_txn: int) -> float:
     batches = writer.prepare(total, per_txn)
     # The prepared inputs are the harness's data, not the writer's: freeze them out of the
@@ -149,12 +249,19 @@ def _median(xs: list[float]) -> float:
     return statistics.median(xs)
 
 
-def scenario(directory: Path | None, total: int, per_txn: int, rounds: int) -> list[dict[str, Any]]:
-    """Alternate the two writers for `rounds` rounds of `total` events at `per_txn`."""
+def scenario(
+    directory: Path | None, total: int, per_txn: int, rounds: int, *, floors: bool = True
+) -> list[dict[str, Any]]:
+    """Alternate the writers for `rounds` rounds of `total` events at `per_txn` (the floors,
+    bare SQLite and a bare fdatasync, in the same rounds unless ``floors`` is off)."""
     with tempfile.TemporaryDirectory(prefix="bench-append-", dir=directory) as tmp:
         writers: list[Any] = [_TraceboundWriter(Path(tmp))]
         with contextlib.suppress(ImportError):  # the peer is optional
             writers.append(_EventsourcingWriter(Path(tmp)))
+        if floors:
+            writers.append(_BareSQLiteWriter(Path(tmp)))
+            if per_txn == 1:
+                writers.append(_FsyncWriter(Path(tmp)))
         rates: dict[str, list[float]] = {w.name: [] for w in writers}
         try:
             for r in range(rounds):
@@ -182,6 +289,14 @@ def scenario(directory: Path | None, total: int, per_txn: int, rounds: int) -> l
             row["vs_eventsourcing_same_batch"] = _median(
                 [a / b for a, b in zip(rates[w.name], rates["eventsourcing"], strict=True)]
             )
+        if "bare sqlite" in rates and w.name != "bare sqlite":
+            # µs per event above the bare-SQLite floor, paired per round (same disk).
+            row["us_above_bare_sqlite"] = _median(
+                [
+                    1e6 / a - 1e6 / b
+                    for a, b in zip(rates[w.name], rates["bare sqlite"], strict=True)
+                ]
+            )
         rows.append(row)
         print(
             f"  {w.name:13} {per_txn:5}/txn: {row['events_per_s']:10,.0f} events/s "
@@ -191,11 +306,13 @@ def scenario(directory: Path | None, total: int, per_txn: int, rounds: int) -> l
     return rows
 
 
-def run(single: int, batched: int, rounds: int, directory: Path | None) -> dict[str, Any]:
+def run(
+    single: int, batched: int, rounds: int, directory: Path | None, *, floors: bool = True
+) -> dict[str, Any]:
     """Run every append scenario and compute the ratios against the targets."""
     rows: list[dict[str, Any]] = []
     for total, per_txn in ((single, 1), (batched, 100), (batched, 1000)):
-        rows.extend(scenario(directory, total, per_txn, rounds))
+        rows.extend(scenario(directory, total, per_txn, rounds, floors=floors))
     rate = {(r["system"], r["events_per_txn"]): r for r in rows}
     targets = []
     tb1, tb1000 = rate[("tracebound", 1)], rate[("tracebound", 1000)]
@@ -231,7 +348,16 @@ def run(single: int, batched: int, rounds: int, directory: Path | None) -> dict[
 def report(results: dict[str, Any]) -> None:
     print_table(
         "Append throughput (durable: WAL, synchronous=FULL)",
-        ["system", "events/txn", "events", "events/s", "x eventsourcing", "record B", "settings"],
+        [
+            "system",
+            "events/txn",
+            "events",
+            "events/s",
+            "x eventsourcing",
+            "us/event above bare sqlite",
+            "record B",
+            "settings",
+        ],
         [
             [
                 r["system"],
@@ -239,6 +365,7 @@ def report(results: dict[str, Any]) -> None:
                 r["events"],
                 r["events_per_s"],
                 r.get("vs_eventsourcing_same_batch"),
+                r.get("us_above_bare_sqlite"),
                 r["record_bytes"],
                 r["settings"],
             ]
@@ -259,8 +386,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--rounds", type=int, default=5, help="alternating rounds per scenario")
     parser.add_argument("--dir", type=Path, default=None, help="where the temporary files go")
     parser.add_argument("--json", default=None, help="write the results here as JSON")
+    parser.add_argument(
+        "--no-floors", action="store_true", help="skip the bare-SQLite and fdatasync floors"
+    )
     args = parser.parse_args(argv)
-    append = run(args.single, args.batched, args.rounds, args.dir)
+    append = run(args.single, args.batched, args.rounds, args.dir, floors=not args.no_floors)
     results = {"machine": machine(), "append": append}
     report(results["append"])
     write_json(args.json, results)

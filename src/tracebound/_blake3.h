@@ -38,4 +38,8 @@ int tb_b3_set_level(int level);
  * scratch allocation failed (only messages longer than one 1024-byte chunk need one). */
 int tb_b3_hash_many(const tb_b3_msg *msgs, size_t n);
 
+/* Hash one message a || b into m->out, one block after another with the best single-block
+ * compression (row-wise SIMD): for a chained record, whose hash waits on the one before. */
+void tb_b3_hash_one(const tb_b3_msg *m);
+
 #endif

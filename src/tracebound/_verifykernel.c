@@ -18,6 +18,12 @@
  *   so every damage report still comes from one place.
  * * BLAKE3 of a whole page at once in SIMD lanes (_blake3.c) and SHA-256 for the Merkle
  *   leaves and nodes (SHA-NI when the CPU has it, checked at run time).
+ * * The append path's two per-event loops (store/_chaining.py): `chain_request` formats each
+ *   record's suffix after its canonical prefix, links it with BLAKE3(prev || body) (one
+ *   message at a time, `tb_b3_hash_one`: a chain is sequential) and builds the row tuple;
+ *   `recorded` builds the returned RecordedEvent objects. Both do exactly what the Python
+ *   loops do (differential tests), and `chain_request` answers None, leaving the request to
+ *   Python, for any input it was not written for.
  *
  * The SQLite library is not linked: `bind_sqlite` looks its functions up in the library that
  * Python's own `_sqlite3` module already loaded, so the process never holds two copies of
@@ -1193,6 +1199,19 @@ done:
     return result;
 }
 
+/* blake3_one(a, b) -> BLAKE3(a || b), block after block (test hook for the append path). */
+static PyObject *blake3_one(PyObject *module, PyObject *args) {
+    Py_buffer a, b;
+    if (!PyArg_ParseTuple(args, "y*y*", &a, &b)) return NULL;
+    uint8_t out[32];
+    tb_b3_msg msg = {(const uint8_t *)a.buf, (size_t)a.len, (const uint8_t *)b.buf, (size_t)b.len,
+                     out};
+    tb_b3_hash_one(&msg);
+    PyBuffer_Release(&a);
+    PyBuffer_Release(&b);
+    return PyBytes_FromStringAndSize((const char *)out, 32);
+}
+
 static PyObject *set_blake3_level(PyObject *module, PyObject *arg) {
     long want = PyLong_AsLong(arg);
     if (want == -1 && PyErr_Occurred()) return NULL;
@@ -1223,6 +1242,274 @@ static PyObject *sha_levels(PyObject *module, PyObject *unused) {
 #endif
 }
 
+/* ========================================================================================
+ * Appends: the chaining loop of store/_chaining.py's chain_rows, for one request
+ * ====================================================================================== */
+
+static PyObject *S_prefix, *S_fields, *S_values, *S_schema_version, *S_timestamp,
+    *S_timestamp_text, *S_workflow_id, *S_event_type;
+
+static char *put_lit(char *p, const char *lit, size_t n) {
+    memcpy(p, lit, n);
+    return p + n;
+}
+
+/* Decimal digits of v >= 0 (what b"%d" % v writes for it). */
+static char *put_u64(char *p, unsigned long long v) {
+    char tmp[24];
+    int n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    while (n) *p++ = tmp[--n];
+    return p;
+}
+
+/* b"%d" % v for any long long. */
+static char *put_i64(char *p, long long v) {
+    if (v < 0) {
+        *p++ = '-';
+        return put_u64(p, 0ULL - (unsigned long long)v);
+    }
+    return put_u64(p, (unsigned long long)v);
+}
+
+/* Borrowed attribute of a slots object, or NULL (error cleared): the caller falls back. */
+static PyObject *attr(PyObject *obj, PyObject *name) {
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL) return NULL;
+    Py_DECREF(v); /* the object keeps it alive while we use it (no Python code runs) */
+    return v;
+}
+
+/* chain_request(items, stream_id, stream_id_json, position, version, prev)
+ *   -> (rows, position, version, prev) | None
+ *
+ * Exactly chain_rows' inner loop for one request: per Prepared item, the next position and
+ * version, body = prefix + SUFFIX_FORMAT % (...), digest = BLAKE3(prev || body), and the row
+ * tuple in the stores' column order. None (nothing done, no error) whenever an input is not
+ * of the plain kind this loop was written for (an int beyond 64 bits, a bytes subclass, a
+ * prev that is not 32 bytes, a missing value): the Python loop then does the request. */
+static PyObject *chain_request(PyObject *module, PyObject *args) {
+    PyObject *items, *sid, *sid_json, *prev;
+    long long position, version;
+    if (!PyArg_ParseTuple(args, "O!UO!LLO", &PyList_Type, &items, &sid, &PyBytes_Type, &sid_json,
+                          &position, &version, &prev))
+        return NULL;
+    if (!PyBytes_CheckExact(prev) || PyBytes_GET_SIZE(prev) != 32 || !PyBytes_CheckExact(sid_json))
+        Py_RETURN_NONE;
+    Py_ssize_t n = PyList_GET_SIZE(items);
+    PyObject *rows = PyList_New(n);
+    if (rows == NULL) return NULL;
+    Py_INCREF(prev);
+    const Py_ssize_t sid_len = PyBytes_GET_SIZE(sid_json);
+    static const char L_POS[] = ",\"position\":";
+    static const char L_PREV[] = ",\"prev_hash\":\"";
+    static const char L_SCHEMA[] = "\",\"schema_version\":";
+    static const char L_SID[] = ",\"stream_id\":";
+    static const char L_VER[] = ",\"stream_version\":";
+    static const char L_TS[] = ",\"timestamp\":";
+    static const char L_WF[] = ",\"workflow_id\":";
+    static const char HEX[] = "0123456789abcdef";
+    const size_t fixed = sizeof L_POS + sizeof L_PREV + sizeof L_SCHEMA + sizeof L_SID +
+                         sizeof L_VER + sizeof L_TS + sizeof L_WF - 7 + 1 /* } */ + 64;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyList_GET_ITEM(items, i);
+        PyObject *prefix = attr(item, S_prefix);
+        PyObject *fields = prefix ? attr(item, S_fields) : NULL;
+        PyObject *values = fields ? attr(item, S_values) : NULL;
+        PyObject *schema = values ? attr(fields, S_schema_version) : NULL;
+        PyObject *ts = schema ? attr(fields, S_timestamp) : NULL;
+        PyObject *ts_text = ts ? attr(fields, S_timestamp_text) : NULL;
+        PyObject *wf_json = ts_text ? attr(fields, S_workflow_id) : NULL;
+        if (wf_json == NULL || !PyBytes_CheckExact(prefix) || !PyLong_CheckExact(schema) ||
+            !PyBytes_CheckExact(ts) || !PyBytes_CheckExact(wf_json) || !PyDict_CheckExact(values))
+            goto fallback;
+        PyObject *event_type = PyDict_GetItemWithError(values, S_event_type);
+        PyObject *workflow_id = event_type ? PyDict_GetItemWithError(values, S_workflow_id) : NULL;
+        if (workflow_id == NULL) goto fallback;
+        int overflow = 0;
+        long long schema_v = PyLong_AsLongLongAndOverflow(schema, &overflow);
+        if (overflow || (schema_v == -1 && PyErr_Occurred())) goto fallback;
+        if (position >= LLONG_MAX || version >= LLONG_MAX) goto fallback;
+        position++;
+        version++;
+        const Py_ssize_t plen = PyBytes_GET_SIZE(prefix), tlen = PyBytes_GET_SIZE(ts),
+                         wlen = PyBytes_GET_SIZE(wf_json);
+        const size_t cap = (size_t)plen + fixed + 3 * 21 + (size_t)sid_len + (size_t)tlen +
+                           (size_t)wlen;
+        PyObject *body = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)cap);
+        if (body == NULL) goto error;
+        char *start = PyBytes_AS_STRING(body), *p = start;
+        const uint8_t *pv = (const uint8_t *)PyBytes_AS_STRING(prev);
+        p = put_lit(p, PyBytes_AS_STRING(prefix), (size_t)plen);
+        p = put_lit(p, L_POS, sizeof L_POS - 1);
+        p = put_i64(p, position);
+        p = put_lit(p, L_PREV, sizeof L_PREV - 1);
+        for (int k = 0; k < 32; k++) {
+            *p++ = HEX[pv[k] >> 4];
+            *p++ = HEX[pv[k] & 15];
+        }
+        p = put_lit(p, L_SCHEMA, sizeof L_SCHEMA - 1);
+        p = put_i64(p, schema_v);
+        p = put_lit(p, L_SID, sizeof L_SID - 1);
+        p = put_lit(p, PyBytes_AS_STRING(sid_json), (size_t)sid_len);
+        p = put_lit(p, L_VER, sizeof L_VER - 1);
+        p = put_i64(p, version);
+        p = put_lit(p, L_TS, sizeof L_TS - 1);
+        p = put_lit(p, PyBytes_AS_STRING(ts), (size_t)tlen);
+        p = put_lit(p, L_WF, sizeof L_WF - 1);
+        p = put_lit(p, PyBytes_AS_STRING(wf_json), (size_t)wlen);
+        *p++ = '}';
+        if (_PyBytes_Resize(&body, (Py_ssize_t)(p - start)) < 0) goto error;
+        uint8_t out[32];
+        tb_b3_msg msg = {pv, 32, (const uint8_t *)PyBytes_AS_STRING(body),
+                         (size_t)PyBytes_GET_SIZE(body), out};
+        tb_b3_hash_one(&msg);
+        PyObject *digest = PyBytes_FromStringAndSize((const char *)out, 32);
+        PyObject *pos_obj = digest ? PyLong_FromLongLong(position) : NULL;
+        PyObject *ver_obj = pos_obj ? PyLong_FromLongLong(version) : NULL;
+        PyObject *row = ver_obj ? PyTuple_New(10) : NULL;
+        if (row == NULL) {
+            Py_XDECREF(digest);
+            Py_XDECREF(pos_obj);
+            Py_XDECREF(ver_obj);
+            Py_DECREF(body);
+            goto error;
+        }
+        Py_INCREF(sid);
+        Py_INCREF(event_type);
+        Py_INCREF(workflow_id);
+        Py_INCREF(ts_text);
+        Py_INCREF(schema);
+        Py_INCREF(digest);
+        PyTuple_SET_ITEM(row, 0, pos_obj);
+        PyTuple_SET_ITEM(row, 1, sid);
+        PyTuple_SET_ITEM(row, 2, ver_obj);
+        PyTuple_SET_ITEM(row, 3, event_type);
+        PyTuple_SET_ITEM(row, 4, workflow_id);
+        PyTuple_SET_ITEM(row, 5, ts_text);
+        PyTuple_SET_ITEM(row, 6, schema);
+        PyTuple_SET_ITEM(row, 7, prev); /* the row takes our reference to prev */
+        PyTuple_SET_ITEM(row, 8, digest);
+        PyTuple_SET_ITEM(row, 9, body);
+        PyList_SET_ITEM(rows, i, row);
+        prev = digest; /* our reference */
+    }
+    PyObject *result = Py_BuildValue("(NLLN)", rows, position, version, prev);
+    return result;
+fallback:
+    PyErr_Clear();
+    Py_DECREF(rows);
+    Py_DECREF(prev);
+    Py_RETURN_NONE;
+error:
+    Py_DECREF(rows);
+    Py_DECREF(prev);
+    return NULL;
+}
+
+static PyObject *S_stream_id, *S_stream_version, *S_position, *S_prev_hash, *S_hash, *S_dict,
+    *S_fields_set, *S_extra, *S_private;
+
+/* recorded(cls, items, rows, fields) -> [cls instances]
+ *
+ * store/_chaining.py's recorded_events for plain models, item by item: a copy of the
+ * Prepared item's ``values`` with stream_id, stream_version, position, prev_hash and hash
+ * set from its row, made the instance's __dict__ exactly as ``object.__new__(cls)`` and
+ * ``object.__setattr__`` do there; ``__pydantic_fields_set__`` a new set of ``fields``,
+ * ``__pydantic_extra__`` and ``__pydantic_private__`` None. */
+static PyObject *recorded(PyObject *module, PyObject *args) {
+    PyTypeObject *cls;
+    PyObject *items, *rows, *fields;
+    if (!PyArg_ParseTuple(args, "O!O!O!O", &PyType_Type, &cls, &PyList_Type, &items,
+                          &PyList_Type, &rows, &fields))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(items);
+    if (PyList_GET_SIZE(rows) != n) {
+        PyErr_Format(PyExc_ValueError, "%zd rows for %zd events", PyList_GET_SIZE(rows), n);
+        return NULL;
+    }
+    PyObject *out = PyList_New(n);
+    if (out == NULL) return NULL;
+    PyObject *const keys[5] = {S_stream_id, S_stream_version, S_position, S_prev_hash, S_hash};
+    static const int cols[5] = {1, 2, 0, 7, 8};
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *row = PyList_GET_ITEM(rows, i);
+        if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) < 9) {
+            PyErr_SetString(PyExc_TypeError, "a row is a tuple in the stores' column order");
+            goto error;
+        }
+        PyObject *values = PyObject_GetAttr(PyList_GET_ITEM(items, i), S_values);
+        if (values == NULL) goto error;
+        if (!PyDict_Check(values)) {
+            Py_DECREF(values);
+            PyErr_SetString(PyExc_TypeError, "values must be a dict");
+            goto error;
+        }
+        PyObject *copy = PyDict_Copy(values);
+        Py_DECREF(values);
+        if (copy == NULL) goto error;
+        for (int k = 0; k < 5; k++) {
+            if (PyDict_SetItem(copy, keys[k], PyTuple_GET_ITEM(row, cols[k])) < 0) {
+                Py_DECREF(copy);
+                goto error;
+            }
+        }
+        PyObject *obj = cls->tp_alloc(cls, 0);
+        if (obj == NULL) {
+            Py_DECREF(copy);
+            goto error;
+        }
+        PyList_SET_ITEM(out, i, obj);
+        int bad = PyObject_GenericSetAttr(obj, S_dict, copy);
+        Py_DECREF(copy);
+        if (bad < 0) goto error;
+        PyObject *set = PySet_New(fields);
+        if (set == NULL) goto error;
+        bad = PyObject_GenericSetAttr(obj, S_fields_set, set);
+        Py_DECREF(set);
+        if (bad < 0 || PyObject_GenericSetAttr(obj, S_extra, Py_None) < 0 ||
+            PyObject_GenericSetAttr(obj, S_private, Py_None) < 0)
+            goto error;
+    }
+    return out;
+error:
+    Py_DECREF(out);
+    return NULL;
+}
+
+static int intern_names(void) {
+    struct {
+        PyObject **slot;
+        const char *name;
+    } names[] = {
+        {&S_prefix, "prefix"},
+        {&S_fields, "fields"},
+        {&S_values, "values"},
+        {&S_schema_version, "schema_version"},
+        {&S_timestamp, "timestamp"},
+        {&S_timestamp_text, "timestamp_text"},
+        {&S_workflow_id, "workflow_id"},
+        {&S_event_type, "event_type"},
+        {&S_stream_id, "stream_id"},
+        {&S_stream_version, "stream_version"},
+        {&S_position, "position"},
+        {&S_prev_hash, "prev_hash"},
+        {&S_hash, "hash"},
+        {&S_dict, "__dict__"},
+        {&S_fields_set, "__pydantic_fields_set__"},
+        {&S_extra, "__pydantic_extra__"},
+        {&S_private, "__pydantic_private__"},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        *names[i].slot = PyUnicode_InternFromString(names[i].name);
+        if (*names[i].slot == NULL) return -1;
+    }
+    return 0;
+}
+
 static PyMethodDef module_methods[] = {
     {"accept", accept, METH_VARARGS,
      "accept(page, offset, expected, limit, streams, span_type) -> (count, leaf_hashes)"},
@@ -1235,11 +1522,17 @@ static PyMethodDef module_methods[] = {
     {"sha256", py_sha256, METH_O, "sha256(data) -> digest (test hook)"},
     {"leaf_hash", py_leaf_hash, METH_O, "leaf_hash(data32) -> SHA-256(0x00 || data)"},
     {"blake3_many", blake3_many, METH_O, "blake3_many(messages) -> digests (test hook)"},
+    {"blake3_one", blake3_one, METH_VARARGS, "blake3_one(a, b) -> BLAKE3(a || b) (test hook)"},
     {"set_blake3_level", set_blake3_level, METH_O,
      "set_blake3_level(0 portable | 1 SSE4.1 | 2 AVX2 | 3 AVX-512VL) -> level in use (test hook)"},
     {"blake3_levels", blake3_levels, METH_NOARGS, "(level in use, best supported)"},
     {"set_sha_ni", set_sha_ni, METH_O, "set_sha_ni(bool) -> SHA-NI in use (test hook)"},
     {"sha_levels", sha_levels, METH_NOARGS, "(SHA-NI in use, SHA-NI supported)"},
+    {"chain_request", chain_request, METH_VARARGS,
+     "chain_request(items, stream_id, stream_id_json, position, version, prev) -> "
+     "(rows, position, version, prev) | None: chain_rows' loop for one request"},
+    {"recorded", recorded, METH_VARARGS,
+     "recorded(cls, items, rows, fields) -> instances: recorded_events for plain models"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1257,6 +1550,7 @@ PyMODINIT_FUNC PyInit__verifykernel(void) {
     if (sha_ni_available) sha_compress = sha_compress_ni;
 #endif
     if (PyType_Ready(&PageType) < 0 || PyType_Ready(&ReaderType) < 0) return NULL;
+    if (intern_names() < 0) return NULL;
     PyObject *m = PyModule_Create(&kernel_module);
     if (m == NULL) return NULL;
     SQLiteError = PyErr_NewException("tracebound._verifykernel.SQLiteError", NULL, NULL);

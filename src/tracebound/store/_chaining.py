@@ -24,6 +24,7 @@ from tracebound.errors import ConcurrencyConflict
 from tracebound.events.envelope import Event, RecordedEvent
 from tracebound.events.record import SUFFIX_FORMAT, LedgerFields, event_prefix
 from tracebound.ids import ChainHead, Position, StreamId, StreamVersion
+from tracebound.integrity import _kernel
 from tracebound.store.port import ANY_VERSION, AppendRequest
 
 __all__ = [
@@ -62,10 +63,15 @@ class PreparedRequest(NamedTuple):
     items: list[Prepared]
 
 
+_new_tuple = tuple.__new__  # a NamedTuple's own __new__ is Python code; this is the same
+
+
 def prepare_requests(requests: Sequence[AppendRequest]) -> list[PreparedRequest]:
     """The writer-side work for a batch of requests."""
     return [
-        PreparedRequest(r.stream_id, r.expected_version, [Prepared(e) for e in r.events])
+        _new_tuple(
+            PreparedRequest, (r.stream_id, r.expected_version, [Prepared(e) for e in r.events])
+        )
         for r in requests
     ]
 
@@ -74,7 +80,32 @@ def prepare_batch(requests: Sequence[AppendRequest]) -> tuple[list[PreparedReque
     """:func:`prepare_requests` and the batch's size in canonical prefix bytes (group commit
     bounds its memory with it): what every backend's ``_prepare_batch`` returns."""
     batch = prepare_requests(requests)
-    return batch, sum(len(item.prefix) for r in batch for item in r.items)
+    nbytes = 0
+    for request in batch:
+        for item in request.items:
+            nbytes += len(item.prefix)
+    return batch, nbytes
+
+
+_STREAM_JSON: dict[str, bytes] = {}
+"""Canonical bytes of recently appended stream ids (plain ``str`` only); bounded."""
+_STREAM_JSON_MAX: Final = 4096
+
+
+def _stream_json(sid: str) -> bytes:
+    cached = _STREAM_JSON.get(sid)
+    if cached is None:
+        cached = canonical_bytes(sid)
+        if type(sid) is str:
+            if len(_STREAM_JSON) >= _STREAM_JSON_MAX:
+                _STREAM_JSON.clear()
+            _STREAM_JSON[sid] = cached
+    return cached
+
+
+_chain_request: Callable[..., Any] | None = getattr(_kernel.KERNEL, "chain_request", None)
+"""The C kernel's loop for one request (same rows, same bytes), or None: the Python loop
+below. A test compares both; the kernel answers None for inputs it leaves to Python."""
 
 
 class Chained(NamedTuple):
@@ -104,6 +135,7 @@ def chain_rows(
     add_row = rows.append
     suffix = SUFFIX_FORMAT
     b3 = blake3
+    in_c = _chain_request
     for request in batch:
         sid = request.stream_id
         head = heads.get(sid)
@@ -113,8 +145,16 @@ def chain_rows(
         expected = request.expected_version
         if expected is not None and expected != version:
             raise ConcurrencyConflict(sid, expected, version)
-        sid_json = canonical_bytes(sid)
-        for item in request.items:
+        sid_json = _stream_json(sid)
+        items = request.items
+        if in_c is not None and type(items) is list and type(sid) is str:
+            done = in_c(items, sid, sid_json, position, version, prev)
+            if done is not None:
+                c_rows, position, version, prev = done
+                rows += c_rows
+                heads[sid] = (version, prev)
+                continue
+        for item in items:
             position += 1
             version += 1
             fields = item.fields
@@ -145,10 +185,11 @@ def chain_rows(
             )
             prev = digest
         heads[sid] = (version, prev)
-    return Chained(rows, position, heads)
+    return _new_tuple(Chained, (rows, position, heads))
 
 
 _RECORDED_FIELDS: Final = tuple(RecordedEvent.model_fields)
+_RECORDED_FIELD_SET: Final = frozenset(_RECORDED_FIELDS)
 _PLAIN_RECORDED: Final = (
     RecordedEvent.__pydantic_post_init__ is None
     and not RecordedEvent.__private_attributes__
@@ -159,6 +200,8 @@ _PLAIN_RECORDED: Final = (
 :func:`recorded_events` makes (no post-init hook, no private attributes, no extras)."""
 _new_object = object.__new__
 _set = object.__setattr__
+_recorded: Callable[..., Any] | None = getattr(_kernel.KERNEL, "recorded", None)
+"""The loop below in C (the same assignments), or None. A test compares both."""
 
 
 def recorded_events(batch: Sequence[PreparedRequest], rows: Sequence[Row]) -> list[RecordedEvent]:
@@ -169,7 +212,10 @@ def recorded_events(batch: Sequence[PreparedRequest], rows: Sequence[Row]) -> li
     down to four assignments, made directly while the model is plain (checked at import,
     otherwise ``model_construct`` itself runs). Same type, equal values.
     """
-    items = [item for request in batch for item in request.items]
+    if len(batch) == 1:
+        items = batch[0].items
+    else:
+        items = [item for request in batch for item in request.items]
     if len(items) != len(rows):
         raise ValueError(f"{len(rows)} rows for {len(items)} events")
     out: list[RecordedEvent] = []
@@ -187,7 +233,10 @@ def recorded_events(batch: Sequence[PreparedRequest], rows: Sequence[Row]) -> li
                 )
             )
         return out
-    fields_set = frozenset(_RECORDED_FIELDS)
+    fields_set = _RECORDED_FIELD_SET
+    if _recorded is not None and type(rows) is list and type(items) is list:
+        built: list[RecordedEvent] = _recorded(RecordedEvent, items, rows, fields_set)
+        return built
     for item, (position, sid, version, _, _, _, _, prev, digest, _) in zip(
         items, rows, strict=True
     ):

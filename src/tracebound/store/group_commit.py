@@ -390,7 +390,10 @@ class GroupCommitter(Generic[_P]):
 
     def _prepare(self, requests: Sequence[AppendRequest]) -> _Request:
         prepared, nbytes = self.store._prepare_batch(requests)
-        return _Request(prepared, sum(len(r.events) for r in requests), nbytes)
+        events = 0
+        for r in requests:  # a loop, not sum(<generator>): most calls carry one request
+            events += len(r.events)
+        return _Request(prepared, events, nbytes)
 
     def _has_room(self, request: _Request) -> bool:
         """Whether the queue can take ``request`` now; an empty queue takes anything."""

@@ -39,7 +39,7 @@ import threading
 from array import array
 from binascii import hexlify
 from bisect import bisect_right
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime
@@ -657,8 +657,15 @@ class JsonlStore(ChainedAppends):
                 written: list[tuple[int, bytes, str, int, bytes]] = []
                 results: list[list[RecordedEvent] | ConcurrencyConflict] = []
                 position = self._size
+
+                def head_of(sid: str) -> tuple[int, bytes]:
+                    if sid in heads:
+                        return heads[sid]
+                    stream = streams.get(sid)
+                    return (0, GENESIS) if stream is None else (stream.version, stream.head)
+
                 for batch in batches:
-                    planned = self._plan(batch, position, streams, heads)
+                    planned = self._plan(batch, position, head_of, heads)
                     if isinstance(planned, ConcurrencyConflict):
                         results.append(planned)
                         continue
@@ -676,17 +683,12 @@ class JsonlStore(ChainedAppends):
     def _plan(
         batch: Sequence[PreparedRequest],
         position: int,
-        streams: dict[str, _Stream],
+        head_of: Callable[[str], tuple[int, bytes]],
         heads: dict[str, tuple[int, bytes]],
     ) -> ConcurrencyConflict | tuple[list[RecordedEvent], list[tuple[int, bytes, str, int, bytes]]]:
-        """Form one batch's lines after ``position``; update ``heads`` only if it fits."""
+        """Form one batch's lines after ``position``; update ``heads`` only if it fits.
 
-        def head_of(sid: str) -> tuple[int, bytes]:
-            if sid in heads:
-                return heads[sid]
-            stream = streams.get(sid)
-            return (0, GENESIS) if stream is None else (stream.version, stream.head)
-
+        ``head_of`` reads ``heads`` first (the group's batches so far), then the index."""
         try:
             done = chain_rows(batch, position, head_of)
         except ConcurrencyConflict as conflict:

@@ -53,6 +53,14 @@ __all__ = ["DB_FILENAME", "SCHEMA_VERSION", "SQLiteStore"]
 DB_FILENAME: Final = "ledger.db"
 SCHEMA_VERSION: Final = 1
 _PAGE = 1000  # rows per keyset page: bounded memory, short read transactions
+# WAL pages after which a commit checkpoints (SQLite's default is 1000). Each checkpoint
+# copies the WAL's distinct pages into the database and fsyncs both files, and it runs on
+# the committing append. Appends to many streams rewrite the same index leaf pages commit
+# after commit, so a longer WAL copies each of them once instead of many times, and pays
+# the two fsyncs ten times less often: in 16-stream groups of 16 (group commit) the mean
+# COMMIT fell from 250-440 to 125-165 us (median unchanged, ~45 us) with fsync contention.
+# The cost: the WAL file grows to ~40 MB (4 KB pages) before it is reused from the start.
+_WAL_AUTOCHECKPOINT: Final = 10_000
 _VERIFY_PAGE = PAGE  # verify's pages: a power of two, so each page is one Merkle subtree
 
 # No index on workflow_id: nothing reads events by workflow (projections read by position),
@@ -143,11 +151,14 @@ class _WriterState:
     the file's, and the two queries that would fetch them can be skipped.
     """
 
-    __slots__ = ("data_version", "heads", "position")
+    __slots__ = ("cursor", "data_version", "heads", "position")
 
     MAX_HEADS: Final = 4096  # streams remembered; more are looked up again
 
-    def __init__(self) -> None:
+    def __init__(self, cursor: sqlite3.Cursor) -> None:
+        # One cursor for the append transaction's statements: ``conn.execute`` makes a new
+        # cursor object per statement, and a single append runs three or four of them.
+        self.cursor = cursor
         self.data_version: int | None = None
         self.position: int | None = None
         self.heads: dict[str, tuple[int, bytes]] = {}
@@ -224,9 +235,10 @@ class SQLiteStore(ChainedAppends):
                 timeout=self._busy_timeout,
             )
             conn.execute(f"PRAGMA synchronous={self._synchronous}")
+            conn.execute(f"PRAGMA wal_autocheckpoint={_WAL_AUTOCHECKPOINT}")
             conn.execute("PRAGMA foreign_keys=ON")
             self._local.conn = conn
-            self._local.writer = _WriterState()
+            self._local.writer = _WriterState(conn.cursor())
             with self._connections_lock:
                 self._connections.append(conn)
         return conn
@@ -257,55 +269,69 @@ class SQLiteStore(ChainedAppends):
         for. An error fails them all (ROLLBACK).
         """
         chained: list[Chained | ConcurrencyConflict] = []
-        with self._write_lock, _translated("append"):
-            conn = self._conn()
-            state: _WriterState = self._local.writer
-            conn.execute("BEGIN IMMEDIATE")
+        # try/except rather than the _translated context manager: on a single append its
+        # generator costs about a microsecond, and this is the hot path.
+        with self._write_lock:
             try:
-                (data_version,) = conn.execute("PRAGMA data_version").fetchone()
-                state.sync(data_version)
-                if len(state.heads) > state.MAX_HEADS:
-                    state.heads.clear()
-                if state.position is None:
-                    (last,) = conn.execute(
-                        "SELECT COALESCE(MAX(position), 0) FROM events"
-                    ).fetchone()
-                    state.position = int(last)
-                known = state.heads
-
-                def head_of(sid: str) -> tuple[int, bytes]:
-                    cached = known.get(sid)
-                    if cached is None:
-                        head = self._head(conn, sid)
-                        cached = (0, GENESIS) if head is None else (head.version, head.head)
-                    return cached
-
-                rows: list[Row] = []
-                for batch in batches:
-                    try:
-                        done = chain_rows(batch, state.position, head_of)
-                    except ConcurrencyConflict as conflict:
-                        chained.append(conflict)
-                        continue
-                    # The cache moves ahead inside the transaction, so the next batch chains
-                    # onto this one; it is dropped below if the transaction does not commit.
-                    state.position = done.position
-                    known.update(done.heads)
-                    rows += done.rows
-                    chained.append(done)
-                if rows:
-                    conn.executemany(_INSERT, rows)
-                conn.execute("COMMIT")
-            except BaseException:
-                state.data_version = state.position = None
-                state.heads.clear()
-                conn.execute("ROLLBACK")
-                raise
+                self._append_locked(batches, chained)
+            except sqlite3.Error as exc:
+                raise StorageError(f"sqlite append failed: {exc}") from exc
         # Built after the commit: nothing here needs the lock.
         return [
             done if isinstance(done, ConcurrencyConflict) else recorded_events(batch, done.rows)
             for batch, done in zip(batches, chained, strict=True)
         ]
+
+    def _append_locked(
+        self,
+        batches: Sequence[Sequence[PreparedRequest]],
+        chained: list[Chained | ConcurrencyConflict],
+    ) -> None:
+        """The transaction of :meth:`_append_prepared` (caller holds the write lock)."""
+        conn = self._conn()
+        state: _WriterState = self._local.writer
+        execute = state.cursor.execute
+        execute("BEGIN IMMEDIATE")
+        try:
+            (data_version,) = execute("PRAGMA data_version").fetchone()
+            state.sync(data_version)
+            if len(state.heads) > state.MAX_HEADS:
+                state.heads.clear()
+            if state.position is None:
+                (last,) = execute("SELECT COALESCE(MAX(position), 0) FROM events").fetchone()
+                state.position = int(last)
+            known = state.heads
+
+            def head_of(sid: str) -> tuple[int, bytes]:
+                cached = known.get(sid)
+                if cached is None:
+                    head = self._head(conn, sid)
+                    cached = (0, GENESIS) if head is None else (head.version, head.head)
+                return cached
+
+            rows: list[Row] = []
+            for batch in batches:
+                try:
+                    done = chain_rows(batch, state.position, head_of)
+                except ConcurrencyConflict as conflict:
+                    chained.append(conflict)
+                    continue
+                # The cache moves ahead inside the transaction, so the next batch chains
+                # onto this one; it is dropped below if the transaction does not commit.
+                state.position = done.position
+                known.update(done.heads)
+                rows += done.rows
+                chained.append(done)
+            if len(rows) == 1:
+                execute(_INSERT, rows[0])
+            elif rows:
+                state.cursor.executemany(_INSERT, rows)
+            execute("COMMIT")
+        except BaseException:
+            state.data_version = state.position = None
+            state.heads.clear()
+            conn.execute("ROLLBACK")
+            raise
 
     @staticmethod
     def _head(conn: sqlite3.Connection, stream_id: str) -> StreamHead | None:
@@ -525,4 +551,4 @@ class SQLiteStore(ChainedAppends):
                 conn.execute("ROLLBACK")
                 raise
             finally:
-                self._local.writer = _WriterState()
+                self._local.writer = _WriterState(conn.cursor())
