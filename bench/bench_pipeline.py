@@ -3,18 +3,21 @@
 Usage::
 
     .venv/bin/python -m bench.bench_pipeline [--runs 60] [--steps 20] [--dir DIR]
-        [--profile] [--json PATH]
+        [--blobs sqlite|file] [--profile] [--json PATH]
 
 Target (issue 4): a traced step (validate the TPC artifact and the handoff envelope, store
 the artifact, append the durable ARL entry) adds <= 1 ms p50 and <= 5 ms p99 over the bare
 function.
 
-Set-up: a durable SQLite ledger (``synchronous=FULL``, WAL: each append fsyncs) and a blob
-directory (each new blob: write, fsync, rename, directory fsync), both in ``--dir``. The
-pipeline is ``--steps`` Planner steps in a chain; each step returns a prebuilt TPC artifact
-that differs from every other (so every blob is new and really written, no dedup), and
-each passes the next a complete handoff envelope, which the runner validates. The policy
-gates nothing these steps ask for, so nothing pauses.
+Set-up: a durable SQLite ledger (``synchronous=FULL``, WAL: each append fsyncs) in
+``--dir``, and its blob store: ``--blobs sqlite`` (the default, as ``RunnerConfig`` chooses
+for a SQLite ledger) keeps blobs in the ledger's own file, committed without fsync and made
+durable by the append that names them (ADR 0009: one fsync per step); ``--blobs file``
+writes each new blob as a file (write, fsync, rename, directory fsync: three fsyncs per
+step with the append's). The pipeline is ``--steps`` Planner steps in a chain; each step
+returns a prebuilt TPC artifact that differs from every other (so every blob is new and
+really written, no dedup), and each passes the next a complete handoff envelope, which the
+runner validates. The policy gates nothing these steps ask for, so nothing pauses.
 
 Measurement: the Runner's ``on_event`` hook stamps ``perf_counter`` when each event is
 durable. One step's traced time is the gap between its ``step_recorded`` and the event
@@ -23,9 +26,11 @@ alone, median of many calls) is subtracted. ``--runs`` runs of ``--steps`` steps
 samples; the first run warms caches and is dropped.
 
 For scale, each part alone on the same machine: one durable ``Ledger.record`` of the
-step's ARL entry, one ``BlobStore.put`` of a new artifact, and the two CPU-bound checks
-(redacting the artifact, validating it against the TPC contract), the last also with the
-compiled fast path switched off (the jsonschema reference alone, ADR 0008).
+step's ARL entry, one ``put`` of a new artifact into the same kind of blob store, and the
+two CPU-bound checks (redacting the artifact, validating it against the TPC contract), the
+last also with the compiled fast path switched off (the jsonschema reference alone, ADR
+0008). The disk's own fsync latency (1 KB ``write`` + ``fsync`` of a file in ``--dir``) is
+probed right before and right after the steps: it drifts with other processes' I/O.
 
 Tip: ``--dir /dev/shm`` takes fsync out (tmpfs), leaving the CPU part; on a shared disk the
 fsyncs' latency swings with other processes' I/O, so compare CPU ms per step across runs.
@@ -35,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import statistics
 import tempfile
 import time
@@ -56,10 +62,12 @@ from tracebound.pipeline.policy import Policy
 from tracebound.pipeline.redaction import Redactor
 from tracebound.pipeline.runner import Runner
 from tracebound.pipeline.runtime import Pipeline, StepContext
-from tracebound.store.blobs import BlobStore
+from tracebound.store.blobs import BlobStore, FileBlobStore
+from tracebound.store.sqlite_blobs import SQLiteBlobStore
 
 TARGET_P50_MS = 1.0
 TARGET_P99_MS = 5.0
+BLOB_STORES = ("sqlite", "file")
 
 POLICY = {"version": 1, "gate": {"sensitive_paths": ["secrets/**"]}}
 
@@ -134,7 +142,31 @@ def percentiles(values: list[float]) -> dict[str, float]:
     }
 
 
-def measure_steps(root: Path, runs: int, steps: int, profile: bool) -> dict[str, Any]:
+def blob_store(kind: str, store: SQLiteStore, directory: Path) -> BlobStore:
+    """The blob store ``--blobs`` names, for the ledger ``store``."""
+    return SQLiteBlobStore(store) if kind == "sqlite" else FileBlobStore(directory)
+
+
+def fsync_probe(directory: Path, n: int = 200) -> dict[str, float]:
+    """The disk's fsync latency right now: ``n`` times a 1 KB append and its fsync."""
+    path = directory / "fsync-probe.bin"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    out = []
+    try:
+        for _ in range(n):
+            t0 = time.perf_counter()
+            os.write(fd, b"p" * 1024)
+            os.fsync(fd)
+            out.append((time.perf_counter() - t0) * 1000)
+    finally:
+        os.close(fd)
+        path.unlink()
+    return percentiles(out)
+
+
+def measure_steps(
+    root: Path, runs: int, steps: int, profile: bool, blobs: str = "sqlite"
+) -> dict[str, Any]:
     prepared = {(r, i): artifact(r, i) for r in range(runs + 1) for i in range(steps)}
     pipe = no_op_pipeline(steps, prepared)
     stamps: list[tuple[str, float]] = []
@@ -142,8 +174,9 @@ def measure_steps(root: Path, runs: int, steps: int, profile: bool) -> dict[str,
     def on_event(event: RecordedEvent) -> None:
         stamps.append((event.event_type, time.perf_counter()))
 
+    store = SQLiteStore(root / "store", synchronous="FULL")
     ledger = Ledger(
-        SQLiteStore(root / "store", synchronous="FULL"),
+        store,
         clock=SystemClock(),
         ids=RandomIds(),
         signer=NoteSigner("bench", bytes(32)),
@@ -151,7 +184,7 @@ def measure_steps(root: Path, runs: int, steps: int, profile: bool) -> dict[str,
     )
     runner = Runner(
         ledger,
-        blobs=BlobStore(root / "blobs"),
+        blobs=blob_store(blobs, store, root / "blobs"),
         policy=Policy.from_dict(POLICY),
         redactor=Redactor(b"bench-redaction-key-0123456789ab"),
         on_event=on_event,
@@ -187,6 +220,7 @@ def measure_steps(root: Path, runs: int, steps: int, profile: bool) -> dict[str,
         print(profiler.output_text(unicode=True, color=False, show_all=False)[:6000])
     ledger.close()
     return {
+        "blobs": blobs,
         "runs": runs,
         "steps_per_run": steps,
         "bare_function_us": bare_ns / 1000,
@@ -196,15 +230,11 @@ def measure_steps(root: Path, runs: int, steps: int, profile: bool) -> dict[str,
     }
 
 
-def measure_floor(root: Path, n: int) -> dict[str, Any]:
+def measure_floor(root: Path, n: int, blob_kind: str = "sqlite") -> dict[str, Any]:
     """The durable append and the blob write alone, for scale."""
-    ledger = Ledger(
-        SQLiteStore(root / "floor", synchronous="FULL"),
-        clock=SystemClock(),
-        ids=RandomIds(),
-        origin="bench.local/floor",
-    )
-    blobs = BlobStore(root / "floor-blobs")
+    store = SQLiteStore(root / "floor", synchronous="FULL")
+    ledger = Ledger(store, clock=SystemClock(), ids=RandomIds(), origin="bench.local/floor")
+    blobs = blob_store(blob_kind, store, root / "floor-blobs")
     now = SystemClock().now()
     entry = StepRecorded(
         run_id=RunId("bench-floor"),
@@ -246,11 +276,16 @@ def measure_floor(root: Path, n: int) -> dict[str, Any]:
             "validate_tpc_ms": tpc, "validate_tpc_reference_ms": tpc_reference}  # fmt: skip
 
 
-def run(runs: int, steps: int, directory: Path | None, profile: bool) -> dict[str, Any]:
+def run(
+    runs: int, steps: int, directory: Path | None, profile: bool, blobs: str = "sqlite"
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="tb-bench-pipeline-", dir=directory) as tmp:
         root = Path(tmp)
-        result = measure_steps(root, runs, steps, profile)
-        result["floor"] = measure_floor(root, runs * steps // 2)
+        load, before = os.getloadavg(), fsync_probe(root)
+        result = measure_steps(root, runs, steps, profile, blobs)
+        result["fsync_ms"] = {"before": before, "after": fsync_probe(root)}
+        result["load_average"] = {"before": load, "after": os.getloadavg()}
+        result["floor"] = measure_floor(root, runs * steps // 2, blobs)
     return result
 
 
@@ -271,11 +306,24 @@ def report(result: dict[str, Any]) -> None:
         f = result["floor"][key]
         rows.append([f"{name} (ms)", f"{f['p50']:.3f}", f"{f['p90']:.3f}", f"{f['p99']:.3f}",
                      f"{f['max']:.3f}", f"{f['mean']:.3f}"])  # fmt: skip
+    for when in ("before", "after"):
+        f = result["fsync_ms"][when]
+        rows.append([f"1 KB write + fsync, {when} the steps (ms)", f"{f['p50']:.3f}",
+                     f"{f['p90']:.3f}", f"{f['p99']:.3f}", f"{f['max']:.3f}",
+                     f"{f['mean']:.3f}"])  # fmt: skip
     print_table(
         f"Pipeline step overhead ({result['runs']} runs x {result['steps_per_run']} steps, "
-        f"{o['n']} samples; bare function {result['bare_function_us']:.2f} us)",
+        f"{o['n']} samples; bare function {result['bare_function_us']:.2f} us; "
+        f"blobs: {result['blobs']})",
         ["what", "p50", "p90", "p99", "max", "mean"],
         rows,
+    )
+    load = result["load_average"]
+    print(
+        "load average (1, 5, 15 min): before "
+        + ", ".join(f"{x:.2f}" for x in load["before"])
+        + "; after "
+        + ", ".join(f"{x:.2f}" for x in load["after"])
     )
     ok50, ok99 = o["p50"] <= TARGET_P50_MS, o["p99"] <= TARGET_P99_MS
     print(
@@ -291,12 +339,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=60)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--dir", type=Path, default=None)
+    parser.add_argument(
+        "--blobs",
+        choices=BLOB_STORES,
+        default="sqlite",
+        help="blob store: in the ledger's file (default, ADR 0009) or one file per blob",
+    )
     parser.add_argument("--profile", action="store_true", help="pyinstrument the timed runs")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     info = machine()
     print_table("Machine", ["what", "value"], [[k, v] for k, v in info.items()])
-    result = run(args.runs, args.steps, args.dir, args.profile)
+    result = run(args.runs, args.steps, args.dir, args.profile, args.blobs)
     report(result)
     write_json(args.json, {"machine": info, "pipeline": result})
 

@@ -22,7 +22,7 @@ from tracebound.pipeline.redaction import Redactor
 from tracebound.pipeline.runner import Runner, approve
 from tracebound.pipeline.runtime import Pipeline, StepContext
 from tracebound.replay import replay_run, rerun_run
-from tracebound.store.blobs import BlobStore
+from tracebound.store.blobs import FileBlobStore
 from tracebound.store.witness import FileWitness
 
 POLICY = """
@@ -106,7 +106,7 @@ def main() -> None:
     evidence = EvidenceWriter(work / "artifacts" / "agent-runs")
     runner = Runner(
         ledger,
-        blobs=BlobStore(work / "blobs"),
+        blobs=FileBlobStore(work / "blobs"),
         policy=Policy.load(work / "policy.toml"),
         redactor=Redactor(b"example-redaction-key-0123456789"),
         codeowners=CodeOwners.parse(CODEOWNERS),

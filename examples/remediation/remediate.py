@@ -62,6 +62,7 @@ from tracebound.pipeline.runner import Runner, approve
 from tracebound.pipeline.runtime import Pipeline, StepContext
 from tracebound.store.blobs import BlobStore, sha256_digest
 from tracebound.store.keyfile import generate_keypair, load_signer
+from tracebound.store.sqlite_blobs import SQLiteBlobStore
 from tracebound.store.witness import FileWitness
 
 HERE = Path(__file__).resolve().parent
@@ -250,15 +251,18 @@ def build(workspace: Path, server_url: str) -> Remediation:
     if not key_path.exists():
         generate_keypair("tracebound-demo", path=key_path, store_dir=store)
     signer = load_signer(key_path, store_dir=store)
+    backend = SQLiteStore(store)
     ledger = Ledger(
-        SQLiteStore(store),
+        backend,
         clock=SystemClock(),
         ids=RandomIds(),
         signer=signer,
         witness=FileWitness(workspace / "witness" / "remediation.note", origin=ORIGIN),
         origin=ORIGIN,
     )
-    blobs = BlobStore(store / "blobs")
+    # Artifacts, summaries and gate logs in the ledger's own file, as `tracebound` keeps them
+    # by default: each is made durable by the append that names it (ADR 0009).
+    blobs = SQLiteBlobStore(backend)
     redactor = Redactor(load_redaction_key(keys / "redaction.key", store_dir=store))
     fence = FenceWrapper(ledger.ids)
     retrieval = SolvedExampleStore(store / "solved-examples.db")

@@ -12,7 +12,7 @@ from tracebound.pipeline.policy import Policy
 from tracebound.pipeline.redaction import Redactor
 from tracebound.pipeline.runner import Runner
 from tracebound.pipeline.validations import ValidationRegistry
-from tracebound.store.blobs import BlobStore
+from tracebound.store.blobs import FileBlobStore
 from tracebound.store.witness import FileWitness
 
 POLICY = {
@@ -82,7 +82,7 @@ class Kit:
     ) -> Runner:
         return Runner(
             ledger or self.ledger(),
-            blobs=BlobStore(self.root / "blobs"),
+            blobs=FileBlobStore(self.root / "blobs"),
             policy=Policy.from_dict(POLICY),
             redactor=Redactor(b"test-redaction-key-0123"),
             validations=validations,

@@ -199,8 +199,8 @@ def test_verify_evidence_needs_a_key_and_reports_unsigned(sh: Shell, tmp_path: P
 def test_replay_reports_a_missing_blob(sh: Shell) -> None:
     run = sh.start("clean")
     replayed = sh.tb_json("replay", run)
-    digest = replayed["steps"][1]["artifact_hash"].removeprefix("sha256:")
-    (sh.cwd / ".tracebound" / "blobs" / "sha256" / digest[:2] / digest[2:]).unlink()
+    # Erased where the CLI keeps it (the ledger's own file by default, ADR 0009).
+    assert RunnerConfig(base=sh.cwd).blob_store().erase(replayed["steps"][1]["artifact_hash"])
     broken = sh.tb_json("replay", run, code=1)
     assert [(f["step_id"], f["kind"]) for f in broken["failures"]] == [("execute", "missing")]
     assert "missing" in sh.tb("replay", run, code=1).stdout

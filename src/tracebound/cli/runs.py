@@ -79,7 +79,8 @@ BlobsOpt = Annotated[
     typer.Option(
         "--blobs",
         envvar="TRACEBOUND_BLOBS",
-        help="Blob directory. Default: <store dir>/blobs",
+        help="Keep blobs as files in this directory. Default: inside a SQLite ledger's "
+        "own file; <store dir>/blobs for a JSONL ledger",
         show_default=False,
     ),
 ]
@@ -590,7 +591,7 @@ def replay(
         )
         ledger = config.open_ledger()
         try:
-            blob_store = config.blob_store()
+            blob_store = config.blob_store(ledger)
             report = replay_run(ledger, blob_store, run)
             again = None
             if rerun:

@@ -10,11 +10,16 @@ what           default                                          option
 store          ``./.tracebound``                                ``--store``
 policy         ``./tracebound-policy.toml`` (required)          ``--policy``
 CODEOWNERS     ``./CODEOWNERS``, then ``./.github/CODEOWNERS``  ``--codeowners``
-blobs          ``<store dir>/blobs``                            ``--blobs``
+blobs          the SQLite ledger's own file (table ``blobs``)   ``--blobs DIR``
 redaction key  ``~/.config/tracebound/keys/redaction.key``      ``--redaction-key``
 signing key    ``~/.config/tracebound/keys/tracebound.key``     ``--key``
 witness        ``~/.local/state/tracebound/witness/<origin>``   ``--witness``
 ============== ================================================ ===================
+
+Blobs (artifacts, inputs, validation output) live in the ledger's own database file when
+the ledger is SQLite, so each step pays one fsync instead of three (ADR 0009). With
+``--blobs DIR``, or a JSONL or PostgreSQL ledger, they are files under ``DIR`` (default
+``<store dir>/blobs``; a PostgreSQL ledger has no store dir, so there it must be given).
 
 The policy fails closed (a missing or empty file raises
 :class:`~tracebound.errors.PolicyUnusable`). The redaction key is an HMAC key: it is created
@@ -32,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 from tracebound.errors import ConfigError, PolicyUnusable, SigningKeyError
 from tracebound.integrity.keys import NoteSigner, NoteVerifier
@@ -41,7 +47,7 @@ from tracebound.pipeline.policy import Policy
 from tracebound.pipeline.redaction import RedactionStats, Redactor
 from tracebound.pipeline.runner import Runner
 from tracebound.pipeline.runtime import Pipeline
-from tracebound.store.blobs import BlobStore
+from tracebound.store.blobs import BlobStore, FileBlobStore
 from tracebound.store.keyfile import (
     default_key_dir,
     default_key_path,
@@ -50,6 +56,8 @@ from tracebound.store.keyfile import (
     make_private_dir,
     write_file_atomic,
 )
+from tracebound.store.sqlite import SQLiteStore
+from tracebound.store.sqlite_blobs import SQLiteBlobStore
 from tracebound.store.url import open_store, store_path
 from tracebound.store.witness import FileWitness, default_witness_path
 from tracebound.system import RandomIds, SystemClock
@@ -256,8 +264,39 @@ class RunnerConfig:
         key = load_redaction_key(self.redaction_key_path(), store_dir=self.store_dir())
         return Redactor(key, stats=self.stats)
 
-    def blob_store(self) -> BlobStore:
-        return BlobStore(self.blobs_dir())
+    def blobs_in_ledger(self) -> bool:
+        """Whether blobs go into the ledger's own file: a SQLite store and no ``--blobs``."""
+        if self.blobs is not None:
+            return False
+        url = self.store_url
+        return "://" not in url or urlsplit(url).scheme == "sqlite"
+
+    def blob_store(self, ledger: Ledger | None = None) -> BlobStore:
+        """The blob store to use with ``ledger`` (default: with the configured store).
+
+        A SQLite ledger without ``--blobs`` keeps its blobs in its own file (ADR 0009): a
+        blob is made durable by the append that names it, one fsync for both. That holds
+        only for appends to that very file, so with a ledger given, its store decides. Blob
+        files an older version left in ``<store dir>/blobs`` are still read (and erased).
+
+        Raises:
+            StoreNotFound: the SQLite ledger does not exist (run ``tracebound init``).
+            ConfigError: a PostgreSQL ledger, and no ``--blobs``.
+        """
+        backend = ledger.store if ledger is not None else None
+        if backend is not None:
+            in_ledger = self.blobs is None and isinstance(backend, SQLiteStore)
+        else:
+            in_ledger = self.blobs_in_ledger()
+        if not in_ledger:
+            return FileBlobStore(self.blobs_dir())
+        if isinstance(backend, SQLiteStore):
+            ledger_file = backend.path
+        else:
+            ledger_file = SQLiteBlobStore.database_file(self._rel(store_path(self.store_url)))
+        legacy = ledger_file.parent / "blobs"  # where blobs_dir() put them for this ledger
+        fallback = FileBlobStore(legacy) if legacy.is_dir() else None
+        return SQLiteBlobStore(ledger_file, fallback=fallback)
 
     def _signer(self) -> NoteSigner | None:
         path = self.key.expanduser() if self.key is not None else None
@@ -311,7 +350,7 @@ class RunnerConfig:
         workspace = self._rel(self.workspace) if self.workspace is not None else self._base()
         return Runner(
             ledger,
-            blobs=self.blob_store(),
+            blobs=self.blob_store(ledger),
             policy=self.load_policy(),
             redactor=self.redactor(),
             codeowners=self.load_codeowners(),

@@ -35,6 +35,7 @@ from tracebound.sources import FixedClock, SequentialIds
 from tracebound.store.blobs import BlobStore
 from tracebound.store.port import LedgerStore
 from tracebound.store.sqlite import SQLiteStore
+from tracebound.store.sqlite_blobs import SQLiteBlobStore
 
 __all__ = ["Divergence", "RerunReport", "StepKey", "first_divergence", "rerun_run"]
 
@@ -205,16 +206,19 @@ def rerun_run(
         raise ConfigError(f"run {run_id} is of pipeline {recorded.pipeline!r}, not {pipe.name!r}")
     with tempfile.TemporaryDirectory(prefix="tracebound-rerun-", dir=scratch) as tmp:
         root = Path(tmp)
+        scratch_store = SQLiteStore(root / "store", synchronous="NORMAL")
         scratch_ledger = Ledger(
-            SQLiteStore(root / "store", synchronous="NORMAL"),
+            scratch_store,
             clock=FixedClock(),
             ids=SequentialIds(namespace=0x7E),
             origin=_SCRATCH_ORIGIN,
         )
-        with scratch_ledger:
+        # Scratch blobs in the scratch ledger's file, as a SQLite ledger keeps them by
+        # default (ADR 0009); neither is synced, since both are thrown away.
+        with scratch_ledger, SQLiteBlobStore(scratch_store) as scratch_blobs:
             runner = Runner(
                 scratch_ledger,
-                blobs=BlobStore(root / "blobs"),
+                blobs=scratch_blobs,
                 policy=policy,
                 redactor=redactor,
                 validations=validations,

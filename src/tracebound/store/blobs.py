@@ -1,10 +1,15 @@
-"""A content-addressed blob store: artifacts, prompts and logs live here, the ledger keeps digests.
+"""Content-addressed blob stores: artifacts, prompts and logs live here, the ledger keeps digests.
 
 A blob's name is its SHA-256 (``sha256:<hex>``), so the ledger can record a digest that
 proves which bytes a step produced without holding them (ARCHITECTURE.md, contract 5), and
-the chain verifies without any blob. Blobs are written once (0600 files in 0700 folders,
-temp file + fsync + rename + directory fsync) and checked against their name on every read.
-Erasing a blob removes its bytes; the caller records the erasure in the ledger.
+the chain verifies without any blob. Every store checks bytes against their name on every
+read. Erasing a blob removes its bytes; the caller records the erasure in the ledger.
+
+:class:`BlobStore` is the protocol the pipeline, replay and export code use. Two stores
+implement it: :class:`FileBlobStore` here (one file per blob, for JSONL and PostgreSQL
+ledgers, or when a blob directory is configured) and
+:class:`~tracebound.store.sqlite_blobs.SQLiteBlobStore` (a table in a SQLite ledger's own
+file, the default there: ADR 0009).
 
 Redaction is the caller's job and happens before :meth:`BlobStore.put`: what is stored is
 what was redacted.
@@ -18,12 +23,19 @@ import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, Protocol
 
 from tracebound.errors import ConfigError, IntegrityError, StorageError
 from tracebound.ids import Sha256Digest
 
-__all__ = ["BlobRef", "BlobStore", "sha256_digest"]
+__all__ = [
+    "BlobRef",
+    "BlobStore",
+    "FileBlobStore",
+    "checked_blob",
+    "parse_digest",
+    "sha256_digest",
+]
 
 _DIGEST: Final = re.compile(r"^sha256:([0-9a-f]{64})$")
 _POINTER_SCHEME: Final = "blob://"
@@ -77,8 +89,66 @@ def _hex_of(digest: str) -> str:
     return m.group(1)
 
 
-class BlobStore:
-    """Blobs under ``root/sha256/<2 hex>/<62 hex>``."""
+def parse_digest(digest: str) -> Sha256Digest:
+    """``sha256:<hex>`` from a digest or a ``blob://sha256:<hex>`` pointer.
+
+    Raises:
+        ConfigError: it is neither.
+    """
+    return Sha256Digest("sha256:" + _hex_of(digest))
+
+
+def checked_blob(digest: str, data: bytes) -> bytes:
+    """``data``, if it hashes to ``digest``: every store's read ends here.
+
+    Raises:
+        IntegrityError: the bytes do not match the digest.
+    """
+    actual = sha256_digest(data)
+    if actual != parse_digest(digest):
+        raise IntegrityError(f"blob {digest} was altered: its bytes hash to {actual}")
+    return data
+
+
+class BlobStore(Protocol):
+    """Where blobs live, by digest; what the Runner, replay and evidence export use.
+
+    Durability, the one guarantee callers rely on: a blob that :meth:`put` returned for is
+    durable no later than the ledger entry that names it, provided that entry is appended
+    to the ledger the store belongs to. :class:`FileBlobStore` makes it durable before
+    ``put`` returns; :class:`~tracebound.store.sqlite_blobs.SQLiteBlobStore` leaves that to
+    the ledger's next durable commit in the same file (ADR 0009).
+    """
+
+    def put(self, data: bytes) -> BlobRef:
+        """Store ``data`` and return its reference; storing twice is a no-op."""
+        ...
+
+    def get(self, digest: str) -> bytes:
+        """The bytes of a digest or ``blob://`` pointer, checked against it.
+
+        Raises:
+            StorageError: no such blob (never stored, or erased).
+            IntegrityError: the stored bytes do not match the digest.
+        """
+        ...
+
+    def exists(self, digest: str) -> bool:
+        """Whether the blob's bytes are here (unchecked: :meth:`get` checks them)."""
+        ...
+
+    def erase(self, digest: str) -> bool:
+        """Remove a blob's bytes; True if it was there. Record the erasure in the ledger."""
+        ...
+
+
+class FileBlobStore:
+    """Blobs under ``root/sha256/<2 hex>/<62 hex>``: one file each, durable when put returns.
+
+    Blobs are written once (0600 files in 0700 folders, temp file + fsync + rename +
+    directory fsync), so a blob is on disk before any ledger (SQLite, JSONL or PostgreSQL)
+    can name it.
+    """
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
@@ -159,11 +229,7 @@ class BlobStore:
             ) from None
         except OSError as exc:
             raise StorageError(f"could not read blob {digest}: {exc}") from exc
-        if sha256_digest(data) != f"sha256:{_hex_of(digest)}":
-            raise IntegrityError(
-                f"blob {digest} was altered: its bytes hash to {sha256_digest(data)}"
-            )
-        return data
+        return checked_blob(digest, data)
 
     def exists(self, digest: str) -> bool:
         return self._path(digest).exists()

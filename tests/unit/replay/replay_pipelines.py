@@ -16,7 +16,7 @@ from tracebound.pipeline.policy import Policy
 from tracebound.pipeline.redaction import Redactor
 from tracebound.pipeline.runner import Runner
 from tracebound.pipeline.runtime import Pipeline, StepContext
-from tracebound.store.blobs import BlobStore
+from tracebound.store.blobs import FileBlobStore
 
 REF_PREFIX = "tests.unit.replay.replay_pipelines:"
 TOGGLE = {"flavour": "vanilla"}
@@ -27,7 +27,7 @@ def make_runner(root: Path, **extra: Any) -> Runner:
     """A Runner over the integration kit's ledger (signing key, witness), with ``extra``."""
     return Runner(
         Kit(root).ledger(),
-        blobs=BlobStore(root / "blobs"),
+        blobs=FileBlobStore(root / "blobs"),
         policy=Policy.from_dict(POLICY),
         redactor=Redactor(REDACTION_KEY),
         codeowners=CodeOwners.parse(CODEOWNERS),

@@ -26,7 +26,7 @@ from tracebound.pipeline.redaction import Redactor
 from tracebound.pipeline.retry.gates import CommandGate, GateRunner
 from tracebound.pipeline.retry.models import TrustOutcome
 from tracebound.pipeline.retry.sandbox import probe_network_isolation
-from tracebound.store.blobs import BlobStore
+from tracebound.store.blobs import BlobStore, FileBlobStore
 
 WF = "wf-demo"
 SECRET = "ghp_" + "Q" * 36  # GitHub-token shaped, never real
@@ -130,7 +130,7 @@ class Kit:
 
     @property
     def evidence(self) -> BlobStore:
-        return BlobStore(self.root / "store" / "blobs")
+        return FileBlobStore(self.root / "store" / "blobs")
 
     def run_dir(self, wf: str = WF) -> Path:
         return self.runs / wf

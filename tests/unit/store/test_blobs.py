@@ -12,11 +12,11 @@ import pytest
 
 from tracebound.errors import IntegrityError, StorageError
 from tracebound.store import blobs as blobs_module
-from tracebound.store.blobs import BlobStore, sha256_digest
+from tracebound.store.blobs import FileBlobStore, sha256_digest
 
 
 def test_put_then_get_round_trips(tmp_path: Path) -> None:
-    store = BlobStore(tmp_path / "blobs")
+    store = FileBlobStore(tmp_path / "blobs")
     ref = store.put(b"hello")
     assert ref.digest == sha256_digest(b"hello") and ref.size == 5
     assert ref.pointer == f"blob://{ref.digest}"
@@ -26,7 +26,7 @@ def test_put_then_get_round_trips(tmp_path: Path) -> None:
 
 
 def test_files_and_folders_are_private(tmp_path: Path) -> None:
-    store = BlobStore(tmp_path / "blobs")
+    store = FileBlobStore(tmp_path / "blobs")
     ref = store.put(b"private")
     path = store._path(ref.digest)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
@@ -46,7 +46,7 @@ def test_new_folders_are_synced_in_their_parent(
         real(folder)
 
     monkeypatch.setattr(blobs_module, "_fsync_folder", spy)
-    store = BlobStore(tmp_path / "blobs")
+    store = FileBlobStore(tmp_path / "blobs")
     ref = store.put(b"first")
     shard = store._path(ref.digest).parent
     shards = store.root / "sha256"
@@ -62,7 +62,7 @@ def test_new_folders_are_synced_in_their_parent(
     missing = store._path(sha256_digest(third)).parent
     missing.rmdir()
     synced.clear()
-    BlobStore(store.root).put(third)
+    FileBlobStore(store.root).put(third)
     assert synced == [shards, missing]
 
 
@@ -73,14 +73,14 @@ def test_a_short_write_is_completed(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         return real_write(fd, bytes(data[:1]))
 
     monkeypatch.setattr(blobs_module.os, "write", one_byte)
-    store = BlobStore(tmp_path / "blobs")
+    store = FileBlobStore(tmp_path / "blobs")
     ref = store.put(b"written one byte at a time")
     monkeypatch.undo()
     assert store.get(ref.digest) == b"written one byte at a time"
 
 
 def test_a_folder_removed_behind_its_back_is_made_again(tmp_path: Path) -> None:
-    store = BlobStore(tmp_path / "blobs")
+    store = FileBlobStore(tmp_path / "blobs")
     store.put(b"one")
     shutil.rmtree(store.root)
     ref = store.put(b"one")
@@ -88,13 +88,13 @@ def test_a_folder_removed_behind_its_back_is_made_again(tmp_path: Path) -> None:
 
 
 def test_a_root_that_cannot_be_made_is_a_storage_error(tmp_path: Path) -> None:
-    store = BlobStore(tmp_path / "missing" / "blobs")  # parents are not made
+    store = FileBlobStore(tmp_path / "missing" / "blobs")  # parents are not made
     with pytest.raises(StorageError, match="could not store blob"):
         store.put(b"x")
 
 
 def test_altered_bytes_are_refused_on_read(tmp_path: Path) -> None:
-    store = BlobStore(tmp_path / "blobs")
+    store = FileBlobStore(tmp_path / "blobs")
     ref = store.put(b"original")
     store._path(ref.digest).write_bytes(b"altered")
     with pytest.raises(IntegrityError, match="was altered"):
@@ -102,7 +102,7 @@ def test_altered_bytes_are_refused_on_read(tmp_path: Path) -> None:
 
 
 def test_erased_blob_is_a_storage_error(tmp_path: Path) -> None:
-    store = BlobStore(tmp_path / "blobs")
+    store = FileBlobStore(tmp_path / "blobs")
     ref = store.put(b"gone")
     assert store.erase(ref.digest) is True
     assert store.erase(ref.digest) is False
@@ -111,7 +111,7 @@ def test_erased_blob_is_a_storage_error(tmp_path: Path) -> None:
 
 
 def test_threads_putting_the_same_blob_do_not_collide(tmp_path: Path) -> None:
-    store = BlobStore(tmp_path / "blobs")
+    store = FileBlobStore(tmp_path / "blobs")
     errors: list[BaseException] = []
 
     def put() -> None:
