@@ -66,20 +66,6 @@ def _fsync_folder(folder: Path) -> None:
         os.close(fd)
 
 
-def _make_folder(folder: Path) -> bool:
-    """Make ``folder`` (0700); True if it was new, and then its name is durable too.
-
-    A new folder's name lives in its parent: without syncing that, a crash could lose the
-    folder with every blob later written (and synced) into it.
-    """
-    try:
-        folder.mkdir(mode=0o700)
-    except FileExistsError:
-        return False
-    _fsync_folder(folder.parent)
-    return True
-
-
 def _hex_of(digest: str) -> str:
     if digest.startswith(_POINTER_SCHEME):
         digest = digest[len(_POINTER_SCHEME) :]
@@ -156,6 +142,7 @@ class FileBlobStore:
         # neither re-creates (and re-syncs) them nor rebuilds their paths. At most 256; one
         # removed behind our back is made again (see put).
         self._shards: dict[str, Path] = {}
+        self._synced_root = False
 
     def _path(self, digest: str) -> Path:
         h = _hex_of(digest)
@@ -165,28 +152,34 @@ class FileBlobStore:
         """Store ``data`` durably and return its reference; storing twice is a no-op.
 
         Durable means on disk when this returns: the file's bytes (fsync), its name (fsync
-        of its folder) and, the first time a folder is made, the folder's own name (fsync
-        of its parent). The caller may then record the digest in the ledger.
+        of its folder) and the names of the folders above it (each synced by this object
+        the first time it uses them, whoever made them). The caller may then record the
+        digest in the ledger.
         """
         ref = BlobRef(sha256_digest(data), len(data))
         h = ref.digest[len("sha256:") :]
         shard = self._shards.get(h[:2]) or self.root / "sha256" / h[:2]
         path = shard / h[2:]
-        if path.exists():
-            return ref
         try:
+            if shard.name not in self._shards:
+                self._use_folders(shard)
+            if path.exists():
+                # Another writer may have renamed it into place and not synced the folder
+                # yet: sync it ourselves before acknowledging.
+                _fsync_folder(shard)
+                return ref
             try:
                 self._write(shard, path, data)
             except FileNotFoundError:
-                self._shards.clear()  # a folder was removed since we made it: make it again
+                self._shards.clear()  # a folder was removed since we used it: make it again
+                self._synced_root = False
+                self._use_folders(shard)
                 self._write(shard, path, data)
         except OSError as exc:
             raise StorageError(f"could not store blob {ref.digest}: {exc}") from exc
         return ref
 
     def _write(self, shard: Path, path: Path, data: bytes) -> None:
-        if shard.name not in self._shards:
-            self._make_folders(shard)
         # pid and thread: two writers of the same blob never share a temporary file.
         tmp = shard / f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
@@ -200,17 +193,29 @@ class FileBlobStore:
         tmp.replace(path)
         _fsync_folder(shard)
 
-    def _make_folders(self, shard: Path) -> None:
+    def _use_folders(self, shard: Path) -> None:
+        """Make sure ``shard`` and the folders above it exist and that their names are on
+        disk, before this object acknowledges any blob in it.
+
+        Syncing only the folders this object made would not do: another thread or process
+        may have made a folder and not synced its parent yet (or crashed before it could),
+        and a blob inside it would be lost with it. So each object syncs the parents once
+        itself, and a shard's parent the first time it uses that shard.
+        """
         shards = shard.parent
-        _make_folder(self.root)
-        if _make_folder(shards):
-            # A new store: all 256 shard folders now, made durable by one sync of their
-            # parent, so that no later put pays a second sync for a folder of its own.
-            for index in range(256):
-                (shards / f"{index:02x}").mkdir(mode=0o700, exist_ok=True)
-            _fsync_folder(shards)
-        else:
-            _make_folder(shard)  # an older store, or one whose shard was removed
+        if not self._synced_root:
+            self.root.mkdir(mode=0o700, exist_ok=True)
+            shards.mkdir(mode=0o700, exist_ok=True)
+            if not any(shards.iterdir()):
+                # A new store: all 256 shard folders at once, so a shard's first use
+                # finds it made and pays only the one sync below.
+                for index in range(256):
+                    (shards / f"{index:02x}").mkdir(mode=0o700, exist_ok=True)
+            _fsync_folder(self.root.parent)
+            _fsync_folder(self.root)
+            self._synced_root = True
+        shard.mkdir(mode=0o700, exist_ok=True)  # an older store, or a shard removed since
+        _fsync_folder(shards)
         self._shards[shard.name] = shard
 
     def get(self, digest: str) -> bytes:

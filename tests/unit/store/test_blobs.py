@@ -50,20 +50,46 @@ def test_new_folders_are_synced_in_their_parent(
     ref = store.put(b"first")
     shard = store._path(ref.digest).parent
     shards = store.root / "sha256"
-    # root's and sha256's names, the 256 shard names at once, then the blob's own name.
+    # root's and sha256's names, the shard's name in sha256 (all 256 made at once), then
+    # the blob's own name.
     assert synced == [tmp_path, store.root, shards, shard]
     assert sorted(p.name for p in shards.iterdir()) == [f"{i:02x}" for i in range(256)]
     synced.clear()
     other = next(bytes([i]) for i in range(256) if sha256_digest(bytes([i]))[7:9] != shard.name)
     store.put(other)
-    assert synced == [store._path(sha256_digest(other)).parent]  # no folder was new
+    other_shard = store._path(sha256_digest(other)).parent
+    # First use of that shard by this object: its name is synced even though another
+    # writer made it (it may not have synced it yet), then the blob's name.
+    assert synced == [shards, other_shard]
+    synced.clear()
+    store.put(b"first")  # already there, shard already used: only the shard is synced
+    assert synced == [shard]
     # A store whose shard folder went missing makes it again, and syncs its name.
     third = next(bytes([i, i]) for i in range(256))
     missing = store._path(sha256_digest(third)).parent
     missing.rmdir()
     synced.clear()
     FileBlobStore(store.root).put(third)
-    assert synced == [shards, missing]
+    assert synced == [tmp_path, store.root, shards, missing]
+
+
+def test_a_blob_another_writer_put_is_synced_before_it_is_acknowledged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    FileBlobStore(tmp_path / "blobs").put(b"shared")  # the other writer
+    synced: list[Path] = []
+    real = blobs_module._fsync_folder
+
+    def spy(folder: Path) -> None:
+        synced.append(folder)
+        real(folder)
+
+    monkeypatch.setattr(blobs_module, "_fsync_folder", spy)
+    store = FileBlobStore(tmp_path / "blobs")
+    ref = store.put(b"shared")
+    shard = store._path(ref.digest).parent
+    # Nothing is written, but every name on the way to the blob is made durable by us.
+    assert synced == [tmp_path, store.root, store.root / "sha256", shard]
 
 
 def test_a_short_write_is_completed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
