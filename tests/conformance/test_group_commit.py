@@ -546,3 +546,131 @@ def test_sigkill_right_after_acks_loses_nothing(backend: Backend, tmp_path: Path
         assert report.size >= len(result.acked)
     finally:
         store.close()
+
+
+# -- who commits (leader/follower) ------------------------------------------------------------
+
+
+class _Committers:
+    """Records which thread runs each commit (the real backend method still runs)."""
+
+    def __init__(self, committer: GroupCommitter[Any]) -> None:
+        self.threads: list[threading.Thread] = []
+        self.sizes: list[int] = []
+        inner = committer.store._append_prepared
+
+        def spy(batches: Sequence[Any]) -> Any:
+            self.threads.append(threading.current_thread())
+            self.sizes.append(len(batches))
+            return inner(batches)
+
+        committer.store._append_prepared = spy
+
+
+def test_an_appending_thread_commits_its_group_itself(
+    backend: Backend, committer: GroupCommitter[Any]
+) -> None:
+    """No commit under way and nobody to wait for: the appending thread leads (no hand-off
+    to the committer thread); requests queued meanwhile are left to the committer thread.
+    PostgreSQL's connections are per thread, so there the committer thread commits all."""
+    with ThreadPoolExecutor(12) as pool:
+        gate = Gate(committer)
+        seen = _Committers(committer)
+        plug = pool.submit(committer.append, "plug", [note(0)])
+        assert gate.entered.wait(GUARD)
+        queued = []
+        for i in range(5):
+            queued.append(pool.submit(committer.append, f"s{i}", [note(i + 1)]))
+            _queued(committer, 2 + i)
+        gate.open()
+        results = [f.result(GUARD) for f in [plug, *queued]]
+    assert [r[0].position for r in results] == [1, 2, 3, 4, 5, 6]
+    assert seen.sizes == [1, 5]
+    plug_thread, leftover_thread = seen.threads
+    if backend.name == "postgres":
+        assert plug_thread is leftover_thread is committer._thread
+    else:
+        assert plug_thread is not committer._thread  # the plug's own (pool) thread
+        assert plug_thread is not threading.main_thread()
+        assert leftover_thread is committer._thread  # the leader does not keep its caller
+    _check_log(committer, {})
+
+
+def test_threads_appending_in_a_loop_lead_their_own_groups(
+    backend: Backend, committer: GroupCommitter[Any]
+) -> None:
+    seen = _Committers(committer)
+    threads, per_thread = 6, 30
+
+    def work(t: int) -> None:
+        for i in range(per_thread):
+            committer.append(f"own-{t}", [note(t * 1000 + i)], expected_version=i)
+
+    workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(GUARD)
+    assert committer.size() == threads * per_thread
+    assert sum(seen.sizes) == threads * per_thread
+    led = [t for t in seen.threads if t is not committer._thread]
+    if backend.name == "postgres":
+        assert led == []
+    else:
+        assert set(led) <= set(workers)  # only ever the appenders themselves...
+        assert len(led) > len(seen.threads) // 2  # ...and they led most groups
+    _check_log(committer, {})
+
+
+def test_the_main_thread_and_tasks_never_lead(committer: GroupCommitter[Any]) -> None:
+    """Signals run in the main thread, and an event loop must not wait for an fsync: their
+    groups are committed by the committer thread."""
+    seen = _Committers(committer)
+    (rec,) = committer.append("main", [note(1)])
+    assert rec.position == 1
+
+    async def main() -> None:
+        await committer.append_async("task", [note(2)])
+
+    asyncio.run(main())
+    assert seen.threads == [committer._thread, committer._thread]
+
+
+def test_a_gathering_thread_leads_when_the_others_do_not_come_back(backend: Backend) -> None:
+    """A caller woken with its outcome but not yet running again counts as *waking*; a thread
+    appending meanwhile waits for it at most ``max_delay``, then commits by itself."""
+    committer: GroupCommitter[Any] = GroupCommitter(backend.open(), max_delay=0.05)
+    seen = _Committers(committer)
+    try:
+        with committer._lock:
+            committer._waking += 1  # a caller of the last group that never comes back
+        started = time.monotonic()
+        done = ThreadPoolExecutor(1).submit(committer.append, "s", [note(1)])
+        (rec,) = done.result(GUARD)
+        waited = time.monotonic() - started
+        assert rec.position == 1
+        assert waited >= 0.05
+        assert (seen.threads[0] is committer._thread) == (backend.name == "postgres")
+        with committer._lock:
+            committer._waking -= 1
+    finally:
+        committer.close()
+    assert not committer._thread.is_alive()  # close stops the committer: no thread left
+
+
+def test_sqlite_appends_from_many_threads_share_one_writer(tmp_path: Path) -> None:
+    """Group commit's leader is whichever thread arrived last; the store writes through one
+    connection whatever the thread, so what it knows of the heads survives the change."""
+    store = SQLiteStore(tmp_path / "store")
+    committer: GroupCommitter[Any] = GroupCommitter(store)
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            pool.submit(committer.append, "a", [note(1)]).result(GUARD)
+            writer = store._writer_conn
+            pool.submit(committer.append, "b", [note(2)]).result(GUARD)
+            committer.append("a", [note(3)], expected_version=1)
+        assert store._writer_conn is writer and writer is not None
+        assert set(writer[1].heads) == {"a", "b"}
+        assert writer[1].position == 3
+    finally:
+        committer.close()

@@ -3,8 +3,8 @@
 A durable append costs one commit, and a commit costs one flush of the disk (SQLite's WAL,
 the JSONL log, PostgreSQL's WAL). When many threads or tasks append at the same time, each
 paying for its own flush wastes the disk: :class:`GroupCommitter` queues their requests and
-a committer thread hands every request queued so far to the backend at once, which writes
-them in **one** transaction with **one** flush. Each caller still gets its own answer:
+hands every request queued so far to the backend at once, which writes them in **one**
+transaction with **one** flush. Each caller still gets its own answer:
 
 * its recorded events, once the group's commit is durable (never before);
 * or its own :class:`~tracebound.errors.ConcurrencyConflict` when its ``expected_version``
@@ -12,6 +12,15 @@ them in **one** transaction with **one** flush. Each caller still gets its own a
 * or, when the group's commit itself fails, a :class:`GroupCommitError` (a
   :class:`~tracebound.errors.StorageError` whose ``__cause__`` is the backend's error):
   every request of that group fails, none is half-written or silently dropped.
+
+Who commits: an appending *thread* that finds no commit under way and no caller of the
+last group still on its way back commits the queued group itself (leader/follower: no
+hand-off to another thread, so no wake-up of a committer and no GIL hand-over to it); the
+others wait, and are woken in turn once the group is durable; a thread that finds callers
+still on their way back waits for them at most ``max_delay``, then commits by itself. The
+committer thread leads only for asyncio tasks (an event loop must not block on an fsync),
+for the main thread (where Python delivers signals: a commit interrupted half way could not
+tell its callers whether it happened), and for what is left queued after a group.
 
 Requests are committed in arrival order (FIFO) and a request is never split: an
 ``append_batch`` stays all or nothing. Memory is bounded: a group holds at most
@@ -25,6 +34,10 @@ so ``Ledger(GroupCommitter(store), ...)`` records through it. Reads, checkpoints
 metadata go straight to the store. Cross-process safety is the backend's own: each group
 takes the backend's write lock (SQLite's ``BEGIN IMMEDIATE``, the JSONL ``flock``,
 PostgreSQL's ``log_head`` row lock) exactly as a single append does.
+
+Appending threads commit groups themselves only on backends that allow it (a class
+attribute ``_commit_in_any_thread``: SQLite and JSONL); elsewhere (PostgreSQL, whose
+connections are per thread) the committer thread commits every group.
 
 A backend takes part by providing two private methods (see :class:`GroupCommitBackend`):
 ``_prepare_batch`` does the costly per-event work (canonical JSON) in the caller's thread,
@@ -63,6 +76,12 @@ DEFAULT_MAX_PENDING_EVENTS: Final = 50_000
 DEFAULT_MAX_PENDING_BYTES: Final = 64 << 20
 DEFAULT_MAX_DELAY: Final = 0.002
 
+# What a queued request's caller does next (GroupCommitter._enqueue).
+_NO_ROOM: Final = 0
+_FOLLOW: Final = 1
+_GATHER: Final = 2
+_LEAD: Final = 3
+
 _P = TypeVar("_P")
 _Outcome = list[RecordedEvent] | ConcurrencyConflict
 
@@ -94,6 +113,7 @@ class _Request:
 
     __slots__ = (
         "abandoned",
+        "can_lead",
         "counted",
         "done",
         "error",
@@ -104,6 +124,7 @@ class _Request:
         "next",
         "prepared",
         "result",
+        "taken",
     )
 
     def __init__(self, prepared: Any, events: int, nbytes: int) -> None:
@@ -121,6 +142,8 @@ class _Request:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.future: asyncio.Future[list[RecordedEvent]] | None = None
         self.counted = False  # settled, and its caller not yet running again
+        self.taken = False  # in a group (being committed, or committed)
+        self.can_lead = False  # its caller is a thread that may commit groups itself
 
     def outcome(self) -> list[RecordedEvent]:
         if self.error is not None:
@@ -187,7 +210,7 @@ class GroupCommitter(Generic[_P]):
         max_group_bytes: the most canonical record bytes one commit takes (likewise).
         max_pending_events: callers wait before queueing beyond this many events...
         max_pending_bytes: ...or beyond this many bytes, so memory stays bounded.
-        max_delay: the longest the committer waits for the callers of the group it just
+        max_delay: the longest a new group waits for the callers of the group just
             committed to queue their next request, so that callers who append in a loop
             share one commit instead of splitting into alternating halves (0: never wait).
         name: the committer thread's name.
@@ -228,6 +251,12 @@ class GroupCommitter(Generic[_P]):
         self._waking = 0  # settled requests whose callers have not run again yet
         self._idle = False  # the committer is waiting on _work for a request
         self._gathering = False  # the committer is waiting on _work for waking callers
+        self._leading = False  # someone owns the next commit (a thread, or the committer)
+        self._main = threading.main_thread().ident  # never leads: signals run there
+        # Whether appending threads may commit (see the module doc). A backend says so with
+        # ``_commit_in_any_thread``: a store whose connections are per thread (PostgreSQL,
+        # where a thread may hold a tracking transaction open) commits on its own thread.
+        self._threads_lead = bool(getattr(store, "_commit_in_any_thread", False))
         self._closing = False
         self._closed = False
         self.groups = 0  # commits made (for benchmarks and tests: the group sizes)
@@ -235,45 +264,98 @@ class GroupCommitter(Generic[_P]):
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
-    # -- the committer thread ----------------------------------------------------------------
+    # -- committing --------------------------------------------------------------------------
+    #
+    # Exactly one *leader* owns the next commit at a time (``_leading``, under the lock):
+    # an appending thread, or the committer thread. The leader takes the group from the
+    # queue, commits it without the lock, then settles every request of it and wakes their
+    # waiters. Whoever finds no leader and nobody to wait for claims the role; what a leader
+    # leaves queued goes to the committer thread.
 
     def _run(self) -> None:
+        """The committer thread: leads when no appending thread can (see the module doc)."""
+        gather_next = False  # it has just woken a group's callers: wait for their next requests
         while True:
             with self._lock:
-                while not self._queue and not self._closing:
-                    self._idle = True
-                    self._work.wait()
+                if not (gather_next and self._waking and not self._leading and not self._closing):
+                    while self._leading or not (self._queue or self._closing):
+                        self._idle = True
+                        self._work.wait()
+                    self._idle = False
+                    if not self._queue:  # closing, nobody leading, everything committed
+                        self._flushed.notify_all()
+                        return
+                self._leading = True
                 self._gather()
-                self._idle = False
-                if not self._queue:  # closing, and everything queued is committed
-                    self._flushed.notify_all()
-                    return
+                if not self._queue:  # the callers it waited for did not append again
+                    self._leading = False
+                    gather_next = False
+                    continue
                 group = self._take()
-            outcomes = self._commit(group)
-            first: _Request | None = None
+            self._settle(group, self._commit(group), None)
+            # Tasks (and the main thread) of this group queue their next requests for the
+            # committer to gather; threads that can lead are left to do so themselves.
+            gather_next = not all(r.can_lead for r in group)
+
+    def _lead(self, own: _Request) -> None:
+        """Commit the queued groups up to and including ``own``'s, in this thread (the
+        caller claimed the lead)."""
+        while True:
             with self._lock:
-                self._settled += len(group)
-                self._waking += len(group)
-                last: _Request | None = None
-                for request, (result, error) in zip(group, outcomes, strict=True):
-                    request.result, request.error = result, error
-                    request.counted = True
-                    if request.done is not None:  # a thread: chain it behind the previous one
-                        if last is None:
-                            first = request
-                        else:
-                            last.next = request
-                        last = request
-                self._flushed.notify_all()
-            by_loop: dict[asyncio.AbstractEventLoop, list[_Request]] = {}
-            for request in group:
-                if request.done is None:
-                    assert request.loop is not None
-                    by_loop.setdefault(request.loop, []).append(request)
-            for loop, requests in by_loop.items():  # one wake-up per event loop, not per task
+                group = self._take()
+            done = own.taken
+            self._settle(group, self._commit(group), own, keep_lead=not done)
+            if done:
+                return
+
+    def _settle(
+        self,
+        group: list[_Request],
+        outcomes: list[tuple[list[RecordedEvent] | None, BaseException | None]],
+        own: _Request | None,
+        *,
+        keep_lead: bool = False,
+    ) -> None:
+        """Hand each request of a committed group its outcome and wake its caller.
+
+        ``own`` is the leading thread's own request: its caller is running already.
+        """
+        first: _Request | None = None
+        with self._lock:
+            if not keep_lead:
+                self._leading = False
+            self._settled += len(group)
+            last: _Request | None = None
+            for request, (result, error) in zip(group, outcomes, strict=True):
+                request.result, request.error = result, error
+                if request is own:
+                    continue
+                request.counted = True
+                self._waking += 1
+                if request.done is not None:  # a thread: chain it behind the previous one
+                    if last is None:
+                        first = request
+                    else:
+                        last.next = request
+                    last = request
+            self._flushed.notify_all()
+            if self._idle and not keep_lead and (self._queue or self._closing):
+                self._work.notify()  # left over, or closing: the committer thread leads
+        self._resolve_tasks(group)
+        if first is not None:
+            self._wake(first)
+
+    def _resolve_tasks(self, group: list[_Request]) -> None:
+        """Settle the group's asyncio callers: one thread-safe call per event loop."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[_Request]] | None = None
+        for request in group:
+            if request.loop is not None:
+                if by_loop is None:
+                    by_loop = {}
+                by_loop.setdefault(request.loop, []).append(request)
+        if by_loop is not None:
+            for loop, requests in by_loop.items():
                 _resolve_later(loop, requests, self._consume)
-            if first is not None:
-                self._wake(first)
 
     def _wake(self, request: _Request | None) -> None:
         """Wake the thread waiting for ``request``; it wakes the next one of its group.
@@ -352,6 +434,7 @@ class GroupCommitter(Generic[_P]):
         """The next group, FIFO, within the limits (caller holds the lock)."""
         queue = self._queue
         first = queue.popleft()
+        first.taken = True
         group = [first]
         events, nbytes = first.events, first.nbytes
         while queue:
@@ -359,6 +442,7 @@ class GroupCommitter(Generic[_P]):
             if events + nxt.events > self._max_events or nbytes + nxt.nbytes > self._max_bytes:
                 break
             group.append(queue.popleft())
+            nxt.taken = True
             events += nxt.events
             nbytes += nxt.nbytes
         self._pending_events -= events
@@ -402,8 +486,11 @@ class GroupCommitter(Generic[_P]):
             and self._pending_bytes + request.nbytes <= self._max_pending_bytes
         )
 
-    def _enqueue(self, request: _Request, *, wait: bool) -> bool:
-        """Queue ``request``; False if it must wait for room and ``wait`` is off."""
+    def _enqueue(self, request: _Request, *, wait: bool, may_lead: bool) -> int:
+        """Queue ``request``, and say what its caller does next: ``_LEAD`` (commit the group
+        now, in this thread), ``_GATHER`` (wait, and lead if nobody has taken the group
+        within ``max_delay``), ``_FOLLOW`` (wait: a leader or the committer thread commits
+        it) or ``_NO_ROOM`` (not queued: the queue is full and ``wait`` is off)."""
         with self._lock:
             while True:
                 if self._closing:
@@ -411,16 +498,26 @@ class GroupCommitter(Generic[_P]):
                 if self._has_room(request):
                     break
                 if not wait:
-                    return False
+                    return _NO_ROOM
                 self._room.wait()
             self._queue.append(request)
             self._queued += 1
             self._pending_events += request.events
             self._pending_bytes += request.nbytes
-            if self._idle or (self._gathering and self._group_full()):
-                self._idle = False
-                self._work.notify()
-        return True
+            if self._leading:  # a commit (or the committer's gathering) is under way
+                if self._gathering and self._group_full():
+                    self._work.notify()
+                return _FOLLOW
+            if self._waking and self._max_delay > 0 and not self._group_full():
+                # Callers of the last group are still on their way back: wait for them.
+                if may_lead:
+                    return _GATHER
+            elif may_lead:
+                self._leading = True
+                return _LEAD
+            if self._idle:
+                self._work.notify()  # the committer thread leads (and gathers) instead
+            return _FOLLOW
 
     def _wait_for_room(self, request: _Request) -> None:
         """Block (in an executor thread) until the queue has room for ``request``."""
@@ -452,12 +549,27 @@ class GroupCommitter(Generic[_P]):
         done = threading.Lock()
         done.acquire()
         request.done = done
-        self._enqueue(request, wait=True)
-        try:
-            done.acquire()  # released once the outcome is known
-        except BaseException:
-            self._abandon(request)
-            raise
+        request.can_lead = self._threads_lead and threading.get_ident() != self._main
+        how = self._enqueue(request, wait=True, may_lead=request.can_lead)
+        if how == _LEAD:
+            self._lead(request)
+            return request.outcome()
+        timeout = self._max_delay if how == _GATHER else -1
+        while True:
+            try:
+                if done.acquire(timeout=timeout):  # released once the outcome is known
+                    break
+            except BaseException:
+                self._abandon(request)
+                raise
+            with self._lock:  # nobody came to commit the group in time: lead it
+                lead = not request.taken and not self._leading
+                if lead:
+                    self._leading = True
+            if lead:
+                self._lead(request)
+                return request.outcome()
+            timeout = -1  # taken, or a leader will take it: wait for the outcome
         nxt, request.next = request.next, None
         self._wake(nxt)
         self._consume(request)
@@ -486,7 +598,7 @@ class GroupCommitter(Generic[_P]):
         request = self._prepare(requests)
         request.loop = loop
         request.future = loop.create_future()
-        while not self._enqueue(request, wait=False):  # full: wait for room off the loop
+        while self._enqueue(request, wait=False, may_lead=False) == _NO_ROOM:  # off the loop
             await loop.run_in_executor(None, self._wait_for_room, request)
         try:
             return await request.future

@@ -362,6 +362,10 @@ class JsonlStore(ChainedAppends):
     still open a damaged store.
     """
 
+    # Group commit may run a group's commit in any appending thread: the store keeps one
+    # descriptor and one index, whichever thread appends.
+    _commit_in_any_thread: Final = True
+
     def __init__(self, directory: str | Path, *, create: bool = True) -> None:
         d = Path(directory)
         if d.exists() and not d.is_dir():

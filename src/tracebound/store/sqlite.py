@@ -182,6 +182,10 @@ class SQLiteStore(ChainedAppends):
         busy_timeout: seconds a writer waits for another process's write lock.
     """
 
+    # Group commit may run a group's commit in any appending thread: appends write through
+    # one connection (``_writer``), whichever thread makes them.
+    _commit_in_any_thread: Final = True
+
     def __init__(
         self,
         path: str | Path,
@@ -205,6 +209,8 @@ class SQLiteStore(ChainedAppends):
         self._busy_timeout = busy_timeout
         self._write_lock = threading.Lock()
         self._local = threading.local()
+        # The connection appends write through, whichever thread appends (see _writer).
+        self._writer_conn: tuple[sqlite3.Connection, _WriterState] | None = None
         self._closed = False
         self._connections: list[sqlite3.Connection] = []
         self._connections_lock = threading.Lock()
@@ -228,20 +234,41 @@ class SQLiteStore(ChainedAppends):
             raise StoreClosed(f"{self.url} is closed")
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
-            conn = sqlite3.connect(
-                self.path,
-                isolation_level=None,  # we issue BEGIN/COMMIT ourselves
-                check_same_thread=False,
-                timeout=self._busy_timeout,
-            )
-            conn.execute(f"PRAGMA synchronous={self._synchronous}")
-            conn.execute(f"PRAGMA wal_autocheckpoint={_WAL_AUTOCHECKPOINT}")
-            conn.execute("PRAGMA foreign_keys=ON")
+            conn = self._connect()
             self._local.conn = conn
-            self._local.writer = _WriterState(conn.cursor())
-            with self._connections_lock:
-                self._connections.append(conn)
         return conn
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            self.path,
+            isolation_level=None,  # we issue BEGIN/COMMIT ourselves
+            check_same_thread=False,
+            timeout=self._busy_timeout,
+        )
+        conn.execute(f"PRAGMA synchronous={self._synchronous}")
+        conn.execute(f"PRAGMA wal_autocheckpoint={_WAL_AUTOCHECKPOINT}")
+        conn.execute("PRAGMA foreign_keys=ON")
+        with self._connections_lock:
+            self._connections.append(conn)
+        return conn
+
+    def _writer(self) -> tuple[sqlite3.Connection, _WriterState]:
+        """The connection every append writes through, and what it knows of the log's head
+        (caller holds the write lock).
+
+        One per store, not one per thread: appends are serialised by the write lock anyway,
+        and group commit's leader is whichever thread arrived last. Writing through each
+        thread's own connection in turn made every commit find its connection's page cache
+        and cached heads stale (another connection had written since), so it re-read the
+        index pages and looked every stream's head up again.
+        """
+        if self._closed:
+            raise StoreClosed(f"{self.url} is closed")
+        writer = self._writer_conn
+        if writer is None:
+            conn = self._connect()
+            writer = self._writer_conn = (conn, _WriterState(conn.cursor()))
+        return writer
 
     def close(self) -> None:
         with self._connections_lock:
@@ -288,8 +315,7 @@ class SQLiteStore(ChainedAppends):
         chained: list[Chained | ConcurrencyConflict],
     ) -> None:
         """The transaction of :meth:`_append_prepared` (caller holds the write lock)."""
-        conn = self._conn()
-        state: _WriterState = self._local.writer
+        conn, state = self._writer()
         execute = state.cursor.execute
         execute("BEGIN IMMEDIATE")
         try:
@@ -540,7 +566,7 @@ class SQLiteStore(ChainedAppends):
         if not records:
             return
         with self._write_lock, _translated("import"):
-            conn = self._conn()
+            conn, _ = self._writer()
             conn.execute("BEGIN IMMEDIATE")
             try:
                 (last,) = conn.execute("SELECT COALESCE(MAX(position), 0) FROM events").fetchone()
@@ -551,4 +577,4 @@ class SQLiteStore(ChainedAppends):
                 conn.execute("ROLLBACK")
                 raise
             finally:
-                self._local.writer = _WriterState(conn.cursor())
+                self._writer_conn = (conn, _WriterState(conn.cursor()))
