@@ -35,7 +35,8 @@ from typing import Any, Final, Literal, TypeVar
 
 import jsonschema_rs
 from jsonschema import Draft202012Validator, FormatChecker  # type: ignore[import-untyped]  # jsonschema has no py.typed
-from jsonschema.exceptions import ValidationError as SchemaError  # type: ignore[import-untyped]  # jsonschema has no py.typed
+from jsonschema.exceptions import SchemaError as BadSchema  # type: ignore[import-untyped]  # jsonschema has no py.typed
+from jsonschema.exceptions import ValidationError as SchemaError
 from jsonschema.exceptions import best_match
 from pydantic import BaseModel
 from pydantic import ValidationError as ModelError
@@ -114,7 +115,10 @@ def _validator(name: str) -> Any:
         (schema["$id"], Resource.from_contents(schema)) for schema in (tpc, arl)
     )
     schema = {"tpc": tpc, "arl": arl, "envelope": {"$ref": _ENVELOPE_REF}}[name]
-    Draft202012Validator.check_schema(schema)
+    try:
+        Draft202012Validator.check_schema(schema)
+    except BadSchema as exc:
+        raise ContractError(f"the {name!r} contract schema is not valid: {exc.message}") from exc
     return Draft202012Validator(schema, registry=registry, format_checker=_format_checker())
 
 
@@ -188,7 +192,10 @@ def _rust_schema(node: Any) -> Any:
 @cache
 def _fast_validator(name: str) -> jsonschema_rs.Validator:
     tpc, arl = (_rust_schema(load_schema(n)) for n in ("tpc", "arl"))
-    registry = jsonschema_rs.Registry([(tpc["$id"], tpc), (arl["$id"], arl)])
+    try:
+        registry = jsonschema_rs.Registry([(tpc["$id"], tpc), (arl["$id"], arl)])
+    except (ValueError, jsonschema_rs.ReferencingError) as exc:
+        raise ContractError(f"the contract schemas cannot be registered: {exc}") from exc
     schema = {"tpc": tpc, "arl": arl, "envelope": {"$ref": _ENVELOPE_REF}}[name]
     checker = _format_checker()
     # The reference's own format functions (``conforms`` also turns their exceptions into
@@ -197,12 +204,22 @@ def _fast_validator(name: str) -> jsonschema_rs.Validator:
     formats = {
         fmt: (lambda value, fmt=fmt: bool(checker.conforms(value, fmt))) for fmt in checker.checkers
     }
-    return jsonschema_rs.Draft202012Validator(
-        schema, registry=registry, formats=formats, validate_formats=True, offline=True
-    )
+    try:
+        return jsonschema_rs.Draft202012Validator(
+            schema, registry=registry, formats=formats, validate_formats=True, offline=True
+        )
+    except (ValueError, jsonschema_rs.ReferencingError) as exc:
+        # Our own packaged schema (rewritten by _rust_schema) does not compile: a defect of
+        # the contract, not of the document, and loud rather than a silent slow path.
+        raise ContractError(f"the {name!r} contract schema does not compile: {exc}") from exc
 
 
 _JSON_SCALARS: Final = frozenset({str, int, float, bool, type(None)})
+_CONTAINERS_UNCHECKED: Final = 100_000
+"""Dicts and lists walked before :func:`_plain_json` looks for a cycle: far more than any
+contract document holds, so that a real document never pays for the check."""
+_LEAVE: Final = object()
+"""Pushed after a container's children: popping it takes the container off the path."""
 
 
 def _plain_json(document: object) -> bool:
@@ -212,8 +229,16 @@ def _plain_json(document: object) -> bool:
     jsonschema-rs reads a tuple as an array and an ``Enum`` member as its value, where the
     reference refuses both (``type: array`` means ``list`` to it); anything else, subclasses
     included, goes to the reference too. Iterative: no recursion limit to hit.
+
+    A dict or list that contains itself would be walked for ever; after
+    ``_CONTAINERS_UNCHECKED`` containers, :func:`_refuse_cycles` walks the document once
+    more and refuses a cycle (a long walk is otherwise just a big document).
+
+    Raises:
+        ValidationFailed: a dict or list contains itself (no JSON text can say that).
     """
     stack = [document]
+    budget = _CONTAINERS_UNCHECKED
     while stack:
         value = stack.pop()
         kind = type(value)
@@ -227,7 +252,41 @@ def _plain_json(document: object) -> bool:
             stack.extend(value)
         elif kind not in _JSON_SCALARS:
             return False
+        else:
+            continue
+        budget -= 1
+        if budget == 0:
+            _refuse_cycles(document)  # raises on a cycle; then the walk is finite
     return True
+
+
+def _refuse_cycles(document: object) -> None:
+    """Raise if a dict or list in ``document`` contains itself; shared values are fine.
+
+    The walk keeps the ids of the containers on the path from the root: meeting one of
+    them again is a cycle, meeting a container seen elsewhere is only sharing.
+    """
+    stack = [document]
+    path: set[int] = set()
+    open_ids: list[int] = []  # the ids in path, in order, for _LEAVE to pop
+    while stack:
+        value = stack.pop()
+        if value is _LEAVE:
+            path.discard(open_ids.pop())
+            continue
+        kind = type(value)
+        if kind is not dict and kind is not list:
+            continue  # scalars, and values that are not JSON: _plain_json stops at those
+        ident = id(value)
+        if ident in path:
+            raise ValidationFailed(
+                "$", "must not contain itself: a list or object holds a reference to itself"
+            )
+        path.add(ident)
+        open_ids.append(ident)
+        stack.append(_LEAVE)
+        assert isinstance(value, dict | list)
+        stack.extend(value.values() if isinstance(value, dict) else value)
 
 
 def _fast_accepts(name: Literal["tpc", "envelope", "arl"], document: object) -> bool:
@@ -345,7 +404,12 @@ def _check(name: Literal["tpc", "envelope", "arl"], model: type[_M], data: Mappi
         raise ValidationFailed("$", f"must be a JSON object, not {type(data).__name__}")
     document = dict(data)
     if not _fast_accepts(name, document):
-        error = best_match(_validator(name).iter_errors(document))
+        try:
+            error = best_match(_validator(name).iter_errors(document))
+        except RecursionError:
+            # Nested past the interpreter's limit, or a cycle through a value that is not
+            # plain JSON (a tuple inside a list inside the tuple): no contract document is.
+            raise ValidationFailed("$", "is nested too deeply, or contains itself") from None
         if error is not None:
             parts, reason = _schema_reason(error)
             raise ValidationFailed(_path(parts), reason)

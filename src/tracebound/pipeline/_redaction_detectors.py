@@ -54,20 +54,50 @@ MARKER_RE = re.compile(r"\[REDACTED:[a-z0-9]+(?:-[a-z0-9]+)*:hmac-sha256:[0-9a-f
 
 _TOKEN_CHARS = frozenset(string.ascii_letters + string.digits + "_-")
 
+# The characters other than an ASCII letter's two cases that ``re.IGNORECASE`` matches to
+# that letter in a str pattern: dotted capital I and dotless i (i), long s (s), Kelvin sign
+# (k). ``str.lower()`` turns only the Kelvin sign into its letter (and dotted I into two
+# characters), so a gate that lowered the text skipped ``Author\u0131zation: Basic …`` while the
+# (?i) rule behind it matched. A test derives this table from ``re`` over every code point.
+CASE_TWINS: dict[str, str] = {"\u0130": "i", "\u0131": "i", "\u017f": "s", "\u212a": "k"}
+_FOLD_TABLE = str.maketrans(
+    {**{c: c.lower() for c in string.ascii_uppercase}, **CASE_TWINS}  # one-to-one: same length
+)
+_NOT_LOWERED = re.compile("[\u0130\u0131\u017f]")  # twins that lower() leaves non-ASCII
+
+
+def fold_case(text: str) -> str:
+    """``text`` as ``re.IGNORECASE`` sees it against ASCII: same length, compared exactly.
+
+    Every character that ``re.IGNORECASE`` matches to an ASCII letter becomes that letter in
+    lower case; every other character stays non-ASCII or is itself. So an ASCII, lower-case
+    literal or pattern (no ``(?i)``) matches the folded text exactly where the same one with
+    ``(?i)`` matches ``text``, at the same positions. ``str.lower()`` is that for all but
+    three characters, and is the C-speed path; ``translate`` (slow) only runs on text that
+    holds one of them.
+    """
+    lowered = text.lower()
+    if text.isascii():  # O(1) in CPython: the common case costs one lower()
+        return lowered
+    if len(lowered) == len(text) and _NOT_LOWERED.search(lowered) is None:
+        return lowered  # lower() changed no length and left no twin unfolded
+    return text.translate(_FOLD_TABLE)
+
 
 @dataclass(frozen=True, slots=True)
 class Hint:
     """What every text a rule can find anything in contains.
 
-    That is one of ``literals`` (searched in ``text.lower()`` when ``lowered``) or a match
-    of ``pattern``. It is a necessary condition, never a sufficient one: the prefilter
+    That is one of ``literals`` (searched as ``re.IGNORECASE`` would when ``ignore_case``:
+    in :func:`fold_case` of the text, so they are ASCII and lower case) or a match of
+    ``pattern``. It is a necessary condition, never a sufficient one: the prefilter
     (:func:`may_match`) skips a text only when it holds no rule's hint, so a hint that is
     too wide costs time and one that is too narrow would leak a secret. Each hint below
     says why every match of its rule contains it, and a test checks that on generated text.
     """
 
     literals: tuple[str, ...] = ()
-    lowered: bool = False
+    ignore_case: bool = False
     pattern: str | None = None
 
 
@@ -380,14 +410,9 @@ def _cut_bare(value: str, op: str) -> str:
 
 def _keyword_assignments(text: str) -> Iterator[Span]:
     """``password=…``, ``"api_key": "…"``, ``token: …``: the value, never the key."""
-    # Case-insensitive alternation is ~10x slower in ``re`` than matching the lower-cased
-    # text; lowering keeps positions whenever it keeps the length (it never shrinks text).
-    lowered = text.lower()
-    if len(lowered) == len(text):
-        matches = _KEYWORD_THEN_OPERATOR_LOWER.finditer(lowered)
-    else:
-        matches = _KEYWORD_THEN_OPERATOR.finditer(text)
-    for match in matches:
+    # Case-insensitive alternation is ~10x slower in ``re`` than matching the folded text,
+    # which finds exactly what the (?i) pattern finds in ``text``, at the same positions.
+    for match in _KEYWORD_THEN_OPERATOR_LOWER.finditer(fold_case(text)):
         key_start = match.start()
         while key_start > 0 and text[key_start - 1] in _KEY_CHARS:
             key_start -= 1
@@ -571,7 +596,9 @@ class _Gated:
     ignore_case: bool
 
     def __call__(self, text: str) -> Iterator[Span]:
-        haystack = text.lower() if self.ignore_case else text
+        # With ignore_case, the needles are searched as the rule's (?i) pattern reads text:
+        # str.lower() alone missed U+0131, U+017F and U+0130, which (?i) matches to i, s, i.
+        haystack = fold_case(text) if self.ignore_case else text
         if any(needle in haystack for needle in self.needles):
             yield from self.find(text)
 
@@ -579,8 +606,11 @@ class _Gated:
 def _gate(
     find: Callable[[str], Iterator[Span]], *needles: str, ignore_case: bool = False
 ) -> _Gated:
-    wanted = tuple(n.lower() for n in needles) if ignore_case else needles
-    return _Gated(find, wanted, ignore_case)
+    if ignore_case:
+        # fold_case is exact against ASCII only: a non-ASCII needle would need more.
+        assert all(n.isascii() for n in needles), needles
+        needles = tuple(n.lower() for n in needles)
+    return _Gated(find, needles, ignore_case)
 
 
 def _d(
@@ -593,7 +623,7 @@ def _d(
     hint: Hint | None = None,
 ) -> Detector:
     if hint is None and isinstance(find, _Gated):
-        hint = Hint(find.needles, lowered=find.ignore_case)
+        hint = Hint(find.needles, ignore_case=find.ignore_case)
     return Detector(name, reason, source, priority, find, hint)
 
 
@@ -606,10 +636,9 @@ _TOKEN_RUN = Hint(pattern=r"(?<![A-Za-z0-9+/_\-])[A-Za-z0-9+/_\-]{20}")
 # ``ddd[ .-]dddd`` at its end, a trunk number ``0d[ -]ddd`` at its start, a card 13 digits
 # with at most one ``[ -]`` between two. ``\d`` is at least as wide as their ``\d`` and digits.
 _DIGIT_RUN = Hint(pattern=r"\d(?:[ .\-]?\d){4}")
-# The keyword rule matches a keyword of _KEYWORD in the lowered text (see
-# _keyword_assignments), and every keyword contains one of these. When lowering changes
-# the length it searches the original text instead; may_match() lets such text through.
-_KEYWORD_STEMS = Hint(("pass", "pwd", "secret", "token", "key"), lowered=True)
+# The keyword rule matches a keyword of _KEYWORD in the folded text (see
+# _keyword_assignments), and every keyword contains one of these.
+_KEYWORD_STEMS = Hint(("pass", "pwd", "secret", "token", "key"), ignore_case=True)
 
 
 _LIB: Source = "detect-secrets"
@@ -812,17 +841,15 @@ def _prefilter(detectors: tuple[Detector, ...]) -> Callable[[str], bool]:
     known = [h for h in hints if h is not None]
     # A regex scan beats a loop of ``in`` tests several times over on short text.
     in_text = _any_of(
-        (x for h in known if not h.lowered for x in h.literals),
+        (x for h in known if not h.ignore_case for x in h.literals),
         (h.pattern for h in known if h.pattern),
     )
-    in_lowered = _any_of(x for h in known if h.lowered for x in h.literals)
+    in_folded = _any_of(x for h in known if h.ignore_case for x in h.literals)
 
     def may_match(text: str) -> bool:
         if in_text.search(text):
             return True
-        folded = text.lower()
-        # The keyword rule's hint holds for lowered text of the same length only.
-        return len(folded) != len(text) or in_lowered.search(folded) is not None
+        return in_folded.search(fold_case(text)) is not None
 
     return may_match
 

@@ -43,6 +43,7 @@ from tracebound.pipeline._redaction_detectors import (
     MARKER_RE,
     Detector,
     Source,
+    fold_case,
     may_match,
     plausible_secret_value,
 )
@@ -479,7 +480,8 @@ def _hits(text: str, key_hint: str | None) -> list[_Hit]:
 
 
 def _key_kind(key: str) -> Literal["auth", "secret"] | None:
-    if key.lower() in _AUTH_HEADER_KEYS:
+    # Folded as KEY_NAME_RE's (?i) reads it: with U+0131 for i, Authorization is one too.
+    if fold_case(key) in _AUTH_HEADER_KEYS:
         return "auth"
     return "secret" if KEY_NAME_RE.match(key) else None
 

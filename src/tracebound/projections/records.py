@@ -22,7 +22,13 @@ from typing import Any, Final
 
 import orjson
 
-from tracebound.errors import IntegrityError, StorageError, TraceboundError, UnknownEventType
+from tracebound.errors import (
+    IntegrityError,
+    StorageError,
+    StoreClosed,
+    TraceboundError,
+    UnknownEventType,
+)
 from tracebound.events.envelope import Event, RecordedEvent, format_timestamp
 from tracebound.events.record import record_dict
 from tracebound.events.registry import EventRegistry, default_registry
@@ -33,23 +39,49 @@ from tracebound.store.sqlite import SQLiteStore
 __all__ = ["RecordDecoder", "read_record_pages", "read_records", "records_of"]
 
 
-_PAYLOAD_KEY: Final = b',"payload":'
-_AFTER_PAYLOAD: Final = b',"position":'
+_RECORD_KEYS: Final = frozenset(
+    (
+        "correlation_id",
+        "event_id",
+        "event_type",
+        "payload",
+        "position",
+        "prev_hash",
+        "schema_version",
+        "stream_id",
+        "stream_version",
+        "timestamp",
+        "workflow_id",
+    )
+)
+"""The fields of a stored record: :func:`~tracebound.events.record.record_dict`'s keys."""
+
+
+def _not_a_record(position: object, record: object) -> IntegrityError:
+    """The error for a stored body that parsed but is not the record at ``position``."""
+    if not isinstance(record, dict):
+        what = f"a JSON {type(record).__name__}, not an object"
+    elif record.keys() != _RECORD_KEYS:
+        missing = sorted(_RECORD_KEYS - record.keys())
+        extra = sorted(record.keys() - _RECORD_KEYS)
+        what = f"not a ledger record (missing {missing}, unexpected {extra})"
+    else:
+        what = f"the record of position {record['position']!r}"
+    return IntegrityError(f"stored record at position {position} is {what}")
 
 
 class RecordDecoder:
     """Turns stored records into record dicts, upcasting old payload versions.
 
-    From a raw row (:meth:`decode_raw`) only the payload is parsed: the envelope fields a
-    projection needs (position, stream, version, type, workflow, time, schema version) are
-    the store's columns, which ``verify`` checks against the hashed body. The payload is cut
-    out of the body by the record layout that :mod:`tracebound.events.record` fixes
-    (RFC 8785 sorts keys, so ``payload`` is followed by ``position`` and the other ledger
-    fields, none of which can contain that byte sequence outside a string); a body that does
-    not have that shape is parsed whole.
+    A record whose payload is read is the whole stored body parsed by one ``orjson.loads``:
+    the canonical record the chain hashed (``hash`` aside), with exactly the keys of
+    :func:`~tracebound.events.record.record_dict`. The body is the same bytes on every
+    backend, so the same event reads as the same dict from SQLite, PostgreSQL or JSONL.
+    A body that is not such a record (not JSON, not an object, other keys, another
+    position) raises :class:`IntegrityError` naming its position.
 
     The current version of each kind is looked up once and cached, so the common case (a
-    current record) costs one orjson parse of the payload and one dict lookup.
+    current record) costs one orjson parse, a key check and one dict lookup.
     """
 
     __slots__ = ("_current", "_registry")
@@ -78,36 +110,35 @@ class RecordDecoder:
     def decode(self, body: bytes) -> dict[str, Any]:
         """A whole record body to its dict (every field); raises IntegrityError if malformed."""
         try:
-            record: dict[str, Any] = orjson.loads(body)
-            kind = record["event_type"]
-            version = record["schema_version"]
-        except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
+            record: Any = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
             raise IntegrityError(f"stored record cannot be decoded: {exc}") from exc
-        return self._current_form(record, kind, version)
+        if record.__class__ is not dict or record.keys() != _RECORD_KEYS:
+            position = record.get("position") if isinstance(record, dict) else None
+            raise _not_a_record(position, record)
+        return self._current_form(record, record["event_type"], record["schema_version"])
 
     def decode_raw(self, row: Sequence[Any]) -> dict[str, Any]:
-        """A raw row in :class:`RawRecord` field order to a record dict (payload parsed only)."""
-        body: bytes = row[9]
-        begin = body.find(_PAYLOAD_KEY)
-        end = body.rfind(_AFTER_PAYLOAD)
-        if begin < 0 or end < begin:
-            return self.decode(body)
+        """A raw row in :class:`RawRecord` field order to its whole record dict.
+
+        The same dict as the SQLite reader's (:func:`read_record_pages`): the stored body
+        parsed whole, checked to be the record of the row's position, upcast if old.
+        """
+        position = row[0]
         try:
-            payload = orjson.loads(body[begin + 11 : end])
-        except orjson.JSONDecodeError:
-            return self.decode(body)
+            record: Any = orjson.loads(row[9])
+        except orjson.JSONDecodeError as exc:
+            raise IntegrityError(
+                f"stored record at position {position} cannot be decoded: {exc}"
+            ) from exc
+        if (
+            record.__class__ is not dict
+            or record.keys() != _RECORD_KEYS
+            or record["position"] != position
+        ):
+            raise _not_a_record(position, record)
         kind = row[3]
         version = row[6]
-        record = {
-            "event_type": kind,
-            "payload": payload,
-            "position": row[0],
-            "schema_version": version,
-            "stream_id": row[1],
-            "stream_version": row[2],
-            "timestamp": row[5],
-            "workflow_id": row[4],
-        }
         current = self._current.get(kind, -1)
         if current == -1:
             current = self.current_version(kind)
@@ -119,8 +150,10 @@ class RecordDecoder:
         """A raw row to a record dict whose ``payload`` is None: nothing parsed at all.
 
         For a runner none of whose projections reads this kind's payload (the audit trail
-        needs only the envelope columns). ``schema_version`` is the stored one: the payload
-        is not upcast because it is not read.
+        needs only the envelope columns). Its keys are the same on every backend:
+        ``event_type``, ``payload`` (None), ``position``, ``schema_version``, ``stream_id``,
+        ``stream_version``, ``timestamp`` and ``workflow_id``. ``schema_version`` is the
+        stored one: the payload is not upcast because it is not read.
         """
         return {
             "event_type": row[3],
@@ -191,19 +224,29 @@ def _sqlite_pages(
     (the body *is* the record the chain hashed, without ``hash``; ``verify`` checks it),
     and, for kinds whose payload nobody reads, the envelope columns instead of the body.
     Text columns cost more to fetch than the body they repeat, and this halves the read.
+    The dicts are the ones :meth:`RecordDecoder.decode_raw` and
+    :meth:`RecordDecoder.envelope_raw` build from the generic rows.
+
     It opens its own connection (a read never needs the store's writer) and closes it when
-    done; each page is its own short read transaction, as in the store.
+    done; each page is its own short read transaction, as in the store. It reads the
+    store's private ``_closed`` and ``_busy_timeout`` (never writes them), so that a closed
+    store raises :class:`StoreClosed` before any page, as :meth:`SQLiteStore.read_raw` does,
+    and a page waits on a writer's lock as long as the store's own reads would.
     """
     upper = stop if stop is not None else (1 << 62)
     kinds = None if payload_kinds is None else sorted(payload_kinds)
     sql = _SELECT_BODIES if kinds is None else _select_some_bodies(len(kinds))
+    _check_open(store)
     try:
-        conn = sqlite3.connect(store.path, check_same_thread=False, timeout=60.0)
+        # The store's own busy timeout (private, read only: it has no public accessor).
+        busy = store._busy_timeout
+        conn = sqlite3.connect(store.path, check_same_thread=False, timeout=busy)
     except sqlite3.Error as exc:
         raise StorageError(f"sqlite read failed: {exc}") from exc
     try:
         cursor = start
         while cursor <= upper:
+            _check_open(store)  # closed between pages: stop as read_raw would
             args: tuple[Any, ...] = (cursor, upper, _PAGE)
             if kinds is not None:
                 args = (*kinds, *args)
@@ -226,15 +269,25 @@ def _sqlite_pages(
         conn.close()
 
 
+def _check_open(store: SQLiteStore) -> None:
+    # Private and read only: the store has no public "closed" flag.
+    if store._closed:
+        raise StoreClosed(f"{store.url} is closed")
+
+
 def _decode_page(page: list[Any], dec: RecordDecoder, out: list[dict[str, Any]]) -> None:
     """Rows of :func:`_sqlite_pages`' query to record dicts, appended to ``out`` in order.
 
-    Raises IntegrityError at the first body that is not a JSON object; ``out`` then holds
-    the records before it.
+    Raises IntegrityError at the first body that is not the record of its row (not JSON,
+    not an object, not exactly the record's keys, another position); ``out`` then holds
+    the records before it. The key check is one comparison of the dict's keys with a
+    frozenset, in C; without it a body such as ``{}`` reached the runner and the
+    projections, and failed there with a bare KeyError.
     """
     append = out.append
     loads = orjson.loads
     current = dec.current_versions()
+    record_keys = _RECORD_KEYS
     for row in page:
         body = row[3]
         if body is None:  # a kind whose payload nobody reads: the envelope columns
@@ -254,15 +307,21 @@ def _decode_page(page: list[Any], dec: RecordDecoder, out: list[dict[str, Any]])
         try:
             record = loads(body)
         except orjson.JSONDecodeError as exc:
-            raise IntegrityError(f"stored record cannot be decoded: {exc}") from exc
-        if record.__class__ is not dict:
-            raise IntegrityError(f"stored record {row[0]} is not a JSON object")
+            raise IntegrityError(
+                f"stored record at position {row[0]} cannot be decoded: {exc}"
+            ) from exc
+        if (
+            record.__class__ is not dict
+            or record.keys() != record_keys
+            or record["position"] != row[0]
+        ):
+            raise _not_a_record(row[0], record)
         kind = row[1]
         version = current.get(kind, -1)
         if version == -1:
             version = dec.current_version(kind)
         if version is not None and version != row[2]:
-            record = dec.decode(body)  # validates and upcasts: the rare path
+            record = dec.upcast(record)  # validates and upcasts: the rare path
         append(record)
 
 
@@ -319,12 +378,27 @@ def read_records(
 ) -> Iterator[dict[str, Any]]:
     """The log from ``start`` as record dicts, in position order, in constant memory.
 
-    A record whose payload is read is the whole stored record (the canonical JSON the
-    chain hashed, ``hash`` aside), as :func:`~tracebound.events.record.record_dict` gives.
-    With ``payload_kinds``, only records of those kinds have their payload parsed; the
-    others come with ``payload`` None and the envelope fields only (position, stream,
-    stream version, type, schema version, time, workflow). A runner passes the kinds its
-    projections read payloads of, so that no event is decoded for nothing.
+    The dicts have the same keys and values for the same event on every backend (SQLite,
+    PostgreSQL, JSONL, or any other :class:`LogStore`), because they come from the stored
+    body, which is the same canonical bytes everywhere:
+
+    * a record whose payload is read is the whole stored record, exactly the eleven keys
+      of :func:`~tracebound.events.record.record_dict`: ``correlation_id``, ``event_id``,
+      ``event_type``, ``payload``, ``position``, ``prev_hash``, ``schema_version``,
+      ``stream_id``, ``stream_version``, ``timestamp``, ``workflow_id`` (the canonical JSON
+      the chain hashed, ``hash`` aside); a payload written at an older schema version is
+      upcast, and ``schema_version`` is then the current one;
+    * with ``payload_kinds``, records of other kinds are not parsed at all: they have
+      exactly eight keys, ``event_type``, ``payload`` (None), ``position``,
+      ``schema_version`` (as stored), ``stream_id``, ``stream_version``, ``timestamp`` and
+      ``workflow_id``, read from the store's envelope columns. A runner passes the kinds
+      its projections read payloads of, so that no event is decoded for nothing.
+
+    Raises:
+        IntegrityError: a body that is parsed is not the record of its position (not JSON,
+            not an object, other keys, another position). The records before it have been
+            yielded. Bodies that are not parsed are not checked (``verify`` checks them).
+        StorageError: the store cannot be read (:class:`StoreClosed` once it is closed).
     """
     for page in read_record_pages(
         store, start=start, stop=stop, decoder=decoder, payload_kinds=payload_kinds

@@ -18,6 +18,7 @@ kinds, in log order, as soon as it is read (see :meth:`ProjectionRunner._dispatc
 from __future__ import annotations
 
 import gc
+import logging
 import multiprocessing
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -54,6 +55,8 @@ __all__ = [
     "ViewStore",
     "default_projections",
 ]
+
+_log = logging.getLogger(__name__)
 
 DEFAULT_BATCH: Final = 20_000
 """Events per transaction in catch-up: large enough to amortise the commit, small enough
@@ -245,12 +248,19 @@ class _Live:
     def __init__(self, projection: Projection, position: int, rows: Rows) -> None:
         self.projection = projection
         self.apply = projection.apply
-        # Optional batch form of apply (see Projection); None: the runner loops over apply.
-        self.many: Callable[[Sequence[EventRecord], Rows], None] | None = getattr(
-            projection, "apply_many", None
-        )
+        self.many: Callable[[Sequence[EventRecord], Rows], None] | None = None
+        self.rearm()
         self.position = position
         self.rows = rows
+
+    def rearm(self) -> None:
+        """Use the projection's ``apply_many`` again (at the start of each run).
+
+        Optional batch form of apply (see Projection); None: the runner loops over apply.
+        A run that catches ``apply_many`` breaking its contract stops using it for the rest
+        of that run (see :meth:`ProjectionRunner._dispatch`), and tries it again next run.
+        """
+        self.many = getattr(self.projection, "apply_many", None)
 
 
 class ViewStore(RowSink, Protocol):
@@ -426,6 +436,8 @@ class ProjectionRunner(Generic[ViewsT]):
             StorageError, ConcurrencyConflict: the views could not be written.
         """
         live = self._prepare()
+        for lv in live:
+            lv.rearm()
         head = self.store.size()
         report = RunReport(head=head)
         failed: dict[str, tuple[ProjectionFailure, BaseException]] = {}
@@ -566,7 +578,8 @@ class ProjectionRunner(Generic[ViewsT]):
         the dispatch saved). A projection with an ``apply_many`` gets each chunk in one
         call; if that raises, its cache is thrown away and the batch so far applied again
         event by event, which finds the failing event (or, if ``apply`` does not fail,
-        leaves the rows exactly as ``apply`` computes them).
+        leaves the rows exactly as ``apply`` computes them, logs a warning, and uses
+        ``apply`` for the rest of the run).
         """
         kind_sets = {lv.projection.kinds for lv in live}
         done = len(so_far) - len(records)
@@ -580,11 +593,13 @@ class ProjectionRunner(Generic[ViewsT]):
                 if not chosen or name in broken:
                     continue
                 rows = lv.rows
+                many_error: Exception | None = None
                 if lv.many is not None:
                     try:
                         lv.many(chosen, rows)
                         continue
-                    except Exception:  # noqa: BLE001 - located by the per-event pass below
+                    except Exception as exc:  # noqa: BLE001 - located by the per-event pass below
+                        many_error = exc
                         rows.discard()
                         chosen = _select(so_far[: done + end], {kinds})[kinds]
                 apply = lv.apply
@@ -595,6 +610,21 @@ class ProjectionRunner(Generic[ViewsT]):
                 except Exception as exc:  # noqa: BLE001 - projection code is reported, typed
                     assert record is not None
                     broken[name] = (record["position"], exc)
+                    continue
+                if many_error is not None:
+                    # apply_many raised where apply, event by event, did not: it broke its
+                    # contract (the same rows as apply). Say so once, and stop using it for
+                    # the rest of this run: trying it on every later chunk would re-apply
+                    # the whole batch so far each time (quadratic in the batch).
+                    lv.many = None
+                    _log.warning(
+                        "projection %r: apply_many raised %s: %s, but apply succeeded on "
+                        "the same events; apply_many must give the same rows as apply, so "
+                        "this run uses apply for the rest of its events",
+                        name,
+                        type(many_error).__name__,
+                        many_error,
+                    )
 
     @staticmethod
     def _replay_before(lv: _Live, records: list[EventRecord], position: int) -> None:

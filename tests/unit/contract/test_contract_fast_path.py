@@ -360,3 +360,92 @@ def test_patterns_with_unchecked_escapes_are_refused(pattern: str) -> None:
 def test_escaped_punctuation_is_kept() -> None:
     assert _rust_pattern(r"^[0-9]+(\.[0-9]+)?$") == r"^[0-9]+(\.[0-9]+)?$"
     assert _rust_pattern(r"a\S") == f"a[^{_PYTHON_WHITESPACE}]"
+
+
+# --- documents no JSON text can be, and schemas that do not compile -------------------------
+
+_CYCLE_PROBE = """
+import json, resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))  # a walk for ever dies quickly
+from tracebound.contract import validate_tpc
+from tracebound.errors import ValidationFailed
+doc = json.loads(sys.argv[1])
+loop = ["x"]
+loop.append(loop)
+inner = {"a": []}
+inner["a"].append({"b": inner})  # a cycle two containers long, inside the envelope
+deep = [1]
+deep.append([[deep]])  # three lists deep
+cases = {
+    "list": ("actions", loop),
+    "dict": ("handoff_envelope", inner),
+    "nested": ("risks", deep),
+}
+where, value = cases[sys.argv[2]]
+doc[where] = value
+try:
+    validate_tpc(doc)
+except ValidationFailed as exc:
+    print("ValidationFailed", exc.field, exc.reason)
+"""
+
+
+@pytest.mark.parametrize("shape", ["list", "dict", "nested"])
+def test_a_document_that_contains_itself_is_refused(shape: str) -> None:
+    # In a child process with a memory limit and a timeout: the bug this guards against was
+    # a walk that never ended.
+    import subprocess
+
+    document = _load(next(p for k, g, p in ALL if k == "tpc" and g == "valid"))
+    run = subprocess.run(
+        [sys.executable, "-c", _CYCLE_PROBE, json.dumps(document), shape],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert run.stdout.startswith("ValidationFailed $ must not contain itself"), run.stderr[-800:]
+
+
+def test_shared_values_are_not_cycles() -> None:
+    # (Cycles are refused in test_a_document_that_contains_itself_is_refused, in a child
+    # process: in this one, a regression would walk for ever and eat the machine's memory.)
+    shared = ["a", "b"]
+    assert _plain_json({"x": shared, "y": [shared, shared], "z": {"w": shared}})
+    wide: list[Any] = [shared] * 200_000  # past the walk's budget: checked, and accepted
+    assert _plain_json({"wide": wide, "again": wide})
+    document = _load(next(p for k, g, p in ALL if k == "tpc" and g == "valid"))
+    actions = list(document["actions"])
+    assert validate_tpc({**document, "actions": actions, "risks": actions}).risks == tuple(actions)
+
+
+def test_a_document_nested_past_the_recursion_limit_is_refused_typed() -> None:
+    # Not plain JSON (the tuple at the bottom), so the reference walks it, recursively.
+    document = _load(next(p for k, g, p in ALL if k == "tpc" and g == "valid"))
+    deep: Any = (1,)
+    for _ in range(sys.getrecursionlimit() * 2):
+        deep = [deep]
+    with pytest.raises(ValidationFailed, match="nested too deeply"):
+        validate_tpc({**document, "actions": deep})
+
+
+@pytest.mark.parametrize("broken", [{"type": 5}, {"pattern": "("}, {"$ref": "#/nowhere"}])
+def test_a_schema_that_does_not_compile_raises_a_contract_error(broken: dict[str, Any]) -> None:
+    document = _load(next(p for k, g, p in ALL if k == "tpc" and g == "valid"))
+    validate_tpc(document)  # the reference validator is built (and cached) from good schemas
+    real = validate_module.load_schema
+
+    def break_it(name: Any) -> Any:
+        return {**real(name), **broken}
+
+    validate_module._fast_validator.cache_clear()
+    try:
+        with (
+            mock.patch.object(validate_module, "load_schema", side_effect=break_it),
+            pytest.raises(ContractError, match="does not compile") as caught,
+        ):
+            validate_tpc(document)
+    finally:
+        validate_module._fast_validator.cache_clear()  # the real schema again
+    assert not isinstance(caught.value, ValidationFailed)  # the contract's fault, not the doc's
+    validate_tpc(document)

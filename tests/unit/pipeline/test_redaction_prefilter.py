@@ -1,16 +1,26 @@
 """The redaction prefilter and the entropy bound skip work, never a secret.
 
 ``may_match`` lets the redactor skip its thirty-one detectors on text that holds none of
-their hints (see ``Hint`` in ``_redaction_detectors``). It is only sound if every rule's
-hint really is necessary: whenever a rule finds something, its hint is in the text. That is
-checked on the whole corpus and on generated text built from the rules' own trigger strings,
-and the redactor's output is compared with a run that has no prefilter at all.
+their hints (see ``Hint`` in ``_redaction_detectors``), and most rules sit behind a gate (a
+substring test) as well. Both are only sound if every hint and gate is necessary: whenever
+a rule *itself* finds something (the ungated rule: checking the gated one would hide a gate
+that is too narrow), its hint is in the text as the rule's own regex engine reads it
+(``re.IGNORECASE`` for a case-insensitive rule, which also matches dotless i, long s,
+dotted capital I and the Kelvin sign to ASCII letters), and its gate lets the text through.
+That is checked on the whole corpus and on generated text built from the rules' own trigger
+strings, spelt with every character ``re`` folds to each letter, and the redactor's output
+is compared with a run that has no prefilter at all. ``fold_case``, which the gates and
+hints use, is compared with ``re`` over every code point.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import random
 import re
+import string
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -23,9 +33,14 @@ import tracebound.pipeline.redaction as redaction_module
 from tracebound.pipeline._redaction_detectors import (
     _B64,
     _HEX,
+    _KEYWORD_THEN_OPERATOR,
+    _KEYWORD_THEN_OPERATOR_LOWER,
+    CASE_TWINS,
     DETECTORS,
     Detector,
     _entropy_may_exceed,
+    _Gated,
+    fold_case,
     may_match,
 )
 from tracebound.pipeline.redaction import Redactor
@@ -40,22 +55,28 @@ SETTINGS = settings(max_examples=600, deadline=None, suppress_health_check=[Heal
 
 
 def _hint_holds(detector: Detector, text: str) -> bool:
+    """Whether the hint is in ``text``, decided by ``re`` (not by the code under test)."""
     hint = detector.hint
     assert hint is not None
-    if hint.lowered and len(text.lower()) != len(text):
-        return True  # not claimed there: may_match lets such text through (checked below)
     if hint.pattern is not None and re.search(hint.pattern, text):
         return True
-    haystack = text.lower() if hint.lowered else text
-    return any(literal in haystack for literal in hint.literals)
+    flags = re.IGNORECASE if hint.ignore_case else 0
+    return any(re.search(re.escape(literal), text, flags) for literal in hint.literals)
+
+
+def _ungated(detector: Detector) -> Callable[[str], Iterator[tuple[int, int]]]:
+    find = detector.find
+    return find.find if isinstance(find, _Gated) else find
 
 
 def _check_sound(text: str) -> None:
     found_any = False
     for detector in DETECTORS:
-        if list(detector.find(text)):
+        found = list(_ungated(detector)(text))
+        if found:
             found_any = True
             assert _hint_holds(detector, text), (detector.name, text)
+            assert list(detector.find(text)) == found, ("gate", detector.name, text)
     if found_any:
         assert may_match(text), text
 
@@ -108,14 +129,45 @@ _TRIGGERS = sorted(
     | {
         "\u212a",
         "\u0130",
+        "\u0131",
         "\u017f",
         "\u1e9e",
         "\ufb00",
         "\u2126",
-    }  # lower() changes length or folds oddly
+    }  # lower() changes length or folds oddly, or re.IGNORECASE folds them to ASCII
 )
+
+
+@functools.cache
+def _every_character() -> str:
+    return "".join(chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF)
+
+
+@functools.cache
+def _same_ignoring_case() -> dict[str, frozenset[str]]:
+    """Every character ``re.IGNORECASE`` matches with some printable ASCII character, to
+    the ASCII characters it matches."""
+    any_ascii = re.compile("[" + re.escape(string.printable) + "]", re.IGNORECASE)
+    return {
+        char: frozenset(
+            n for n in string.printable if re.fullmatch(re.escape(n), char, re.IGNORECASE)
+        )
+        for char in set(any_ascii.findall(_every_character()))
+    }
+
+
+def _spellings(literal: str) -> st.SearchStrategy[str]:
+    """``literal`` with each letter in any spelling ``re.IGNORECASE`` matches it with."""
+    twins = {**{c.lower(): c.lower() + c.upper() for c in string.ascii_letters}}
+    for odd, letter in CASE_TWINS.items():
+        twins[letter] += odd
+    return st.tuples(*(st.sampled_from(twins.get(c.lower(), c)) for c in literal)).map("".join)
+
+
+_SPELT_TRIGGERS = st.sampled_from([t for t in _TRIGGERS if t.isascii()]).flatmap(_spellings)
 _TEXT = st.lists(
     st.sampled_from(_TRIGGERS)
+    | _SPELT_TRIGGERS
     | st.text(max_size=4)
     | st.text(alphabet="0123456789 -.", min_size=3, max_size=20)
     | st.text(alphabet="ABCDEFabcdef0123456789+/_-", min_size=15, max_size=40),
@@ -129,11 +181,105 @@ def test_hints_hold_on_generated_text(text: str) -> None:
     _check_sound(text)
 
 
+_SECRET_LINES = sorted(
+    {line for row in ROWS if row["expect"] for line in row["text"].splitlines() if line}
+)
+
+
+def _respelt(text: str, seed: int) -> str:
+    """``text`` with its i, s and k (either case) each spelt at random as ``re.IGNORECASE``
+    reads them: the letter in either case or one of its twins (dotless i, long s, ...)."""
+    choose = random.Random(seed).choice
+    spellings = {c: c.lower() + c.upper() for c in "iskISK"}
+    for odd, letter in CASE_TWINS.items():
+        spellings[letter] += odd
+        spellings[letter.upper()] += odd
+    return "".join(choose(spellings[c]) if c in spellings else c for c in text)
+
+
+@SETTINGS
+@given(st.sampled_from(_SECRET_LINES), st.integers(0, 2**32))
+def test_hints_hold_on_secrets_spelt_with_case_twins(line: str, seed: int) -> None:
+    # Whole secrets from the corpus, so that the (?i) rules really match: generated text
+    # rarely spells a whole "Authorization: Basic <credential>" by chance.
+    _check_sound(_respelt(line, seed))
+
+
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_TEXT, st.sampled_from(["note", "api_key", "Authorization", "password", "db_token"]))
 def test_generated_text_redacts_the_same_without_the_prefilter(text: str, key: str) -> None:
     value = {key: text, "list": [text, 4111111111111111], "n": 5551234567}
     assert REDACTOR.redact(value) == _redact_without_prefilter(value)
+
+
+# --- case folding as re.IGNORECASE does it -------------------------------------------------
+
+
+def test_case_twins_are_the_ones_re_folds_to_ascii_letters() -> None:
+    derived = {
+        char: min(matched).lower()
+        for char, matched in _same_ignoring_case().items()
+        if not char.isascii()
+    }
+    assert derived == CASE_TWINS
+
+
+def _folds_like_re(char: str, folded: str) -> bool:
+    """``folded`` equals an ASCII character's fold exactly when ``re`` matches ``char`` to it."""
+    matched = _same_ignoring_case().get(char, frozenset())
+    return all((folded == n.lower()) == (n in matched) for n in string.printable)
+
+
+def test_fold_case_is_re_ignorecase_at_every_code_point() -> None:
+    everything = _every_character()
+    whole = fold_case(everything)  # the translate path: it holds every twin
+    assert len(whole) == len(everything)
+    for char, folded in zip(everything, whole, strict=True):
+        if folded.isascii() or char in _same_ignoring_case():
+            assert _folds_like_re(char, folded), hex(ord(char))
+    for char in everything:  # one at a time: mostly the lower() path
+        folded = fold_case(char)
+        assert len(folded) == 1, hex(ord(char))
+        if folded.isascii() or char in _same_ignoring_case():
+            assert _folds_like_re(char, folded), hex(ord(char))
+
+
+@SETTINGS
+@given(_TEXT)
+def test_the_keyword_rule_finds_what_its_ignorecase_pattern_finds(text: str) -> None:
+    def spans(matches: Iterator[re.Match[str]]) -> list[tuple[Any, ...]]:
+        return [(m.span(), m.span("kw"), m.span("op")) for m in matches]
+
+    folded = fold_case(text)
+    assert len(folded) == len(text)
+    assert spans(_KEYWORD_THEN_OPERATOR_LOWER.finditer(folded)) == spans(
+        _KEYWORD_THEN_OPERATOR.finditer(text)
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "detector"),
+    [
+        ("Author\u0131zation: Basic dXNlcjpwYXNzd29yZDEyMw==", "basic-auth-header"),
+        ("AUTHORİZATİON: Basic dXNlcjpwYXNzd29yZDEyMw==", "basic-auth-header"),
+        ("AW\u017f_SECRET_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "aws-secret-key"),
+        (
+            (
+                "see http\u017f://hook\u017f.slack.com/services/T0000000/B0000000/"
+                "XXXXXXXXXXXXXXXXXXXXXXXX"
+            ),
+            "slack-webhook",
+        ),
+        ("\u212aey: Bearer abcdef0123456789", "bearer-token"),
+        ("pa\u017f\u017fword=hunter2hunter2", "secret-keyword"),
+        ("xo\u212a: \u0130ts pa\u017fsword = 'Zq9!vR3#'", "secret-keyword"),
+    ],
+)
+def test_secrets_spelt_with_case_twins_are_redacted(text: str, detector: str) -> None:
+    result = REDACTOR.redact_text(text)
+    assert f"[REDACTED:{detector}:" in result.value, result.value
+    with mock.patch.object(redaction_module, "may_match", return_value=True):
+        assert result == REDACTOR.redact_text(text)
 
 
 # --- the entropy bound ----------------------------------------------------------------------

@@ -5,11 +5,14 @@
 * the runner applies each page as it is read and across pages, so a failure in a later
   page stops the projection at that event, with the earlier pages committed;
 * the SQLite reader's record dicts are the stored records, and a record that cannot be
-  decoded stops the projections at that position.
+  decoded stops the projections at that position;
+* an ``apply_many`` that raises where ``apply`` does not is reported (once per run) and not
+  tried again in that run, so the batch is not replayed at every page.
 """
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
@@ -148,14 +151,18 @@ class Picky:
     def __init__(self, bad: int | None, *, many_is_broken: bool = False) -> None:
         self.bad = bad
         self.many_is_broken = many_is_broken
+        self.applied = 0  # calls of apply, counted to catch replays
+        self.many_calls = 0
 
     def apply(self, record: EventRecord, rows: Rows) -> None:
+        self.applied += 1
         pos = record["position"]
         rows.put(SEEN, (pos,), {"position": pos})
         if pos == self.bad:
             raise ValueError(f"bad cost at {pos}")
 
     def apply_many(self, records: Sequence[EventRecord], rows: Rows) -> None:
+        self.many_calls += 1
         for record in records:
             rows.put(SEEN, (record["position"],), {"position": -1})  # half-done junk
         if self.many_is_broken or any(r["position"] == self.bad for r in records):
@@ -190,6 +197,59 @@ def test_a_broken_apply_many_falls_back_to_apply(ledger: SQLiteStore, tmp_path: 
     runner = ProjectionRunner(ledger, views, [Picky(None, many_is_broken=True)], batch_size=3_000)
     assert runner.run().events == ledger.size()
     assert [r["position"] for r in views.select(SEEN)] == _cost_positions(ledger)
+    views.close()
+
+
+def _contract_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "tracebound.projections.runner" and r.levelno == logging.WARNING
+    ]
+
+
+def test_a_broken_apply_many_is_reported_once_and_not_retried(
+    ledger: SQLiteStore, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    costs = _cost_positions(ledger)
+    views = SQLiteViews(tmp_path / "v.db")
+    picky = Picky(None, many_is_broken=True)
+    # Three pages in the first batch, one in the second: a retry per page would replay.
+    runner = ProjectionRunner(ledger, views, [picky], batch_size=4_500)
+    with caplog.at_level(logging.WARNING, logger="tracebound.projections.runner"):
+        runner.run()
+    (warning,) = _contract_warnings(caplog)
+    assert "'picky'" in warning and "apply_many" in warning
+    assert picky.many_calls == 1
+    assert picky.applied == len(costs)  # every event applied once: nothing replayed
+    assert [r["position"] for r in views.select(SEEN)] == costs
+
+    # The next run tries apply_many again, and reports it again, once.
+    more = [
+        Event.create(_payload(0), event_id=UUID(int=10_000 + i), timestamp=T0, workflow_id="wf-9")
+        for i in range(3)
+    ]
+    ledger.append_batch([AppendRequest("wf-9", more)])
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="tracebound.projections.runner"):
+        runner.run()
+    assert len(_contract_warnings(caplog)) == 1
+    assert picky.many_calls == 2
+    assert [r["position"] for r in views.select(SEEN)] == _cost_positions(ledger)
+    views.close()
+
+
+def test_a_failing_event_is_not_reported_as_a_broken_apply_many(
+    ledger: SQLiteStore, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    bad = _cost_positions(ledger)[3]
+    views = SQLiteViews(tmp_path / "v.db")
+    with (
+        caplog.at_level(logging.WARNING, logger="tracebound.projections.runner"),
+        pytest.raises(ContractError),
+    ):
+        ProjectionRunner(ledger, views, [Picky(bad)]).run()
+    assert _contract_warnings(caplog) == []  # apply failed too: apply_many kept its contract
     views.close()
 
 
