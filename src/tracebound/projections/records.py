@@ -228,19 +228,16 @@ def _sqlite_pages(
     :meth:`RecordDecoder.envelope_raw` build from the generic rows.
 
     It opens its own connection (a read never needs the store's writer) and closes it when
-    done; each page is its own short read transaction, as in the store. It reads the
-    store's private ``_closed`` and ``_busy_timeout`` (never writes them), so that a closed
-    store raises :class:`StoreClosed` before any page, as :meth:`SQLiteStore.read_raw` does,
-    and a page waits on a writer's lock as long as the store's own reads would.
+    done; each page is its own short read transaction, as in the store. A closed store
+    raises :class:`StoreClosed` before any page, as :meth:`SQLiteStore.read_raw` does, and
+    a page waits on a writer's lock as long as the store's own reads would.
     """
     upper = stop if stop is not None else (1 << 62)
     kinds = None if payload_kinds is None else sorted(payload_kinds)
     sql = _SELECT_BODIES if kinds is None else _select_some_bodies(len(kinds))
     _check_open(store)
     try:
-        # The store's own busy timeout (private, read only: it has no public accessor).
-        busy = store._busy_timeout
-        conn = sqlite3.connect(store.path, check_same_thread=False, timeout=busy)
+        conn = sqlite3.connect(store.path, check_same_thread=False, timeout=store.busy_timeout)
     except sqlite3.Error as exc:
         raise StorageError(f"sqlite read failed: {exc}") from exc
     try:
@@ -270,8 +267,7 @@ def _sqlite_pages(
 
 
 def _check_open(store: SQLiteStore) -> None:
-    # Private and read only: the store has no public "closed" flag.
-    if store._closed:
+    if store.closed:
         raise StoreClosed(f"{store.url} is closed")
 
 

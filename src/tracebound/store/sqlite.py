@@ -270,6 +270,16 @@ class SQLiteStore(ChainedAppends):
             writer = self._writer_conn = (conn, _WriterState(conn.cursor()))
         return writer
 
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` ran: every later call raises :class:`StoreClosed`."""
+        return self._closed
+
+    @property
+    def busy_timeout(self) -> float:
+        """Seconds a connection of this store waits for another's lock."""
+        return self._busy_timeout
+
     def close(self) -> None:
         with self._connections_lock:
             for conn in self._connections:
