@@ -16,35 +16,24 @@ import json
 import sys
 from typing import Any
 
+from pipeline_kit import tpc as kit_tpc  # this file's folder is on sys.path (see above)
+
 from tracebound.pipeline.config import RunnerConfig
 from tracebound.pipeline.runtime import Pipeline, StepContext
 
 
 def tpc(role: str, **overrides: Any) -> dict[str, Any]:
-    artifact: dict[str, Any] = {
-        "role": role,
-        "goal": "upgrade urllib3 past the advisory",
-        "input_refs": [],
-        "assumptions": [],
-        "constraints": [],
-        "actions": ["analyse the advisory"],
-        "outputs": {"summary": f"{role} done", "artifacts": []},
-        "diffs": [],
-        "tests_run": [],
-        "confidence": 8000,
-        "risks": [],
-        "cost_est": {"prompt_tokens": 1000, "compute_usd_est": "0.01"},
-        "latency_est": {"p50_ms": 800, "p95_ms": 1500},
-        "required_validations": [],
-        "handoff_envelope": {
-            "assumptions": ["the repository builds"],
-            "constraints": ["no-exec"],
-            "required_validations": ["schema-validation"],
-            "minimal_diff": "bump one pin",
+    """pipeline_kit's artifact, with this module's cost and an envelope without path limits."""
+    base = kit_tpc(role)
+    envelope = {**base["handoff_envelope"], "constraints": ["no-exec"]}
+    return kit_tpc(
+        role,
+        **{
+            "cost_est": {"prompt_tokens": 1000, "compute_usd_est": "0.01"},
+            "handoff_envelope": envelope,
+            **overrides,
         },
-    }
-    artifact.update(overrides)
-    return artifact
+    )
 
 
 def _pipeline(name: str, *, path: str, critical: bool, harmful: bool) -> Pipeline:

@@ -80,17 +80,25 @@ def open_views(store: str | None, views: str | Path | None) -> SQLiteViews | Pos
 
 @contextmanager
 def open_runner(
-    store: str | None, views: str | Path | None, *, batch: int = DEFAULT_BATCH
+    store: str | None,
+    views: str | Path | None,
+    *,
+    batch: int = DEFAULT_BATCH,
+    update: bool = False,
 ) -> Iterator[ProjectionRunner[Any]]:
     """A runner over the store's log and the views (SQLite or PostgreSQL); both closed after.
 
-    ``Any``: the reports read either kind of views through the same ``select``.
+    With ``update``, the views catch up with the log first (what every report does unless
+    told not to). ``Any``: the reports read either kind of views through the same ``select``.
     """
     backend = open_store(store)
     try:
         db = open_views(store, views)
         try:
-            yield ProjectionRunner(backend, db, batch_size=batch)
+            runner = ProjectionRunner(backend, db, batch_size=batch)
+            if update:
+                runner.run()
+            yield runner
         finally:
             db.close()
     finally:

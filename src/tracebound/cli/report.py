@@ -114,9 +114,7 @@ def cost_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """The cost ledger by workflow, tier and source, with the token breakdown."""
-    with handled(as_json), open_runner(store, views) as runner:
-        if not no_update:
-            runner.run()
+    with handled(as_json), open_runner(store, views, update=not no_update) as runner:
         rows = reports.cost_rows(runner.views, workflow)
         over_time = reports.cost_over_time(runner.views)
         if chart is not None:
@@ -177,9 +175,7 @@ def roi_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Cost per merged PR, merge and modification rates, and their diagnostics."""
-    with handled(as_json), open_runner(store, views) as runner:
-        if not no_update:
-            runner.run()
+    with handled(as_json), open_runner(store, views, update=not no_update) as runner:
         summary = reports.roi_report(runner.views, workflow)
     data = summary.to_dict()
     if as_json:
@@ -196,9 +192,7 @@ def plugins_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Per plugin: workflows, merge rate, fallback rate and cost per PR."""
-    with handled(as_json), open_runner(store, views) as runner:
-        if not no_update:
-            runner.run()
+    with handled(as_json), open_runner(store, views, update=not no_update) as runner:
         stats = reports.plugin_report(runner.views)
     if as_json:
         emit_json({"ok": True, "plugins": [s.to_dict() for s in stats]})
@@ -231,9 +225,7 @@ def gates_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Trust gates: verdicts, score histograms, failing signals and retry causes."""
-    with handled(as_json), open_runner(store, views) as runner:
-        if not no_update:
-            runner.run()
+    with handled(as_json), open_runner(store, views, update=not no_update) as runner:
         data = reports.gate_report(runner.views)
         if chart is not None:
             causes_chart(data["retry_causes"], chart)
@@ -308,9 +300,7 @@ def trail_cmd(
     Order: (timestamp, source rank, sequence), the engine before the ledger at the same
     instant; see docs/projections.md.
     """
-    with handled(as_json), open_runner(store, views) as runner:
-        if not no_update:
-            runner.run()
+    with handled(as_json), open_runner(store, views, update=not no_update) as runner:
         engine = _engine_rows(workflow, temporal, langgraph)
         if save_history and engine:
             runner.views.import_engine_history(engine)

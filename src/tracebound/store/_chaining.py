@@ -14,15 +14,15 @@ done by :class:`Prepared`, in the caller's thread.
 from __future__ import annotations
 
 from binascii import hexlify
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Final, NamedTuple
 
 from blake3 import blake3
 
 from tracebound.canonical import canonical_bytes
-from tracebound.errors import ConcurrencyConflict
+from tracebound.errors import ConcurrencyConflict, DamageKind, LedgerDamaged
 from tracebound.events.envelope import Event, RecordedEvent
-from tracebound.events.record import SUFFIX_FORMAT, LedgerFields, event_prefix
+from tracebound.events.record import SUFFIX_FORMAT, LedgerFields, decode_record, event_prefix
 from tracebound.ids import ChainHead, Position, StreamId, StreamVersion
 from tracebound.integrity import _kernel
 from tracebound.store.port import ANY_VERSION, AppendRequest
@@ -37,6 +37,7 @@ __all__ = [
     "prepare_batch",
     "prepare_requests",
     "recorded_events",
+    "stream_page_events",
 ]
 
 Row = tuple[int, str, int, str, str | None, str, int, bytes, bytes, bytes]
@@ -293,3 +294,21 @@ class ChainedAppends:
         """The writer-side work for ``_append_prepared``, done before any lock, and the
         batch's size in canonical bytes (group commit bounds its memory with it)."""
         return prepare_batch(requests)
+
+
+def stream_page_events(
+    stream_id: str, page: Iterable[tuple[int, int, bytes, bytes]]
+) -> Iterator[RecordedEvent]:
+    """Decode a page of ``(position, version, hash, body)`` rows read by stream, checking each
+    record names the stream and version the index filed it under: a row moved between
+    streams by someone holding the store is tamper, not a different event."""
+    for position, version, digest, body in page:
+        event = decode_record(body, digest)
+        if event.stream_id != stream_id or event.stream_version != version:
+            raise LedgerDamaged(
+                DamageKind.TAMPER,
+                position,
+                f"indexed as {stream_id!r} v{version}, but the record says "
+                f"{event.stream_id!r} v{event.stream_version}",
+            )
+        yield event

@@ -80,6 +80,7 @@ from tracebound.store._chaining import (
     chain_rows,
     prepare_requests,
     recorded_events,
+    stream_page_events,
 )
 from tracebound.store.port import (
     AppendRequest,
@@ -774,16 +775,7 @@ class PostgresStore(ChainedAppends):
             page = self._fetch("read", self._sql.read_stream, (stream_id, cursor, upper, _PAGE))
             if not page:
                 return
-            for position, version, digest, body in page:
-                event = decode_record(body, digest)
-                if event.stream_id != stream_id or event.stream_version != version:
-                    raise LedgerDamaged(
-                        DamageKind.TAMPER,
-                        position,
-                        f"indexed as {stream_id!r} v{version}, but the record says "
-                        f"{event.stream_id!r} v{event.stream_version}",
-                    )
-                yield event
+            yield from stream_page_events(stream_id, page)
             cursor = page[-1][1] + 1
 
     # -- checkpoints and metadata --------------------------------------------------------
