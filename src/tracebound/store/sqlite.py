@@ -54,14 +54,18 @@ __all__ = ["DB_FILENAME", "SCHEMA_VERSION", "SQLiteStore"]
 DB_FILENAME: Final = "ledger.db"
 SCHEMA_VERSION: Final = 1
 _PAGE = 1000  # rows per keyset page: bounded memory, short read transactions
-# WAL pages after which a commit checkpoints (SQLite's default is 1000). Each checkpoint
-# copies the WAL's distinct pages into the database and fsyncs both files, and it runs on
-# the committing append. Appends to many streams rewrite the same index leaf pages commit
-# after commit, so a longer WAL copies each of them once instead of many times, and pays
-# the two fsyncs ten times less often: in 16-stream groups of 16 (group commit) the mean
-# COMMIT fell from 250-440 to 125-165 us (median unchanged, ~45 us) with fsync contention.
-# The cost: the WAL file grows to ~40 MB (4 KB pages) before it is reused from the start.
-_WAL_AUTOCHECKPOINT: Final = 10_000
+# WAL pages after which a commit checkpoints: SQLite's default, set explicitly because the
+# blob store and the bench's bare-SQLite floor share it. A durable (FULL) commit that
+# extends the WAL file costs ~1.5-2x one that overwrites it in place: fdatasync must then
+# also commit the file's new size to the filesystem journal. The WAL is rewritten in place
+# from its start after each checkpoint, so a short WAL reaches that steady state sooner:
+# with 10,000 pages every fresh store (and every process, since SQLite deletes the WAL
+# when the last connection closes) spent its first ~40 MB of appends growing the file.
+# Measured alternately, WAL + FULL (BENCHMARKS.md, round 7): 1 event per append
+# 11.3-14.5k -> 22.9-24.1k/s; 16 threads with group commit 40-43k -> 46k/s; batches of
+# 1000 unchanged. (Round 5 picked 10,000 from commits measured with synchronous=NORMAL,
+# where no commit fsyncs and only the checkpoint's two fsyncs showed.)
+_WAL_AUTOCHECKPOINT: Final = 1000
 _VERIFY_PAGE = PAGE  # verify's pages: a power of two, so each page is one Merkle subtree
 
 # No index on workflow_id: nothing reads events by workflow (projections read by position),

@@ -39,7 +39,7 @@ def test_its_connection_commits_without_fsync_and_checkpoints_like_the_ledger(
     with SQLiteBlobStore(ledger) as blobs:
         conn = blobs._conn
         assert conn.execute("PRAGMA synchronous").fetchone() == (1,)  # NORMAL: no commit sync
-        assert conn.execute("PRAGMA wal_autocheckpoint").fetchone() == (10_000,)
+        assert conn.execute("PRAGMA wal_autocheckpoint").fetchone() == (1000,)
         assert conn.execute("PRAGMA secure_delete").fetchone() == (1,)
     ledger_conn = ledger._conn()
     assert ledger_conn.execute("PRAGMA synchronous").fetchone() == (2,)  # FULL, untouched
