@@ -66,7 +66,8 @@ from tracebound.ledger import Ledger
 from tracebound.pipeline.runner import run_stream
 from tracebound.replay.rebuild import read_run_records
 from tracebound.store.blobs import BlobStore
-from tracebound.store.keyfile import file_stem, write_file_atomic
+from tracebound.store.files import write_file_atomic
+from tracebound.store.keyfile import file_stem
 from tracebound.store.port import LedgerStore
 
 __all__ = [

@@ -48,13 +48,12 @@ from tracebound.pipeline.redaction import RedactionStats, Redactor
 from tracebound.pipeline.runner import Runner
 from tracebound.pipeline.runtime import Pipeline
 from tracebound.store.blobs import BlobStore, FileBlobStore
+from tracebound.store.files import make_private_dir, write_file_atomic
 from tracebound.store.keyfile import (
     default_key_dir,
     default_key_path,
     load_signer,
     load_verifier,
-    make_private_dir,
-    write_file_atomic,
 )
 from tracebound.store.sqlite import SQLiteStore
 from tracebound.store.sqlite_blobs import SQLiteBlobStore

@@ -27,6 +27,7 @@ from typing import Final, Protocol
 
 from tracebound.errors import ConfigError, IntegrityError, StorageError
 from tracebound.ids import Sha256Digest
+from tracebound.store.files import fsync_dir
 
 __all__ = [
     "BlobRef",
@@ -56,14 +57,6 @@ class BlobRef:
     @property
     def pointer(self) -> str:
         return f"{_POINTER_SCHEME}{self.digest}"
-
-
-def _fsync_folder(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _hex_of(digest: str) -> str:
@@ -166,7 +159,7 @@ class FileBlobStore:
             if path.exists():
                 # Another writer may have renamed it into place and not synced the folder
                 # yet: sync it ourselves before acknowledging.
-                _fsync_folder(shard)
+                fsync_dir(shard)
                 return ref
             try:
                 self._write(shard, path, data)
@@ -191,7 +184,7 @@ class FileBlobStore:
         finally:
             os.close(fd)
         tmp.replace(path)
-        _fsync_folder(shard)
+        fsync_dir(shard)
 
     def _use_folders(self, shard: Path) -> None:
         """Make sure ``shard`` and the folders above it exist and that their names are on
@@ -211,11 +204,11 @@ class FileBlobStore:
                 # finds it made and pays only the one sync below.
                 for index in range(256):
                     (shards / f"{index:02x}").mkdir(mode=0o700, exist_ok=True)
-            _fsync_folder(self.root.parent)
-            _fsync_folder(self.root)
+            fsync_dir(self.root.parent)
+            fsync_dir(self.root)
             self._synced_root = True
         shard.mkdir(mode=0o700, exist_ok=True)  # an older store, or a shard removed since
-        _fsync_folder(shards)
+        fsync_dir(shards)
         self._shards[shard.name] = shard
 
     def get(self, digest: str) -> bytes:

@@ -15,8 +15,6 @@ The default directory is ``$TRACEBOUND_KEY_DIR`` or ``~/.config/tracebound/keys`
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import hashlib
 import os
 import re
@@ -27,6 +25,7 @@ from pathlib import Path
 
 from tracebound.errors import SigningKeyError
 from tracebound.integrity.keys import NoteSigner, NoteVerifier, is_valid_key_name
+from tracebound.store.files import make_private_dir, write_file_atomic
 
 __all__ = [
     "KEY_DIR_ENV",
@@ -37,9 +36,7 @@ __all__ = [
     "generate_keypair",
     "load_signer",
     "load_verifier",
-    "make_private_dir",
     "public_key_path",
-    "write_file_atomic",
 ]
 
 KEY_DIR_ENV = "TRACEBOUND_KEY_DIR"
@@ -101,77 +98,6 @@ def _check_outside_store(path: Path, store_dir: Path | None) -> None:
             "anyone who can change the store could then also re-sign it. Keep it elsewhere "
             f"(the default is {default_key_dir()}, or set {KEY_DIR_ENV})."
         )
-
-
-def _fsync_dir(directory: Path) -> None:
-    # Makes the rename itself durable; some platforms cannot open a directory, which is fine.
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def make_private_dir(directory: Path) -> None:
-    """Create ``directory`` (and missing parents) as 0700; existing directories are left as is."""
-    missing: list[Path] = []
-    d = directory
-    while not d.exists():
-        missing.append(d)
-        d = d.parent
-    for created in reversed(missing):
-        try:
-            created.mkdir(mode=0o700)
-        except FileExistsError:
-            continue
-        created.chmod(0o700)  # mkdir's mode is masked by the umask
-
-
-def write_file_atomic(path: Path, data: bytes, *, mode: int, overwrite: bool) -> None:
-    """Write ``data`` to ``path`` atomically and durably, with permission ``mode``.
-
-    The data goes to a temporary file in the same directory, created with ``mode`` from the
-    start (never briefly world-readable), fsynced, then moved into place; the directory is
-    fsynced after the move. Without ``overwrite`` the move is a hard link, which fails if the
-    target exists, so two concurrent writers cannot clobber each other.
-
-    Raises:
-        FileExistsError: ``path`` exists and ``overwrite`` is false.
-        OSError: the write failed; the target is unchanged and no temporary file remains.
-    """
-    directory = path.parent
-    tmp = directory / f".{path.name}.{secrets.token_hex(8)}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), mode)
-    try:
-        try:
-            os.fchmod(fd, mode)  # the umask may have narrowed or the platform widened it
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        if overwrite:
-            tmp.replace(path)
-        else:
-            try:
-                os.link(tmp, path)
-            except OSError as exc:
-                if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
-                    raise
-                # No hard links on this file system: check, then rename (a small race window).
-                if path.exists():
-                    raise FileExistsError(errno.EEXIST, "file exists", str(path)) from exc
-                tmp.replace(path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-    _fsync_dir(directory)
 
 
 def generate_keypair(

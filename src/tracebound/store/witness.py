@@ -24,7 +24,8 @@ from tracebound.errors import CheckpointError, ConfigError, ProofError, StorageE
 from tracebound.integrity.keys import NoteVerifier
 from tracebound.integrity.merkle import verify_consistency
 from tracebound.integrity.note import MAX_NOTE_BYTES, Checkpoint, open_checkpoint
-from tracebound.store.keyfile import file_stem, make_private_dir, write_file_atomic
+from tracebound.store.files import make_private_dir, write_file_atomic
+from tracebound.store.keyfile import file_stem
 
 try:  # POSIX advisory locks; elsewhere updates are still atomic, only not serialised.
     import fcntl

@@ -39,13 +39,13 @@ def test_new_folders_are_synced_in_their_parent(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     synced: list[Path] = []
-    real = blobs_module._fsync_folder
+    real = blobs_module.fsync_dir
 
     def spy(folder: Path) -> None:
         synced.append(folder)
         real(folder)
 
-    monkeypatch.setattr(blobs_module, "_fsync_folder", spy)
+    monkeypatch.setattr(blobs_module, "fsync_dir", spy)
     store = FileBlobStore(tmp_path / "blobs")
     ref = store.put(b"first")
     shard = store._path(ref.digest).parent
@@ -78,13 +78,13 @@ def test_a_blob_another_writer_put_is_synced_before_it_is_acknowledged(
 ) -> None:
     FileBlobStore(tmp_path / "blobs").put(b"shared")  # the other writer
     synced: list[Path] = []
-    real = blobs_module._fsync_folder
+    real = blobs_module.fsync_dir
 
     def spy(folder: Path) -> None:
         synced.append(folder)
         real(folder)
 
-    monkeypatch.setattr(blobs_module, "_fsync_folder", spy)
+    monkeypatch.setattr(blobs_module, "fsync_dir", spy)
     store = FileBlobStore(tmp_path / "blobs")
     ref = store.put(b"shared")
     shard = store._path(ref.digest).parent

@@ -18,7 +18,6 @@ from tracebound.store.keyfile import (
     generate_keypair,
     load_signer,
     load_verifier,
-    write_file_atomic,
 )
 
 SEED = bytes(range(32))
@@ -168,19 +167,3 @@ def test_file_stem() -> None:
     assert file_stem("a/b") != file_stem("a_b")
     assert file_stem("..") not in {"..", ".", ""}
     assert "/" not in file_stem("../../etc/passwd")
-
-
-def test_write_file_atomic(tmp_path: Path) -> None:
-    directory = tmp_path / "atomic"
-    directory.mkdir()
-    target = directory / "f"
-    write_file_atomic(target, b"one", mode=0o600, overwrite=False)
-    assert target.read_bytes() == b"one"
-    assert _mode(target) == 0o600
-    with pytest.raises(FileExistsError):
-        write_file_atomic(target, b"two", mode=0o600, overwrite=False)
-    assert target.read_bytes() == b"one"
-    write_file_atomic(target, b"two", mode=0o644, overwrite=True)
-    assert target.read_bytes() == b"two"
-    assert _mode(target) == 0o644
-    assert [p.name for p in directory.iterdir()] == ["f"]  # no temporary file left behind

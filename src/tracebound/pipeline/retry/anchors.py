@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Annotated, Any, Final, Literal, Self, TypeAlias
@@ -59,7 +58,8 @@ from tracebound.events.catalog import AttemptAnchorRecorded
 from tracebound.events.envelope import RecordedEvent
 from tracebound.integrity.note import open_checkpoint
 from tracebound.ledger import InclusionBundle, Ledger
-from tracebound.store.keyfile import file_stem, make_private_dir
+from tracebound.store.files import append_durably
+from tracebound.store.keyfile import file_stem
 
 __all__ = [
     "ANCHORS_DIR",
@@ -77,14 +77,6 @@ __all__ = [
 ANCHORS_DIR: Final = Path("fallback") / "anchors"
 DatasetFormat: TypeAlias = Literal["jsonl", "parquet"]
 _ANCHOR_EVENT: Final = "attempt_anchor_recorded"
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def read_anchor_file(path: Path, adapter: TypeAdapter[Any] = ANCHOR_ADAPTER) -> list[Any]:
@@ -147,21 +139,7 @@ class AnchorWriter:
                     "attempt_id",
                     f"{path} already holds a different anchor for attempt {anchor.attempt_id}",
                 )
-        created = not path.exists()
-        make_private_dir(path.parent)
-        line = canonical_bytes(anchor.model_dump(mode="json")) + b"\n"
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
-        fd = os.open(path, flags, 0o600)
-        try:
-            os.fchmod(fd, 0o600)
-            view = memoryview(line)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        if created:
-            _fsync_dir(path.parent)
+        append_durably(path, canonical_bytes(anchor.model_dump(mode="json")) + b"\n")
         return True
 
     def files(self) -> list[Path]:

@@ -30,7 +30,6 @@ gate runner calls that before it starts any gate process.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,7 +57,7 @@ from tracebound.events.anchor import (
 from tracebound.ids import AttemptId, ChainHead, PatchDigest, WorkflowId
 from tracebound.integrity.chain import HASH_SIZE, chain_hash
 from tracebound.pipeline.retry.models import TrustOutcome
-from tracebound.store.keyfile import make_private_dir
+from tracebound.store.files import append_durably, make_private_dir
 from tracebound.store.port import StreamStore
 
 __all__ = [
@@ -377,14 +376,6 @@ def planning_head(store: StreamStore, workflow_id: str) -> ChainHead | None:
     return head
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class RetryLedger:
     """The append-only, BLAKE3-chained attempts log of one remediation run (ADR-0005).
 
@@ -527,22 +518,10 @@ class RetryLedger:
         return new_hash
 
     def _append(self, data: bytes) -> None:
-        created = not self.path.exists()
-        if created:
+        if not self.path.exists():
             make_private_dir(self.run_dir)
-            self.run_dir.chmod(0o700)
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
-        fd = os.open(self.path, flags, 0o600)
-        try:
-            os.fchmod(fd, 0o600)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        if created:
-            _fsync_dir(self.run_dir)
+            self.run_dir.chmod(0o700)  # also when the folder was there already
+        append_durably(self.path, data)
 
 
 def attempts_as_rows(records: Sequence[AttemptRecord]) -> list[dict[str, Any]]:
