@@ -36,9 +36,7 @@ After the anchor, ``<workdir>/<workflow_id>/chain_head.bin`` receives the stream
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -104,6 +102,7 @@ from tracebound.pipeline.fallback.recipes import RecipeBook, RecipeProposal
 from tracebound.pipeline.fallback.retrieval import SolvedExample, SolvedExampleStore
 from tracebound.pipeline.redaction import Redactor
 from tracebound.pipeline.retry.models import AttemptSummary, TrustOutcome
+from tracebound.store.files import make_private_dir, write_file_atomic
 
 __all__ = ["CHAIN_HEAD_FILENAME", "EMPTY_DIGEST", "FallbackTier"]
 
@@ -650,20 +649,8 @@ class FallbackTier:
         """
         target = self.chain_head_path(workflow_id)
         try:
-            target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".chain_head.", dir=target.parent)
-            try:
-                os.fchmod(fd, 0o600)
-                os.write(fd, head)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            Path(tmp).replace(target)
-            dir_fd = os.open(target.parent, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+            make_private_dir(target.parent)
+            write_file_atomic(target, head, mode=0o600, overwrite=True)
         except OSError as exc:
             raise StorageError(f"cannot write {target}: {exc}") from exc
 
