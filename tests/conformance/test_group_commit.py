@@ -100,7 +100,7 @@ class Gate:
 def _queued(committer: GroupCommitter[Any], n: int) -> None:
     """Wait until ``n`` requests were ever queued (so submissions keep their order)."""
     deadline = time.monotonic() + GUARD
-    while committer._queued < n:
+    while committer._core._queued < n:
         assert time.monotonic() < deadline, "a request never reached the queue"
         time.sleep(0.001)
 
@@ -349,7 +349,7 @@ def test_an_interrupted_waiter_does_not_stall_its_group(committer: GroupCommitte
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
         helper.result(GUARD)
-        assert committer._queued == 4  # the others were queued behind it when it left
+        assert committer._core._queued == 4  # the others were queued behind it when it left
         gate.open()
         plug.result(GUARD)
         results = [f.result(GUARD) for f in later]
@@ -449,8 +449,8 @@ def test_a_full_queue_makes_callers_wait(backend: Backend) -> None:
         _queued(committer, 3)
         late = pool.submit(committer.append, "s", [note(3)])
         time.sleep(0.2)  # ample time to queue, were there room: there is not
-        assert committer._queued == 3
-        assert committer._pending_events == 2
+        assert committer._core._queued == 3
+        assert committer._core._pending_events == 2
         gate.open()
         for f in [plug, *queued, late]:
             f.result(GUARD)
@@ -470,7 +470,7 @@ def test_close_commits_what_is_queued_then_refuses(backend: Backend) -> None:
             _queued(committer, 2 + i)
         closing = pool.submit(committer.close)
         deadline = time.monotonic() + GUARD
-        while not committer._closing:
+        while not committer._core._closing:
             assert time.monotonic() < deadline
             time.sleep(0.001)
         with pytest.raises(StoreClosed):
@@ -588,11 +588,11 @@ def test_an_appending_thread_commits_its_group_itself(
     assert seen.sizes == [1, 5]
     plug_thread, leftover_thread = seen.threads
     if backend.name == "postgres":
-        assert plug_thread is leftover_thread is committer._thread
+        assert plug_thread is leftover_thread is committer._core._thread
     else:
-        assert plug_thread is not committer._thread  # the plug's own (pool) thread
+        assert plug_thread is not committer._core._thread  # the plug's own (pool) thread
         assert plug_thread is not threading.main_thread()
-        assert leftover_thread is committer._thread  # the leader does not keep its caller
+        assert leftover_thread is committer._core._thread  # the leader does not keep its caller
     _check_log(committer, {})
 
 
@@ -613,7 +613,7 @@ def test_threads_appending_in_a_loop_lead_their_own_groups(
         w.join(GUARD)
     assert committer.size() == threads * per_thread
     assert sum(seen.sizes) == threads * per_thread
-    led = [t for t in seen.threads if t is not committer._thread]
+    led = [t for t in seen.threads if t is not committer._core._thread]
     if backend.name == "postgres":
         assert led == []
     else:
@@ -633,7 +633,7 @@ def test_the_main_thread_and_tasks_never_lead(committer: GroupCommitter[Any]) ->
         await committer.append_async("task", [note(2)])
 
     asyncio.run(main())
-    assert seen.threads == [committer._thread, committer._thread]
+    assert seen.threads == [committer._core._thread, committer._core._thread]
 
 
 def test_a_gathering_thread_leads_when_the_others_do_not_come_back(backend: Backend) -> None:
@@ -642,20 +642,20 @@ def test_a_gathering_thread_leads_when_the_others_do_not_come_back(backend: Back
     committer: GroupCommitter[Any] = GroupCommitter(backend.open(), max_delay=0.05)
     seen = _Committers(committer)
     try:
-        with committer._lock:
-            committer._waking += 1  # a caller of the last group that never comes back
+        with committer._core._lock:
+            committer._core._waking += 1  # a caller of the last group that never comes back
         started = time.monotonic()
         done = ThreadPoolExecutor(1).submit(committer.append, "s", [note(1)])
         (rec,) = done.result(GUARD)
         waited = time.monotonic() - started
         assert rec.position == 1
         assert waited >= 0.05
-        assert (seen.threads[0] is committer._thread) == (backend.name == "postgres")
-        with committer._lock:
-            committer._waking -= 1
+        assert (seen.threads[0] is committer._core._thread) == (backend.name == "postgres")
+        with committer._core._lock:
+            committer._core._waking -= 1
     finally:
         committer.close()
-    assert not committer._thread.is_alive()  # close stops the committer: no thread left
+    assert not committer._core._thread.is_alive()  # close stops the committer: no thread left
 
 
 def test_sqlite_appends_from_many_threads_share_one_writer(tmp_path: Path) -> None:

@@ -199,21 +199,12 @@ def _group_error(exc: BaseException) -> BaseException:
     return err
 
 
-class GroupCommitter(Generic[_P]):
-    """A store whose appends from many threads and tasks share commits.
+class _Core(Generic[_P]):
+    """The machinery of a :class:`GroupCommitter` (see there), in an object of its own.
 
-    Args:
-        store: a backend with group-commit support (SQLite, JSONL, PostgreSQL). It is owned
-            by the committer from here on: :meth:`close` closes it.
-        max_group_events: the most events one commit takes (a single larger request is
-            still committed, alone).
-        max_group_bytes: the most canonical record bytes one commit takes (likewise).
-        max_pending_events: callers wait before queueing beyond this many events...
-        max_pending_bytes: ...or beyond this many bytes, so memory stays bounded.
-        max_delay: the longest a new group waits for the callers of the group just
-            committed to queue their next request, so that callers who append in a loop
-            share one commit instead of splitting into alternating halves (0: never wait).
-        name: the committer thread's name.
+    A class with ``__getattr__`` (the committer forwards the store's extras with one) reads
+    every attribute through a slower path that Python does not specialise, and the append
+    path reads dozens per call; this class has none.
     """
 
     def __init__(
@@ -246,6 +237,10 @@ class GroupCommitter(Generic[_P]):
         self._work = threading.Condition(self._lock)  # the committer waits for requests
         self._room = threading.Condition(self._lock)  # callers wait for queue space
         self._flushed = threading.Condition(self._lock)  # flush() waits for outcomes
+        # How many wait on _room / _flushed: a group notifies them only if there are any (a
+        # Condition's notify costs a few microseconds of Python even with no waiter).
+        self._room_waiters = 0
+        self._flush_waiters = 0
         self._queued = 0  # requests ever queued...
         self._settled = 0  # ...and how many of those have their outcome (FIFO: a prefix)
         self._waking = 0  # settled requests whose callers have not run again yet
@@ -292,7 +287,8 @@ class GroupCommitter(Generic[_P]):
                     gather_next = False
                     continue
                 group = self._take()
-            self._settle(group, self._commit(group), None)
+            self._commit(group)
+            self._settle(group, None)
             # Tasks (and the main thread) of this group queue their next requests for the
             # committer to gather; threads that can lead are left to do so themselves.
             gather_next = not all(r.can_lead for r in group)
@@ -304,58 +300,66 @@ class GroupCommitter(Generic[_P]):
             with self._lock:
                 group = self._take()
             done = own.taken
-            self._settle(group, self._commit(group), own, keep_lead=not done)
+            self._commit(group)
+            self._settle(group, own, keep_lead=not done)
             if done:
                 return
 
     def _settle(
-        self,
-        group: list[_Request],
-        outcomes: list[tuple[list[RecordedEvent] | None, BaseException | None]],
-        own: _Request | None,
-        *,
-        keep_lead: bool = False,
+        self, group: list[_Request], own: _Request | None, *, keep_lead: bool = False
     ) -> None:
-        """Hand each request of a committed group its outcome and wake its caller.
+        """Wake the callers of a committed group (each request holds its outcome already).
 
-        ``own`` is the leading thread's own request: its caller is running already.
+        ``own`` is the leading thread's own request: its caller is running already. One pass
+        under the lock chains the waiting threads (the baton) and sorts out the tasks.
         """
         first: _Request | None = None
+        last: _Request | None = None
+        tasks: list[_Request] | None = None
         with self._lock:
             if not keep_lead:
                 self._leading = False
             self._settled += len(group)
-            last: _Request | None = None
-            for request, (result, error) in zip(group, outcomes, strict=True):
-                request.result, request.error = result, error
+            waking = 0
+            for request in group:
                 if request is own:
                     continue
                 request.counted = True
-                self._waking += 1
-                if request.done is not None:  # a thread: chain it behind the previous one
-                    if last is None:
-                        first = request
+                waking += 1
+                if request.done is None:  # a task: its loop settles it
+                    if tasks is None:
+                        tasks = [request]
                     else:
-                        last.next = request
+                        tasks.append(request)
+                elif last is None:  # a thread: chain it behind the previous one
+                    first = last = request
+                else:
+                    last.next = request
                     last = request
-            self._flushed.notify_all()
+            self._waking += waking
+            if self._flush_waiters:
+                self._flushed.notify_all()
             if self._idle and not keep_lead and (self._queue or self._closing):
                 self._work.notify()  # left over, or closing: the committer thread leads
-        self._resolve_tasks(group)
+        if tasks is not None:
+            self._resolve_tasks(tasks)
         if first is not None:
             self._wake(first)
 
-    def _resolve_tasks(self, group: list[_Request]) -> None:
-        """Settle the group's asyncio callers: one thread-safe call per event loop."""
-        by_loop: dict[asyncio.AbstractEventLoop, list[_Request]] | None = None
-        for request in group:
-            if request.loop is not None:
-                if by_loop is None:
-                    by_loop = {}
-                by_loop.setdefault(request.loop, []).append(request)
-        if by_loop is not None:
-            for loop, requests in by_loop.items():
-                _resolve_later(loop, requests, self._consume)
+    def _resolve_tasks(self, tasks: list[_Request]) -> None:
+        """Settle a group's asyncio callers: one thread-safe call per event loop."""
+        loop = tasks[0].loop
+        assert loop is not None
+        for request in tasks:
+            if request.loop is not loop:  # tasks of several loops: one call for each
+                by_loop: dict[asyncio.AbstractEventLoop, list[_Request]] = {}
+                for r in tasks:
+                    assert r.loop is not None
+                    by_loop.setdefault(r.loop, []).append(r)
+                for each, requests in by_loop.items():
+                    _resolve_later(each, requests, self._consume)
+                return
+        _resolve_later(loop, tasks, self._consume)
 
     def _wake(self, request: _Request | None) -> None:
         """Wake the thread waiting for ``request``; it wakes the next one of its group.
@@ -447,28 +451,31 @@ class GroupCommitter(Generic[_P]):
             nbytes += nxt.nbytes
         self._pending_events -= events
         self._pending_bytes -= nbytes
-        self._room.notify_all()
+        if self._room_waiters:
+            self._room.notify_all()
         return group
 
-    def _commit(
-        self, group: list[_Request]
-    ) -> list[tuple[list[RecordedEvent] | None, BaseException | None]]:
-        """Commit one group; each request's result or error."""
+    def _commit(self, group: list[_Request]) -> None:
+        """Commit one group; each request gets its result or error (its caller is woken
+        later, by :meth:`_settle`)."""
         try:
             outcomes = self.store._append_prepared([r.prepared for r in group])
         except BaseException as exc:  # noqa: BLE001 - every waiter gets a typed error
-            return [(None, _group_error(exc)) for _ in group]
+            for request in group:
+                request.error = _group_error(exc)
+            return
         if len(outcomes) != len(group):  # a backend bug; never let a caller guess
             wrong = StorageError(f"the backend answered {len(outcomes)} of {len(group)} requests")
-            return [(None, _group_error(wrong)) for _ in group]
+            for request in group:
+                request.error = _group_error(wrong)
+            return
         self.groups += 1
         self.grouped_requests += len(group)
-        return [
-            (None, ConcurrencyConflict(o.stream_id, o.expected, o.actual))
-            if isinstance(o, ConcurrencyConflict)
-            else (o, None)
-            for o in outcomes
-        ]
+        for request, o in zip(group, outcomes, strict=True):
+            if isinstance(o, ConcurrencyConflict):
+                request.error = ConcurrencyConflict(o.stream_id, o.expected, o.actual)
+            else:
+                request.result = o
 
     # -- queueing ----------------------------------------------------------------------------
 
@@ -495,11 +502,11 @@ class GroupCommitter(Generic[_P]):
             while True:
                 if self._closing:
                     raise StoreClosed(f"{self.url} is closed")
-                if self._has_room(request):
+                if not self._queue or self._has_room(request):
                     break
                 if not wait:
                     return _NO_ROOM
-                self._room.wait()
+                self._wait_room()
             self._queue.append(request)
             self._queued += 1
             self._pending_events += request.events
@@ -523,28 +530,21 @@ class GroupCommitter(Generic[_P]):
         """Block (in an executor thread) until the queue has room for ``request``."""
         with self._lock:
             while not self._closing and not self._has_room(request):
-                self._room.wait()
+                self._wait_room()
+
+    def _wait_room(self) -> None:
+        """Wait on ``_room`` (caller holds the lock), counted so that groups notify it only
+        when somebody waits."""
+        self._room_waiters += 1
+        try:
+            self._room.wait()
+        finally:
+            self._room_waiters -= 1
 
     # -- appends -----------------------------------------------------------------------------
 
-    def append(
-        self,
-        stream_id: str,
-        events: Sequence[Event],
-        *,
-        expected_version: int | None = ANY_VERSION,
-    ) -> list[RecordedEvent]:
-        """Append durably, sharing the commit with concurrent appends.
-
-        Raises:
-            ConcurrencyConflict: the stream is not at ``expected_version`` (nothing written).
-            GroupCommitError: the group's commit failed (nothing written).
-            StoreClosed: the committer is closed.
-        """
-        return self.append_batch([AppendRequest(StreamId(stream_id), events, expected_version)])
-
     def append_batch(self, requests: Sequence[AppendRequest]) -> list[RecordedEvent]:
-        """Append several streams' events, all or none, sharing the commit with others."""
+        """:meth:`GroupCommitter.append_batch`."""
         request = self._prepare(requests)
         done = threading.Lock()
         done.acquire()
@@ -570,30 +570,20 @@ class GroupCommitter(Generic[_P]):
                 self._lead(request)
                 return request.outcome()
             timeout = -1  # taken, or a leader will take it: wait for the outcome
-        nxt, request.next = request.next, None
-        self._wake(nxt)
-        self._consume(request)
+        nxt = request.next
+        if nxt is not None:  # pass the baton first: the next caller's wake-up overlaps ours
+            request.next = None
+            self._wake(nxt)
+        with self._lock:  # running again (``_consume``, inline: this is every caller's path)
+            if request.counted:
+                request.counted = False
+                self._waking -= 1
+                if not self._waking and self._gathering:
+                    self._work.notify()
         return request.outcome()
 
-    async def append_async(
-        self,
-        stream_id: str,
-        events: Sequence[Event],
-        *,
-        expected_version: int | None = ANY_VERSION,
-    ) -> list[RecordedEvent]:
-        """:meth:`append` for asyncio: awaits the durable commit without blocking the loop."""
-        return await self.append_batch_async(
-            [AppendRequest(StreamId(stream_id), events, expected_version)]
-        )
-
     async def append_batch_async(self, requests: Sequence[AppendRequest]) -> list[RecordedEvent]:
-        """:meth:`append_batch` for asyncio.
-
-        If the task is cancelled while it waits, the append may still commit: cancelling
-        stops the waiting, not the write (as with any durable store). Read the stream to
-        find out.
-        """
+        """:meth:`GroupCommitter.append_batch_async`."""
         loop = asyncio.get_running_loop()
         request = self._prepare(requests)
         request.loop = loop
@@ -612,7 +602,11 @@ class GroupCommitter(Generic[_P]):
         with self._lock:
             target = self._queued
             while self._settled < target and self._thread.is_alive():
-                self._flushed.wait(0.1)
+                self._flush_waiters += 1
+                try:
+                    self._flushed.wait(0.1)
+                finally:
+                    self._flush_waiters -= 1
 
     def close(self) -> None:
         """Commit everything already queued, stop the committer, close the store.
@@ -631,6 +625,115 @@ class GroupCommitter(Generic[_P]):
         close = getattr(self.store, "close", None)
         if close is not None:
             close()
+
+
+class GroupCommitter(Generic[_P]):
+    """A store whose appends from many threads and tasks share commits.
+
+    Args:
+        store: a backend with group-commit support (SQLite, JSONL, PostgreSQL). It is owned
+            by the committer from here on: :meth:`close` closes it.
+        max_group_events: the most events one commit takes (a single larger request is
+            still committed, alone).
+        max_group_bytes: the most canonical record bytes one commit takes (likewise).
+        max_pending_events: callers wait before queueing beyond this many events...
+        max_pending_bytes: ...or beyond this many bytes, so memory stays bounded.
+        max_delay: the longest a new group waits for the callers of the group just
+            committed to queue their next request, so that callers who append in a loop
+            share one commit instead of splitting into alternating halves (0: never wait).
+        name: the committer thread's name.
+    """
+
+    def __init__(
+        self,
+        store: GroupCommitBackend[_P],
+        *,
+        max_group_events: int = DEFAULT_MAX_GROUP_EVENTS,
+        max_group_bytes: int = DEFAULT_MAX_GROUP_BYTES,
+        max_pending_events: int = DEFAULT_MAX_PENDING_EVENTS,
+        max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
+        max_delay: float = DEFAULT_MAX_DELAY,
+        name: str = "tracebound-group-commit",
+    ) -> None:
+        self._core: _Core[_P] = _Core(
+            store,
+            max_group_events=max_group_events,
+            max_group_bytes=max_group_bytes,
+            max_pending_events=max_pending_events,
+            max_pending_bytes=max_pending_bytes,
+            max_delay=max_delay,
+            name=name,
+        )
+        self.store = store
+        self.url = store.url
+
+    @property
+    def groups(self) -> int:
+        """Commits made (for benchmarks and tests: the group sizes)."""
+        return self._core.groups
+
+    @property
+    def grouped_requests(self) -> int:
+        """Requests committed in those groups."""
+        return self._core.grouped_requests
+
+    # -- appends -----------------------------------------------------------------------------
+
+    def append(
+        self,
+        stream_id: str,
+        events: Sequence[Event],
+        *,
+        expected_version: int | None = ANY_VERSION,
+    ) -> list[RecordedEvent]:
+        """Append durably, sharing the commit with concurrent appends.
+
+        Raises:
+            ConcurrencyConflict: the stream is not at ``expected_version`` (nothing written).
+            GroupCommitError: the group's commit failed (nothing written).
+            StoreClosed: the committer is closed.
+        """
+        return self._core.append_batch(
+            [AppendRequest(StreamId(stream_id), events, expected_version)]
+        )
+
+    def append_batch(self, requests: Sequence[AppendRequest]) -> list[RecordedEvent]:
+        """Append several streams' events, all or none, sharing the commit with others."""
+        return self._core.append_batch(requests)
+
+    async def append_async(
+        self,
+        stream_id: str,
+        events: Sequence[Event],
+        *,
+        expected_version: int | None = ANY_VERSION,
+    ) -> list[RecordedEvent]:
+        """:meth:`append` for asyncio: awaits the durable commit without blocking the loop."""
+        return await self._core.append_batch_async(
+            [AppendRequest(StreamId(stream_id), events, expected_version)]
+        )
+
+    async def append_batch_async(self, requests: Sequence[AppendRequest]) -> list[RecordedEvent]:
+        """:meth:`append_batch` for asyncio.
+
+        If the task is cancelled while it waits, the append may still commit: cancelling
+        stops the waiting, not the write (as with any durable store). Read the stream to
+        find out.
+        """
+        return await self._core.append_batch_async(requests)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Return once every request queued before this call has its outcome."""
+        self._core.flush()
+
+    def close(self) -> None:
+        """Commit everything already queued, stop the committer, close the store.
+
+        Appends that arrive after this starts raise StoreClosed. Idempotent.
+        """
+        self._core.close()
 
     def __enter__(self) -> Self:
         return self
@@ -686,6 +789,6 @@ class GroupCommitter(Generic[_P]):
 
     def __getattr__(self, name: str) -> Any:
         """The store's own extras (``read_raw_pages``, ``subscribe``, ``tracking``, ...)."""
-        if name.startswith("__") or name == "store":
+        if name.startswith("__") or name in ("store", "_core"):
             raise AttributeError(name)
         return getattr(self.store, name)

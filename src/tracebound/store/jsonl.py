@@ -39,7 +39,7 @@ import threading
 from array import array
 from binascii import hexlify
 from bisect import bisect_right
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime
@@ -229,6 +229,12 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _fd_ident(fd: int) -> tuple[int, int]:
+    """The (device, inode) of the file an open descriptor holds."""
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino
+
+
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -386,6 +392,10 @@ class JsonlStore(ChainedAppends):
                 raise ConfigError(f"{d} holds a {fmt!r} ledger; this version reads {FORMAT!r}")
             self._lock_fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o600)
             self._log_fd = os.open(self._log_path, os.O_WRONLY | os.O_APPEND)
+            # Which file each descriptor holds: fixed for the descriptor's life, so it is
+            # read once here instead of once per append (an fstat each).
+            self._lock_fd_ident = _fd_ident(self._lock_fd)
+            self._log_fd_ident = _fd_ident(self._log_fd)
         self._reset(None)
         try:
             with self._mutex, _io("open"):
@@ -444,14 +454,11 @@ class JsonlStore(ChainedAppends):
                 current = self._lock_path.stat()
             except FileNotFoundError:
                 current = None
-            held = os.fstat(self._lock_fd)
-            if current is not None and (current.st_dev, current.st_ino) == (
-                held.st_dev,
-                held.st_ino,
-            ):
+            if current is not None and (current.st_dev, current.st_ino) == self._lock_fd_ident:
                 return self._lock_fd
             os.close(self._lock_fd)
             self._lock_fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+            self._lock_fd_ident = _fd_ident(self._lock_fd)
 
     @contextmanager
     def _exclusive(self) -> Iterator[None]:
@@ -663,59 +670,51 @@ class JsonlStore(ChainedAppends):
                 position = self._size
 
                 def head_of(sid: str) -> tuple[int, bytes]:
-                    if sid in heads:
-                        return heads[sid]
+                    """A stream's head: the group's batches so far first, then the index."""
+                    head = heads.get(sid)
+                    if head is not None:
+                        return head
                     stream = streams.get(sid)
                     return (0, GENESIS) if stream is None else (stream.version, stream.head)
 
+                # One loop for every batch (this runs once per request of a group, under
+                # the write lock): chain, frame each line with its batch's first and last
+                # position, and update the group's heads only once the batch fits.
+                add_chunk = chunks.append
+                add_written = written.append
                 for batch in batches:
-                    planned = self._plan(batch, position, head_of, heads)
-                    if isinstance(planned, ConcurrencyConflict):
-                        results.append(planned)
+                    try:
+                        done = chain_rows(batch, position, head_of)
+                    except ConcurrencyConflict as conflict:
+                        results.append(conflict)
                         continue
-                    recorded, lines = planned
-                    results.append(recorded)
-                    written += lines
-                    chunks += [line for _, line, _, _, _ in lines]
-                    position += len(recorded)
+                    first = position + 1
+                    last = done.position
+                    rows = done.rows
+                    for row in rows:
+                        body = row[9]
+                        if b"\n" in body:  # RFC 8785 escapes control characters; guard it
+                            raise CanonicalizationError(
+                                "a record's canonical bytes contain a newline"
+                            )
+                        digest = row[8]
+                        line = _LINE % (first, last, hexlify(digest), body)
+                        add_chunk(line)
+                        add_written((row[0], line, row[1], row[2], digest))
+                    results.append(recorded_events(batch, rows))
+                    heads.update(done.heads)
+                    position = last
                 if chunks:
                     self._write_durably(b"".join(chunks))
                     self._index_written(written)
         return results
 
-    @staticmethod
-    def _plan(
-        batch: Sequence[PreparedRequest],
-        position: int,
-        head_of: Callable[[str], tuple[int, bytes]],
-        heads: dict[str, tuple[int, bytes]],
-    ) -> ConcurrencyConflict | tuple[list[RecordedEvent], list[tuple[int, bytes, str, int, bytes]]]:
-        """Form one batch's lines after ``position``; update ``heads`` only if it fits.
-
-        ``head_of`` reads ``heads`` first (the group's batches so far), then the index."""
-        try:
-            done = chain_rows(batch, position, head_of)
-        except ConcurrencyConflict as conflict:
-            return conflict
-        first = position + 1
-        last = done.position
-        lines: list[tuple[int, bytes, str, int, bytes]] = []
-        add = lines.append
-        for row in done.rows:
-            body = row[9]
-            if b"\n" in body:  # RFC 8785 escapes control characters; guard the format
-                raise CanonicalizationError("a record's canonical bytes contain a newline")
-            digest = row[8]
-            add((row[0], _LINE % (first, last, hexlify(digest), body), row[1], row[2], digest))
-        heads.update(done.heads)
-        return recorded_events(batch, done.rows), lines
-
     def _write_durably(self, data: bytes) -> None:
         """One write, one fsync; on failure cut the file back so nothing half-written stays."""
-        held = os.fstat(self._log_fd)
-        if (held.st_dev, held.st_ino) != self._ident:  # the file was replaced: follow it
+        if self._log_fd_ident != self._ident:  # the file was replaced: follow it
             os.close(self._log_fd)
             self._log_fd = os.open(self._log_path, os.O_WRONLY | os.O_APPEND)
+            self._log_fd_ident = _fd_ident(self._log_fd)
         try:
             _write_all(self._log_fd, data)
             os.fsync(self._log_fd)
@@ -731,10 +730,20 @@ class JsonlStore(ChainedAppends):
 
     def _index_written(self, written: Sequence[tuple[int, bytes, str, int, bytes]]) -> None:
         offset = self._end
+        offsets = self._offsets
+        streams = self._streams
+        assert streams is not None  # appends build it first
         for position, line, sid, version, digest in written:
             if (position - 1) % _STRIDE == 0:
-                self._offsets.append(offset)
-            self._note_stream(sid, version, digest, position, offset)
+                offsets.append(offset)
+            # _note_stream, inline: this runs for every event of a group, under the lock.
+            st = streams.get(sid)
+            if st is None:
+                st = streams[sid] = _Stream()
+            marks = st.marks
+            if not marks or version >= marks[-1][0] + _STRIDE:
+                marks.append((version, position, offset))
+            st.version, st.head, st.last = version, digest, position
             offset += len(line)
         self._size = written[-1][0]
         self._end = self._seen = offset
