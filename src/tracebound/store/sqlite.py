@@ -353,17 +353,15 @@ class SQLiteStore(ChainedAppends):
         the transaction, which reads the head again. A conflict on the expected version may
         come from a stale cache too, so it is left to that path to judge.
         """
-        if len(batches) != 1:
+        if len(batches) != 1 or len(batches[0]) != 1 or len(batches[0][0].items) != 1:
             return False
-        (batch,) = batches
-        if len(batch) != 1 or len(batch[0].items) != 1:
-            return False
+        batch = batches[0]
         conn, state = self._writer()
         known = state.heads
-        if state.position is None or batch[0].stream_id not in known or conn.in_transaction:
-            return False
         if state.solo_off:
             state.solo_off -= 1
+            return False
+        if state.position is None or batch[0].stream_id not in known or conn.in_transaction:
             return False
         try:
             done = chain_rows(batch, state.position, known.__getitem__)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 from datetime import UTC, datetime
 from decimal import Decimal
+from itertools import pairwise
 from pathlib import Path
 from uuid import UUID
 
@@ -121,7 +122,7 @@ def test_a_stale_head_sends_the_single_append_through_the_transaction(tmp_path: 
     with SQLiteStore(tmp_path / "s") as store:
         events = list(store.read_log())
         assert [(e.position, e.stream_version) for e in events] == [(1, 1), (2, 2), (3, 3), (4, 4)]
-        assert all(b.prev_hash == a.hash for a, b in zip(events, events[1:], strict=False))
+        assert all(b.prev_hash == a.hash for a, b in pairwise(events))
 
 
 def test_a_conflict_against_the_cached_head_is_checked_in_the_transaction(
