@@ -71,6 +71,7 @@ from tracebound.store._chaining import (
     chain_rows,
     recorded_events,
 )
+from tracebound.store.files import fsync_dir
 from tracebound.store.port import (
     RawRecord,
     StreamHead,
@@ -218,15 +219,6 @@ def _io(what: str) -> Iterator[None]:
         yield
     except OSError as exc:
         raise StorageError(f"jsonl {what} failed: {exc}") from exc
-
-
-def _fsync_dir(path: Path) -> None:
-    """Make a file's creation or rename durable: the directory entry needs its own fsync."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _fd_ident(fd: int) -> tuple[int, int]:
@@ -408,7 +400,7 @@ class JsonlStore(ChainedAppends):
         fresh = not self.path.exists()
         self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
         if fresh:
-            _fsync_dir(self.path.parent)
+            fsync_dir(self.path.parent)
         fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)  # two processes creating at once: one wins
@@ -418,7 +410,7 @@ class JsonlStore(ChainedAppends):
                 os.close(log)
                 if not (self.path / META_FILE).exists():
                     self._write_meta({_FORMAT_KEY: FORMAT})
-                _fsync_dir(self.path)
+                fsync_dir(self.path)
         finally:
             os.close(fd)  # closing the descriptor releases the flock
 
@@ -1011,7 +1003,7 @@ class JsonlStore(ChainedAppends):
         finally:
             os.close(fd)
         tmp.replace(self.path / META_FILE)
-        _fsync_dir(self.path)
+        fsync_dir(self.path)
 
     def get_meta(self, key: str) -> str | None:
         with self._mutex, _io("read"):
@@ -1038,7 +1030,7 @@ class JsonlStore(ChainedAppends):
         finally:
             os.close(fd)
         if created:
-            _fsync_dir(self.path)
+            fsync_dir(self.path)
 
     def _side_torn(self, name: str) -> TornTail | None:
         """A line without its newline at the end of a side file (checkpoints)."""
@@ -1122,7 +1114,7 @@ class JsonlStore(ChainedAppends):
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            _fsync_dir(self.path)
+            fsync_dir(self.path)
         repair = Repair(
             at=format_timestamp(now),
             file=tail.file,
