@@ -670,7 +670,7 @@ def test_sqlite_appends_from_many_threads_share_one_writer(tmp_path: Path) -> No
             pool.submit(committer.append, "b", [note(2)]).result(GUARD)
             committer.append("a", [note(3)], expected_version=1)
         assert store._writer_conn is writer and writer is not None
-        assert set(writer[1].heads) == {"a", "b"}
-        assert writer[1].position == 3
+        assert set(writer.heads) == {"a", "b"}
+        assert writer.position == 3
     finally:
         committer.close()

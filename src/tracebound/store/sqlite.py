@@ -138,6 +138,65 @@ _KernelReader: type[Any] | None = _bind_kernel_reader()
 _KernelError: type[Exception] = (
     _kernel.KERNEL.SQLiteError if _kernel.KERNEL is not None else sqlite3.Error
 )
+_KernelWriter: type[Any] | None = (
+    getattr(_kernel.KERNEL, "Writer", None) if _KernelReader is not None else None
+)
+"""``Writer(path, busy_timeout_ms, setup)`` of the C kernel (bound with the reader), or
+None: appends go through :class:`_PyWriter`. Tests set it to None to run that path."""
+_WRITE_ERRORS: Final = (sqlite3.Error, _KernelError)
+"""What a writer raises for a failed statement (either implementation)."""
+_CONSTRAINT_ERRORS: Final = (
+    sqlite3.IntegrityError,
+    getattr(_kernel.KERNEL, "ConstraintError", sqlite3.IntegrityError),
+)
+"""...and for a statement that broke a constraint (a position or stream version taken)."""
+_HEAD_SQL: Final = (
+    "SELECT stream_version, hash FROM events WHERE stream_id = ? "
+    "ORDER BY stream_version DESC LIMIT 1"
+)
+_LAST_SQL: Final = "SELECT COALESCE(MAX(position), 0) FROM events"
+
+
+class _PyWriter:
+    """The append connection through pysqlite: the statements the C kernel's ``Writer``
+    runs (same SQL, same errors' meaning), for builds without it.
+
+    One cursor for all of them: ``conn.execute`` makes a new cursor object per statement,
+    and a single append runs three or four.
+    """
+
+    __slots__ = ("conn", "cursor")
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self.cursor = conn.cursor()
+
+    def exec(self, sql: str) -> None:
+        self.cursor.execute(sql)
+
+    def data_version(self) -> int:
+        (version,) = self.cursor.execute("PRAGMA data_version").fetchone()
+        return int(version)
+
+    def last_position(self) -> int:
+        (last,) = self.cursor.execute(_LAST_SQL).fetchone()
+        return int(last)
+
+    def head(self, stream_id: str) -> tuple[int, bytes] | None:
+        row = self.cursor.execute(_HEAD_SQL, (stream_id,)).fetchone()
+        return None if row is None else (row[0], row[1])
+
+    def insert(self, rows: list[Row]) -> None:
+        if len(rows) == 1:
+            self.cursor.execute(_INSERT, rows[0])
+        else:
+            self.cursor.executemany(_INSERT, rows)
+
+    def in_transaction(self) -> bool:
+        return self.conn.in_transaction
+
+    def close(self) -> None:
+        self.conn.close()
 
 
 @contextmanager
@@ -158,7 +217,7 @@ class _WriterState:
     the file's, and the two queries that would fetch them can be skipped.
     """
 
-    __slots__ = ("cursor", "data_version", "heads", "position", "solo_off")
+    __slots__ = ("data_version", "db", "heads", "position", "solo_off")
 
     MAX_HEADS: Final = 4096  # streams remembered; more are looked up again
     # After a single-row append found its cache stale (another connection wrote), the next
@@ -166,10 +225,8 @@ class _WriterState:
     # otherwise pay a failed INSERT on nearly every append.
     SOLO_BACKOFF: Final = 64
 
-    def __init__(self, cursor: sqlite3.Cursor) -> None:
-        # One cursor for the append transaction's statements: ``conn.execute`` makes a new
-        # cursor object per statement, and a single append runs three or four of them.
-        self.cursor = cursor
+    def __init__(self, db: Any) -> None:
+        self.db = db  # a kernel Writer or a _PyWriter: the same methods
         self.data_version: int | None = None
         self.position: int | None = None
         self.heads: dict[str, tuple[int, bytes]] = {}
@@ -227,7 +284,7 @@ class SQLiteStore(ChainedAppends):
         self._write_lock = threading.Lock()
         self._local = threading.local()
         # The connection appends write through, whichever thread appends (see _writer).
-        self._writer_conn: tuple[sqlite3.Connection, _WriterState] | None = None
+        self._writer_conn: _WriterState | None = None
         self._closed = False
         self._connections: list[sqlite3.Connection] = []
         self._connections_lock = threading.Lock()
@@ -262,16 +319,23 @@ class SQLiteStore(ChainedAppends):
             check_same_thread=False,
             timeout=self._busy_timeout,
         )
-        conn.execute(f"PRAGMA synchronous={self._synchronous}")
-        conn.execute(f"PRAGMA wal_autocheckpoint={_WAL_AUTOCHECKPOINT}")
-        conn.execute("PRAGMA foreign_keys=ON")
+        conn.executescript(self._setup_sql())
         with self._connections_lock:
             self._connections.append(conn)
         return conn
 
-    def _writer(self) -> tuple[sqlite3.Connection, _WriterState]:
-        """The connection every append writes through, and what it knows of the log's head
-        (caller holds the write lock).
+    def _setup_sql(self) -> str:
+        """The settings every connection of this store runs with (one statement each)."""
+        return (
+            f"PRAGMA synchronous={self._synchronous};"
+            f"PRAGMA wal_autocheckpoint={_WAL_AUTOCHECKPOINT};"
+            "PRAGMA foreign_keys=ON;"
+        )
+
+    def _writer(self) -> _WriterState:
+        """The connection every append writes through and what it knows of the log's head
+        (caller holds the write lock): the C kernel's ``Writer`` when built, which binds
+        rows and runs the inserts and the COMMIT without the GIL, else :class:`_PyWriter`.
 
         One per store, not one per thread: appends are serialised by the write lock anyway,
         and group commit's leader is whichever thread arrived last. Writing through each
@@ -283,8 +347,14 @@ class SQLiteStore(ChainedAppends):
             raise StoreClosed(f"{self.url} is closed")
         writer = self._writer_conn
         if writer is None:
-            conn = self._connect()
-            writer = self._writer_conn = (conn, _WriterState(conn.cursor()))
+            if _KernelWriter is not None:
+                with _translated("open"):
+                    db = _KernelWriter(
+                        str(self.path), int(self._busy_timeout * 1000), self._setup_sql()
+                    )
+            else:
+                db = _PyWriter(self._connect())
+            writer = self._writer_conn = _WriterState(db)
         return writer
 
     @property
@@ -298,11 +368,15 @@ class SQLiteStore(ChainedAppends):
         return self._busy_timeout
 
     def close(self) -> None:
+        with self._write_lock:  # not while an append is using the writer
+            writer, self._writer_conn = self._writer_conn, None
+            self._closed = True
+            if writer is not None and not isinstance(writer.db, _PyWriter):
+                writer.db.close()  # a _PyWriter's connection is among the ones below
         with self._connections_lock:
             for conn in self._connections:
                 conn.close()
             self._connections.clear()
-        self._closed = True
 
     def __enter__(self) -> SQLiteStore:
         return self
@@ -329,7 +403,7 @@ class SQLiteStore(ChainedAppends):
             try:
                 if not self._append_solo(batches, chained):
                     self._append_locked(batches, chained)
-            except sqlite3.Error as exc:
+            except _WRITE_ERRORS as exc:
                 raise StorageError(f"sqlite append failed: {exc}") from exc
         # Built after the commit: nothing here needs the lock.
         return [
@@ -356,20 +430,21 @@ class SQLiteStore(ChainedAppends):
         if len(batches) != 1 or len(batches[0]) != 1 or len(batches[0][0].items) != 1:
             return False
         batch = batches[0]
-        conn, state = self._writer()
+        state = self._writer()
         known = state.heads
         if state.solo_off:
             state.solo_off -= 1
             return False
-        if state.position is None or batch[0].stream_id not in known or conn.in_transaction:
+        db = state.db
+        if state.position is None or batch[0].stream_id not in known or db.in_transaction():
             return False
         try:
             done = chain_rows(batch, state.position, known.__getitem__)
         except ConcurrencyConflict:
             return False
         try:
-            state.cursor.execute(_INSERT, done.rows[0])  # autocommit: durable on return
-        except sqlite3.IntegrityError:
+            db.insert(done.rows)  # one row, autocommit: durable on return
+        except _CONSTRAINT_ERRORS:
             state.forget()  # another connection wrote: its event holds our position
             state.solo_off = state.SOLO_BACKOFF
             return False
@@ -387,24 +462,21 @@ class SQLiteStore(ChainedAppends):
         chained: list[Chained | ConcurrencyConflict],
     ) -> None:
         """The transaction of :meth:`_append_prepared` (caller holds the write lock)."""
-        conn, state = self._writer()
-        execute = state.cursor.execute
-        execute("BEGIN IMMEDIATE")
+        state = self._writer()
+        db = state.db
+        db.exec("BEGIN IMMEDIATE")
         try:
-            (data_version,) = execute("PRAGMA data_version").fetchone()
-            state.sync(data_version)
+            state.sync(db.data_version())
             if len(state.heads) > state.MAX_HEADS:
                 state.heads.clear()
             if state.position is None:
-                (last,) = execute("SELECT COALESCE(MAX(position), 0) FROM events").fetchone()
-                state.position = int(last)
+                state.position = db.last_position()
             known = state.heads
 
             def head_of(sid: str) -> tuple[int, bytes]:
                 cached = known.get(sid)
                 if cached is None:
-                    head = self._head(conn, sid)
-                    cached = (0, GENESIS) if head is None else (head.version, head.head)
+                    cached = db.head(sid) or (0, GENESIS)
                 return cached
 
             rows: list[Row] = []
@@ -420,14 +492,13 @@ class SQLiteStore(ChainedAppends):
                 known.update(done.heads)
                 rows += done.rows
                 chained.append(done)
-            if len(rows) == 1:
-                execute(_INSERT, rows[0])
-            elif rows:
-                state.cursor.executemany(_INSERT, rows)
-            execute("COMMIT")
+            if rows:
+                db.insert(rows)
+            db.exec("COMMIT")
         except BaseException:
             state.forget()
-            conn.execute("ROLLBACK")
+            if db.in_transaction():  # SQLite rolls back by itself after some I/O errors
+                db.exec("ROLLBACK")
             raise
 
     @staticmethod
@@ -621,14 +692,14 @@ class SQLiteStore(ChainedAppends):
         """Insert records verbatim, as another store holds them: see :class:`ImportStore`.
 
         One ``BEGIN IMMEDIATE`` transaction, so the checks (``check_import``) and the insert
-        see the same log head, and the records land all or none. The connection's cached
-        head (:class:`_WriterState`) is dropped afterwards: ``data_version`` does not move
-        for this connection's own commits, so the cache would otherwise miss the import.
+        see the same log head, and the records land all or none. It runs on this thread's
+        own connection, not the append writer (records from another store need not be the
+        exact types the kernel writer binds); the writer's cached head is dropped after it.
         """
         if not records:
             return
         with self._write_lock, _translated("import"):
-            conn, _ = self._writer()
+            conn = self._conn()
             conn.execute("BEGIN IMMEDIATE")
             try:
                 (last,) = conn.execute("SELECT COALESCE(MAX(position), 0) FROM events").fetchone()
@@ -639,4 +710,5 @@ class SQLiteStore(ChainedAppends):
                 conn.execute("ROLLBACK")
                 raise
             finally:
-                self._writer_conn = (conn, _WriterState(conn.cursor()))
+                if self._writer_conn is not None:
+                    self._writer_conn.forget()

@@ -1,4 +1,6 @@
-"""The SQLite store's append transaction: its settings, its cursor, its error translation."""
+"""The SQLite store's append path: its settings, its writer connection (the C kernel's
+`Writer` or `_PyWriter`, both run here), the single-row autocommit INSERT and its fallback,
+error translation."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 from uuid import UUID
 
 import pytest
@@ -14,7 +17,8 @@ import pytest
 from tracebound.errors import ConcurrencyConflict, StorageError
 from tracebound.events.catalog import CostIncurred
 from tracebound.events.envelope import Event
-from tracebound.store.sqlite import _WAL_AUTOCHECKPOINT, SQLiteStore
+from tracebound.store import sqlite as sqlite_module
+from tracebound.store.sqlite import _WAL_AUTOCHECKPOINT, SQLiteStore, _PyWriter
 
 
 def _event(n: int) -> Event:
@@ -34,16 +38,105 @@ def _event(n: int) -> Event:
     )
 
 
+@pytest.fixture(params=["kernel", "python"])
+def writer_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run a test with the C kernel's Writer and again with the pysqlite one."""
+    if request.param == "python":
+        monkeypatch.setattr(sqlite_module, "_KernelWriter", None)
+    elif sqlite_module._KernelWriter is None:
+        pytest.skip("the C kernel is not built (or TRACEBOUND_PURE_PYTHON is set)")
+    return str(request.param)
+
+
+class _Spy:
+    """Records the writer methods an append calls, and calls them."""
+
+    def __init__(self, db: Any) -> None:
+        self.db = db
+        self.calls: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.db, name)
+
+        def call(*args: Any) -> Any:
+            self.calls.append(name if name != "exec" else f"exec {args[0]}")
+            return method(*args)
+
+        return call
+
+
+def _spy(store: SQLiteStore) -> list[str]:
+    """Record the writer calls of ``store``'s appends from here on."""
+    state = store._writer()
+    spy = _Spy(state.db)
+    state.db = spy
+    return spy.calls
+
+
 def test_connections_checkpoint_every_wal_autocheckpoint_pages(tmp_path: Path) -> None:
     with SQLiteStore(tmp_path / "s") as store:
-        writer, _state = store._writer()
-        for conn in (store._conn(), writer):
-            (pages,) = conn.execute("PRAGMA wal_autocheckpoint").fetchone()
-            # SQLite's default: a short WAL is overwritten in place sooner (sqlite.py)
-            assert pages == _WAL_AUTOCHECKPOINT == 1000
+        (pages,) = store._conn().execute("PRAGMA wal_autocheckpoint").fetchone()
+        # SQLite's default: a short WAL is overwritten in place sooner (sqlite.py)
+        assert pages == _WAL_AUTOCHECKPOINT == 1000
+        # the writer runs the same settings, whichever writer it is
+        assert f"PRAGMA wal_autocheckpoint={_WAL_AUTOCHECKPOINT};" in store._setup_sql()
+        assert "PRAGMA synchronous=FULL;" in store._setup_sql()
 
 
-def test_single_and_batched_appends_share_the_writer_cursor(tmp_path: Path) -> None:
+def test_the_python_writer_runs_the_store_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_module, "_KernelWriter", None)
+    with SQLiteStore(tmp_path / "s") as store:
+        db = store._writer().db
+        assert isinstance(db, _PyWriter)
+        for pragma, want in (("wal_autocheckpoint", 1000), ("synchronous", 2)):
+            (value,) = db.conn.execute(f"PRAGMA {pragma}").fetchone()
+            assert value == want
+
+
+def test_the_kernel_writer_is_used_when_built(tmp_path: Path, writer_kind: str) -> None:
+    with SQLiteStore(tmp_path / "s") as store:
+        db = store._writer().db
+        assert isinstance(db, _PyWriter) == (writer_kind == "python")
+
+
+def test_both_writers_store_the_same_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same appends through either writer leave byte-identical tables."""
+    if sqlite_module._KernelWriter is None:
+        pytest.skip("the C kernel is not built (or TRACEBOUND_PURE_PYTHON is set)")
+    tables = []
+    for kind in ("kernel", "python"):
+        if kind == "python":
+            monkeypatch.setattr(sqlite_module, "_KernelWriter", None)
+        with SQLiteStore(tmp_path / kind) as store:
+            store.append("a", [_event(1)])
+            store.append("a", [_event(2)])  # the autocommit row
+            store.append("b", [_event(3), _event(4)])
+            with_wf = Event.create(
+                CostIncurred(
+                    tier="direct",
+                    amount_usd=Decimal(1),
+                    source="s",
+                    tokens_in=1,
+                    tokens_out=1,
+                    model="m",
+                    role="Executor",
+                    step_id="é-ünïcode-🚀",
+                ),
+                event_id=UUID(int=99),
+                timestamp=datetime(2026, 1, 1, tzinfo=UTC),
+                workflow_id="wf-ü",
+            )
+            store.append("c-ü", [with_wf, _event(5)])
+            rows = store._conn().execute("SELECT * FROM events ORDER BY position").fetchall()
+            tables.append(rows)
+    assert tables[0] == tables[1]
+    assert len(tables[0]) == 6
+    assert any(row[4] is None for row in tables[0]) and any(row[4] == "wf-ü" for row in tables[0])
+
+
+def test_single_and_batched_appends_share_the_writer(tmp_path: Path, writer_kind: str) -> None:
     with SQLiteStore(tmp_path / "s") as store:
         one = store.append("a", [_event(1)])
         many = store.append("a", [_event(2), _event(3)], expected_version=1)
@@ -53,7 +146,9 @@ def test_single_and_batched_appends_share_the_writer_cursor(tmp_path: Path) -> N
         assert store.stream_head("a") == (3, many[-1].hash)
 
 
-def test_sqlite_errors_in_the_append_transaction_are_storage_errors(tmp_path: Path) -> None:
+def test_sqlite_errors_in_the_append_transaction_are_storage_errors(
+    tmp_path: Path, writer_kind: str
+) -> None:
     with SQLiteStore(tmp_path / "s") as store:
         store.append("a", [_event(1)])
         # Another connection makes the insert fail inside the transaction (a trigger that
@@ -64,8 +159,12 @@ def test_sqlite_errors_in_the_append_transaction_are_storage_errors(tmp_path: Pa
             "CREATE TRIGGER refuse BEFORE INSERT ON events BEGIN SELECT RAISE(ABORT, 'no'); END"
         )
         with pytest.raises(StorageError, match="sqlite append failed") as caught:
-            store.append("a", [_event(2)])
-        assert isinstance(caught.value.__cause__, sqlite3.Error)
+            store.append("a", [_event(2), _event(3)])
+        assert "no" in str(caught.value)
+        assert isinstance(caught.value.__cause__, sqlite_module._WRITE_ERRORS)
+        assert not store._writer().db.in_transaction()  # rolled back
+        with pytest.raises(StorageError, match="sqlite append failed"):
+            store.append("a", [_event(2)])  # the single-row path, then the transaction
         other.execute("DROP TRIGGER refuse")
         other.close()
         (again,) = store.append("a", [_event(3)], expected_version=1)
@@ -73,47 +172,43 @@ def test_sqlite_errors_in_the_append_transaction_are_storage_errors(tmp_path: Pa
         assert store.size() == 2
 
 
-def _statements(store: SQLiteStore) -> list[str]:
-    """Record the statements the store's writer connection runs from here on."""
-    seen: list[str] = []
-    writer, _state = store._writer()
-    writer.set_trace_callback(seen.append)
-    return seen
-
-
-def test_one_event_onto_a_known_head_is_a_single_autocommit_insert(tmp_path: Path) -> None:
+def test_one_event_onto_a_known_head_is_a_single_autocommit_insert(
+    tmp_path: Path, writer_kind: str
+) -> None:
     with SQLiteStore(tmp_path / "s") as store:
         store.append("a", [_event(1)])  # the transaction: learns the head of "a"
-        seen = _statements(store)
+        calls = _spy(store)
         (second,) = store.append("a", [_event(2)], expected_version=1)
-        assert [s.split()[0] for s in seen] == ["INSERT"]  # no BEGIN, PRAGMA or COMMIT
+        assert calls == ["in_transaction", "insert"]  # no BEGIN, data_version or COMMIT
         assert (second.position, second.stream_version) == (2, 2)
-        seen.clear()
+        calls.clear()
         store.append("b", [_event(3)])  # a stream it has not seen: the transaction
-        assert seen[0] == "BEGIN IMMEDIATE"
-        seen.clear()
+        assert calls[:3] == ["exec BEGIN IMMEDIATE", "data_version", "head"]
+        assert calls[-1] == "exec COMMIT"
+        calls.clear()
         store.append("a", [_event(4), _event(5)])  # two rows: the transaction
-        assert seen[0] == "BEGIN IMMEDIATE"
-        writer, _state = store._writer()
-        assert not writer.in_transaction
+        assert calls == ["exec BEGIN IMMEDIATE", "data_version", "insert", "exec COMMIT"]
+        assert not store._writer().db.in_transaction()
     with SQLiteStore(tmp_path / "s") as reopened:  # durable: another connection sees it all
         assert [e.position for e in reopened.read_log()] == [1, 2, 3, 4, 5]
         assert reopened.stream_head("a") == (4, list(reopened.read_stream("a"))[-1].hash)
 
 
-def test_a_stale_head_sends_the_single_append_through_the_transaction(tmp_path: Path) -> None:
+def test_a_stale_head_sends_the_single_append_through_the_transaction(
+    tmp_path: Path, writer_kind: str
+) -> None:
     """Another connection appends between two appends of this one: the cached head is
     stale, the INSERT meets that connection's position, and the append chains onto the
     real head instead."""
     with SQLiteStore(tmp_path / "s") as mine, SQLiteStore(tmp_path / "s") as theirs:
         (first,) = mine.append("a", [_event(1)])
         (between,) = theirs.append("a", [_event(2)], expected_version=1)
-        seen = _statements(mine)
+        calls = _spy(mine)
         (after,) = mine.append("a", [_event(3)])  # the cache says version 1, position 1
-        assert [s.split()[0] for s in seen[:2]] == ["INSERT", "BEGIN"]
+        assert calls[:3] == ["in_transaction", "insert", "exec BEGIN IMMEDIATE"]
         assert (after.position, after.stream_version) == (3, 3)
         assert after.prev_hash == between.hash != first.hash
-        _writer, state = mine._writer()
+        state = mine._writer()
         assert state.solo_off == state.SOLO_BACKOFF  # a few appends skip the attempt
         theirs.append("a", [_event(4)], expected_version=3)
         with pytest.raises(ConcurrencyConflict) as conflict:
@@ -126,14 +221,46 @@ def test_a_stale_head_sends_the_single_append_through_the_transaction(tmp_path: 
 
 
 def test_a_conflict_against_the_cached_head_is_checked_in_the_transaction(
-    tmp_path: Path,
+    tmp_path: Path, writer_kind: str
 ) -> None:
     """The cache says version 1 but the stream is at 2: ``expected_version=2`` is right,
     and must not be refused on the cache's word."""
     with SQLiteStore(tmp_path / "s") as mine, SQLiteStore(tmp_path / "s") as theirs:
         mine.append("a", [_event(1)])
         theirs.append("a", [_event(2)])
-        seen = _statements(mine)
+        calls = _spy(mine)
         (ok,) = mine.append("a", [_event(3)], expected_version=2)
         assert ok.stream_version == 3
-        assert seen[0] == "BEGIN IMMEDIATE"  # not even tried on the cache's word
+        assert "insert" not in calls[: calls.index("exec BEGIN IMMEDIATE")]  # not tried
+
+
+def test_the_kernel_writer_refuses_rows_it_was_not_written_for(tmp_path: Path) -> None:
+    """Rows of the wrong shape are a TypeError before anything is inserted."""
+    kernel_writer = sqlite_module._KernelWriter
+    if kernel_writer is None:
+        pytest.skip("the C kernel is not built (or TRACEBOUND_PURE_PYTHON is set)")
+    with SQLiteStore(tmp_path / "s") as store:
+        (rec,) = store.append("a", [_event(1)])
+        db = kernel_writer(str(store.path), 1000, store._setup_sql())
+        try:
+            good = (2, "a", 2, "t", None, "2026", 1, rec.hash, b"h" * 32, b"{}")
+            for bad in (
+                [good, (*good[:7], bytearray(32), *good[8:])],  # bytearray, not bytes
+                [good, good[:9]],  # short
+                [good, (2.0, *good[1:])],  # a float position
+                (good,),  # not a list
+            ):
+                with pytest.raises(TypeError):
+                    db.insert(bad)
+            assert store.size() == 1  # the good row before the bad one was not inserted
+            with pytest.raises(OverflowError):
+                db.insert([(2**63, *good[1:])])
+            with pytest.raises(sqlite_module._CONSTRAINT_ERRORS, match="UNIQUE"):
+                db.insert([(1, *good[1:])])  # position 1 is taken
+            assert db.head("a") == (1, rec.hash)
+            assert db.head("nope") is None
+            assert db.last_position() == 1
+        finally:
+            db.close()
+        with pytest.raises(sqlite_module._WRITE_ERRORS, match="closed"):
+            db.last_position()
