@@ -201,10 +201,10 @@ class _PyWriter:
 
 @contextmanager
 def _translated(what: str) -> Iterator[None]:
-    """Turn sqlite3 errors into StorageError: no backend exception escapes the API."""
+    """Turn sqlite3 (and kernel) errors into StorageError: no backend exception escapes."""
     try:
         yield
-    except sqlite3.Error as exc:
+    except _WRITE_ERRORS as exc:
         raise StorageError(f"sqlite {what} failed: {exc}") from exc
 
 

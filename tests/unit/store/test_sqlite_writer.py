@@ -264,3 +264,13 @@ def test_the_kernel_writer_refuses_rows_it_was_not_written_for(tmp_path: Path) -
             db.close()
         with pytest.raises(sqlite_module._WRITE_ERRORS, match="closed"):
             db.last_position()
+
+
+def test_a_writer_that_cannot_open_is_a_storage_error(
+    tmp_path: Path, writer_kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with SQLiteStore(tmp_path / "s") as store:
+        # the writer connection opens on the first append; make its setup fail
+        monkeypatch.setattr(store, "_setup_sql", lambda: "PRAGMA no_such_thing = (;")
+        with pytest.raises(StorageError, match="sqlite"):
+            store.append("a", [_event(1)])
