@@ -13,6 +13,8 @@ from typing import Any
 from uuid import UUID
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tracebound.errors import ConcurrencyConflict, StorageError
 from tracebound.events.catalog import CostIncurred
@@ -274,3 +276,38 @@ def test_a_writer_that_cannot_open_is_a_storage_error(
         monkeypatch.setattr(store, "_setup_sql", lambda: "PRAGMA no_such_thing = (;")
         with pytest.raises(StorageError, match="sqlite"):
             store.append("a", [_event(1)])
+
+
+_cell = st.one_of(
+    st.none(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.text(max_size=8),
+    st.binary(max_size=40),
+    st.floats(allow_nan=False),
+    st.builds(bytearray, st.binary(max_size=4)),
+)
+
+
+@given(rows=st.lists(st.one_of(st.tuples(*[_cell] * 10), st.lists(_cell, max_size=11)), max_size=4))
+@settings(max_examples=300, deadline=None)
+def test_the_kernel_writer_never_crashes_on_rows_of_any_shape(
+    tmp_path_factory: Any, rows: Any
+) -> None:
+    """Whatever the rows hold, ``insert`` returns or raises a Python exception (here inside
+    a transaction that is rolled back): never a crash, never a half-bound row."""
+    kernel_writer = sqlite_module._KernelWriter
+    if kernel_writer is None:
+        pytest.skip("the C kernel is not built (or TRACEBOUND_PURE_PYTHON is set)")
+    directory = tmp_path_factory.mktemp("fuzz")
+    SQLiteStore(directory).close()
+    db = kernel_writer(str(directory / "ledger.db"), 1000, "")
+    try:
+        db.exec("BEGIN IMMEDIATE")
+        try:
+            db.insert(rows)
+        except (TypeError, OverflowError, UnicodeEncodeError, *sqlite_module._WRITE_ERRORS):
+            pass
+        db.exec("ROLLBACK")
+        assert db.last_position() == 0
+    finally:
+        db.close()
