@@ -4,8 +4,9 @@ Positions are ``max(position) + 1`` inside a ``BEGIN IMMEDIATE`` transaction, wh
 SQLite's single write lock; so positions are gap-free and writers in several processes
 serialise instead of corrupting each other. (A single event onto a head this connection
 knows is one autocommit INSERT instead: the primary key on the position refuses it if
-anyone else wrote since, see ``_append_solo``.) ``synchronous=FULL`` makes COMMIT wait for the
-WAL's fsync, so an acknowledged append survives power loss.
+anyone else wrote since, see ``_append_solo``.) ``synchronous=FULL`` makes COMMIT wait for
+the WAL's fsync, so an acknowledged append survives power loss. Appends write through the
+C kernel's ``Writer`` connection when it is built (ADR 0010), else through pysqlite.
 
 The costly work, canonicalising payloads, happens before the lock is taken; under the lock
 the store only formats a short suffix, hashes and inserts (see `events/record.py`).
@@ -503,11 +504,7 @@ class SQLiteStore(ChainedAppends):
 
     @staticmethod
     def _head(conn: sqlite3.Connection, stream_id: str) -> StreamHead | None:
-        row = conn.execute(
-            "SELECT stream_version, hash FROM events WHERE stream_id = ? "
-            "ORDER BY stream_version DESC LIMIT 1",
-            (stream_id,),
-        ).fetchone()
+        row = conn.execute(_HEAD_SQL, (stream_id,)).fetchone()
         return None if row is None else StreamHead(StreamVersion(row[0]), ChainHead(row[1]))
 
     # -- reads ---------------------------------------------------------------------------
@@ -518,9 +515,7 @@ class SQLiteStore(ChainedAppends):
 
     def size(self) -> int:
         with _translated("read"):
-            (last,) = (
-                self._conn().execute("SELECT COALESCE(MAX(position), 0) FROM events").fetchone()
-            )
+            (last,) = self._conn().execute(_LAST_SQL).fetchone()
             return int(last)
 
     def read_raw(self, *, start: int = 1, stop: int | None = None) -> Iterator[RawRecord]:
@@ -702,7 +697,7 @@ class SQLiteStore(ChainedAppends):
             conn = self._conn()
             conn.execute("BEGIN IMMEDIATE")
             try:
-                (last,) = conn.execute("SELECT COALESCE(MAX(position), 0) FROM events").fetchone()
+                (last,) = conn.execute(_LAST_SQL).fetchone()
                 check_import(int(last), records, lambda sid: self._head(conn, sid))
                 conn.executemany(_INSERT, [tuple(r) for r in records])
                 conn.execute("COMMIT")
