@@ -756,8 +756,9 @@ static PyTypeObject ReaderType = {
  * `_append_solo`) on a connection of its own, so that binding a group's rows costs no
  * Python per column (pysqlite's `executemany` spends ~1.8 us per row on that) and the
  * inserts and the COMMIT's fsync run without the GIL: other threads prepare their next
- * appends meanwhile. The rows are the store's own (`chain_rows`): anything but the exact
- * types it builds is a TypeError, checked for every row before the first is inserted.
+ * appends meanwhile. The rows are the store's own (`chain_rows`): anything but the types
+ * it builds (int, str, bytes, None; subclasses too, as pysqlite takes them) is a
+ * TypeError, checked for every row before the first is inserted.
  * ====================================================================================== */
 
 #define SQ_CONSTRAINT 19
@@ -915,7 +916,7 @@ typedef struct {
 } bound_row_t;
 
 static int take_int(PyObject *v, long long *out) {
-    if (!PyLong_CheckExact(v)) return -1;
+    if (!PyLong_Check(v)) return -1;
     *out = PyLong_AsLongLong(v);
     return (*out == -1 && PyErr_Occurred()) ? -2 : 0;
 }
@@ -937,14 +938,14 @@ static int take_row(PyObject *row, bound_row_t *b) {
             b->text_len[k] = 0;
             continue;
         }
-        if (!PyUnicode_CheckExact(v)) return -1;
+        if (!PyUnicode_Check(v)) return -1; /* NewType ids and str subclasses bind as text */
         b->text[k] = PyUnicode_AsUTF8AndSize(v, &b->text_len[k]); /* cached in the str */
         if (b->text[k] == NULL) return -2;
         if (b->text_len[k] > INT32_MAX) return -1;
     }
     for (int k = 0; k < 3; k++) {
         PyObject *v = PyTuple_GET_ITEM(row, 7 + k);
-        if (!PyBytes_CheckExact(v) || PyBytes_GET_SIZE(v) > INT32_MAX) return -1;
+        if (!PyBytes_Check(v) || PyBytes_GET_SIZE(v) > INT32_MAX) return -1;
         b->blob[k] = PyBytes_AS_STRING(v);
         b->blob_len[k] = PyBytes_GET_SIZE(v);
     }

@@ -689,7 +689,8 @@ class SQLiteStore(ChainedAppends):
         One ``BEGIN IMMEDIATE`` transaction, so the checks (``check_import``) and the insert
         see the same log head, and the records land all or none. It runs on this thread's
         own connection, not the append writer (records from another store need not be the
-        exact types the kernel writer binds); the writer's cached head is dropped after it.
+        types the kernel writer binds, e.g. memoryview bodies); the writer's cached head is
+        dropped after it.
         """
         if not records:
             return

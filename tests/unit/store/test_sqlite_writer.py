@@ -311,3 +311,17 @@ def test_the_kernel_writer_never_crashes_on_rows_of_any_shape(
         assert db.last_position() == 0
     finally:
         db.close()
+
+
+class _Sid(str):
+    """A str subclass, as a caller's own id type may be."""
+
+
+def test_str_subclass_ids_are_stored_as_text(tmp_path: Path, writer_kind: str) -> None:
+    with SQLiteStore(tmp_path / "s") as store:
+        store.append(_Sid("a"), [_event(1), _event(2)])
+        (one,) = store.append(_Sid("a"), [_event(3)])
+        assert (one.position, one.stream_version) == (3, 3)
+        assert [e.stream_id for e in store.read_stream("a")] == ["a", "a", "a"]
+        (kind,) = store._conn().execute("SELECT DISTINCT typeof(stream_id) FROM events").fetchone()
+        assert kind == "text"
