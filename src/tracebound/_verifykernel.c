@@ -1014,6 +1014,25 @@ static PyObject *writer_insert(WriterObject *self, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
+/* int_query(sql) -> the first column of the first row, as an int (settings, for tests). */
+static PyObject *writer_int_query(WriterObject *self, PyObject *arg) {
+    if (!writer_ready(self)) return NULL;
+    Py_ssize_t len;
+    const char *sql = PyUnicode_AsUTF8AndSize(arg, &len);
+    if (sql == NULL) return NULL;
+    tb_sqlite3_stmt *st = NULL;
+    int rc = sq.prepare_v2(self->db, sql, (int)len, &st, NULL);
+    if (rc != SQ_OK || st == NULL) {
+        if (st != NULL) sq.finalize(st);
+        return writer_error(self, rc == SQ_OK ? 1 : rc, sql);
+    }
+    rc = sq.step(st);
+    long long value = rc == SQ_ROW ? sq.column_int64(st, 0) : 0;
+    sq.finalize(st);
+    if (rc != SQ_ROW) return writer_error(self, rc, sql);
+    return PyLong_FromLongLong(value);
+}
+
 static PyObject *writer_in_transaction(WriterObject *self, PyObject *unused) {
     if (self->db == NULL) Py_RETURN_FALSE;
     return PyBool_FromLong(!sq.get_autocommit(self->db));
@@ -1038,6 +1057,8 @@ static PyMethodDef writer_methods[] = {
      "head(stream_id) -> (version, hash) | None: the stream's last record"},
     {"insert", (PyCFunction)writer_insert, METH_O,
      "insert(rows): INSERT store row tuples, binding and stepping without the GIL."},
+    {"int_query", (PyCFunction)writer_int_query, METH_O,
+     "int_query(sql) -> int: the first column of the first row (settings, for tests)"},
     {"in_transaction", (PyCFunction)writer_in_transaction, METH_NOARGS,
      "whether a transaction is open"},
     {"close", (PyCFunction)writer_close, METH_NOARGS, "Close the connection."},

@@ -193,6 +193,10 @@ class _PyWriter:
         else:
             self.cursor.executemany(_INSERT, rows)
 
+    def int_query(self, sql: str) -> int:
+        (value,) = self.cursor.execute(sql).fetchone()
+        return int(value)
+
     def in_transaction(self) -> bool:
         return self.conn.in_transaction
 

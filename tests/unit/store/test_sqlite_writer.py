@@ -85,16 +85,13 @@ def test_connections_checkpoint_every_wal_autocheckpoint_pages(tmp_path: Path) -
         assert "PRAGMA synchronous=FULL;" in store._setup_sql()
 
 
-def test_the_python_writer_runs_the_store_settings(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(sqlite_module, "_KernelWriter", None)
-    with SQLiteStore(tmp_path / "s") as store:
+def test_the_writer_runs_the_store_settings(tmp_path: Path, writer_kind: str) -> None:
+    with SQLiteStore(tmp_path / "s", synchronous="EXTRA") as store:
         db = store._writer().db
-        assert isinstance(db, _PyWriter)
-        for pragma, want in (("wal_autocheckpoint", 1000), ("synchronous", 2)):
-            (value,) = db.conn.execute(f"PRAGMA {pragma}").fetchone()
-            assert value == want
+        assert db.int_query("PRAGMA wal_autocheckpoint") == _WAL_AUTOCHECKPOINT
+        assert db.int_query("PRAGMA synchronous") == 3  # EXTRA: as asked, not the default
+        assert db.int_query("PRAGMA foreign_keys") == 1
+        assert db.int_query("PRAGMA busy_timeout") == 60_000
 
 
 def test_the_kernel_writer_is_used_when_built(tmp_path: Path, writer_kind: str) -> None:
