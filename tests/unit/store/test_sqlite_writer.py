@@ -23,7 +23,7 @@ from tracebound.store import sqlite as sqlite_module
 from tracebound.store.sqlite import _WAL_AUTOCHECKPOINT, SQLiteStore, _PyWriter
 
 
-def _event(n: int) -> Event:
+def _event(n: int, *, step_id: str | None = None, workflow_id: str | None = None) -> Event:
     return Event.create(
         CostIncurred(
             tier="direct",
@@ -33,10 +33,11 @@ def _event(n: int) -> Event:
             tokens_out=1,
             model="m",
             role="Executor",
-            step_id=f"step-{n}",
+            step_id=step_id or f"step-{n}",
         ),
         event_id=UUID(int=n + 1),
         timestamp=datetime(2026, 1, 1, tzinfo=UTC),
+        workflow_id=workflow_id,
     )
 
 
@@ -112,21 +113,7 @@ def test_both_writers_store_the_same_rows(tmp_path: Path, monkeypatch: pytest.Mo
             store.append("a", [_event(1)])
             store.append("a", [_event(2)])  # the autocommit row
             store.append("b", [_event(3), _event(4)])
-            with_wf = Event.create(
-                CostIncurred(
-                    tier="direct",
-                    amount_usd=Decimal(1),
-                    source="s",
-                    tokens_in=1,
-                    tokens_out=1,
-                    model="m",
-                    role="Executor",
-                    step_id="é-ünïcode-🚀",
-                ),
-                event_id=UUID(int=99),
-                timestamp=datetime(2026, 1, 1, tzinfo=UTC),
-                workflow_id="wf-ü",
-            )
+            with_wf = _event(99, step_id="é-ünïcode-🚀", workflow_id="wf-ü")
             store.append("c-ü", [with_wf, _event(5)])
             rows = store._conn().execute("SELECT * FROM events ORDER BY position").fetchall()
             tables.append(rows)
