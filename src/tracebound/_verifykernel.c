@@ -38,7 +38,10 @@
 
 #if !defined(_WIN32)
 #include <dlfcn.h>
+#include <pthread.h>
+#include <unistd.h>
 #define TB_HAVE_DLOPEN 1
+#define TB_HAVE_PTHREAD 1
 #endif
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
@@ -769,7 +772,31 @@ typedef struct {
     tb_sqlite3 *db;
     tb_sqlite3_stmt *insert, *head, *last, *data_version;
     int busy;
+    /* One background insert at a time (insert_async, then wait): the rows' list is held
+     * until wait(), and the connection is the worker's alone meanwhile (busy is set). */
+    PyObject *job_list;
+    char *job_sql;  /* exec_async's statements (a copy), or NULL: insert job_rows */
+    void *job_rows; /* bound_row_t[job_n] */
+    Py_ssize_t job_n;
+    int job_rc;
+    int job_state; /* JOB_NONE, JOB_QUEUED, JOB_DONE */
+#ifdef TB_HAVE_PTHREAD
+    /* The worker is a plain OS thread: it never takes the GIL, so the thread that queued
+     * the rows keeps running Python at full speed (a Python thread would contend for the
+     * GIL on every wake-up and slow both down). */
+    pthread_t thread;
+    pid_t thread_pid; /* 0: no worker (none started, or this is a forked child) */
+    int stop;
+    int sync_ready;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+#endif
 } WriterObject;
+
+enum { JOB_NONE = 0, JOB_QUEUED = 1, JOB_DONE = 2 };
+
+static void writer_join_job(WriterObject *self);
+static void writer_stop_worker(WriterObject *self);
 
 static const char WRITER_INSERT[] =
     "INSERT INTO events (position, stream_id, stream_version, event_type, workflow_id, "
@@ -781,6 +808,8 @@ static const char WRITER_LAST[] = "SELECT COALESCE(MAX(position), 0) FROM events
 static const char WRITER_DATA_VERSION[] = "PRAGMA data_version";
 
 static void writer_release(WriterObject *self) {
+    writer_join_job(self); /* the worker is done with the connection... */
+    writer_stop_worker(self); /* ...and gone */
     tb_sqlite3_stmt **stmts[4] = {&self->insert, &self->head, &self->last, &self->data_version};
     for (int i = 0; i < 4; i++) {
         if (*stmts[i] != NULL) sq.finalize(*stmts[i]);
@@ -792,6 +821,12 @@ static void writer_release(WriterObject *self) {
 
 static void writer_dealloc(WriterObject *self) {
     writer_release(self);
+#ifdef TB_HAVE_PTHREAD
+    if (self->sync_ready) {
+        pthread_cond_destroy(&self->cv);
+        pthread_mutex_destroy(&self->mu);
+    }
+#endif
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -983,25 +1018,39 @@ static int insert_rows(WriterObject *self, const bound_row_t *rows, Py_ssize_t n
     return SQ_OK;
 }
 
+/* The row list `arg` as bound rows (pointers into its objects: keep `arg` alive while they
+ * are used). NULL with an exception set if a row is not a store row. */
+static bound_row_t *take_rows(PyObject *arg, Py_ssize_t *count) {
+    if (!PyList_CheckExact(arg)) {
+        PyErr_Format(PyExc_TypeError, "rows must be a list");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(arg);
+    bound_row_t *rows = (bound_row_t *)PyMem_RawMalloc((n ? (size_t)n : 1) * sizeof(bound_row_t));
+    if (rows == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int r = take_row(PyList_GET_ITEM(arg, i), &rows[i]);
+        if (r) {
+            if (r == -1) PyErr_Format(PyExc_TypeError, "row %zd is not a store row tuple", i);
+            PyMem_RawFree(rows);
+            return NULL;
+        }
+    }
+    *count = n;
+    return rows;
+}
+
 /* insert(rows): INSERT each row, in the connection's transaction (or each in its own, in
  * autocommit mode: the store only does that with one row). */
 static PyObject *writer_insert(WriterObject *self, PyObject *arg) {
     if (!writer_ready(self)) return NULL;
-    if (!PyList_CheckExact(arg)) return PyErr_Format(PyExc_TypeError, "rows must be a list");
-    Py_ssize_t n = PyList_GET_SIZE(arg);
-    bound_row_t *rows = (bound_row_t *)PyMem_RawMalloc((n ? (size_t)n : 1) * sizeof(bound_row_t));
-    if (rows == NULL) return PyErr_NoMemory();
+    Py_ssize_t n = 0;
+    bound_row_t *rows = take_rows(arg, &n);
+    if (rows == NULL) return NULL;
     Py_INCREF(arg); /* the rows, and so every pointer taken from them, live until we return */
-    for (Py_ssize_t i = 0; i < n; i++) {
-        int r = take_row(PyList_GET_ITEM(arg, i), &rows[i]);
-        if (r) {
-            if (r == -1)
-                PyErr_Format(PyExc_TypeError, "row %zd is not a store row tuple", i);
-            PyMem_RawFree(rows);
-            Py_DECREF(arg);
-            return NULL;
-        }
-    }
     int rc;
     self->busy = 1;
     Py_BEGIN_ALLOW_THREADS
@@ -1011,6 +1060,142 @@ static PyObject *writer_insert(WriterObject *self, PyObject *arg) {
     PyMem_RawFree(rows);
     Py_DECREF(arg);
     if (rc != SQ_OK) return writer_error(self, rc, "insert");
+    Py_RETURN_NONE;
+}
+
+#ifdef TB_HAVE_PTHREAD
+static void *writer_worker(void *arg) {
+    WriterObject *self = (WriterObject *)arg;
+    pthread_mutex_lock(&self->mu);
+    for (;;) {
+        while (!self->stop && self->job_state != JOB_QUEUED) pthread_cond_wait(&self->cv, &self->mu);
+        if (self->stop) break;
+        pthread_mutex_unlock(&self->mu);
+        int rc = self->job_sql != NULL
+                     ? sq.exec(self->db, self->job_sql, NULL, NULL, NULL)
+                     : insert_rows(self, (const bound_row_t *)self->job_rows, self->job_n);
+        pthread_mutex_lock(&self->mu);
+        self->job_rc = rc;
+        self->job_state = JOB_DONE;
+        pthread_cond_broadcast(&self->cv);
+    }
+    pthread_mutex_unlock(&self->mu);
+    return NULL;
+}
+
+/* Start the worker if this process has none (a forked child inherits the flag, not the
+ * thread). 0 on success; -1 if no thread could be had (the insert then runs inline). */
+static int writer_start_worker(WriterObject *self) {
+    pid_t pid = getpid();
+    if (self->thread_pid == pid) return 0;
+    if (!self->sync_ready) {
+        if (pthread_mutex_init(&self->mu, NULL) != 0) return -1;
+        if (pthread_cond_init(&self->cv, NULL) != 0) {
+            pthread_mutex_destroy(&self->mu);
+            return -1;
+        }
+        self->sync_ready = 1;
+    }
+    self->stop = 0;
+    if (pthread_create(&self->thread, NULL, writer_worker, self) != 0) return -1;
+    self->thread_pid = pid;
+    return 0;
+}
+#endif
+
+/* Wait (without the GIL) for the queued insert, if any, and drop its rows. */
+static void writer_join_job(WriterObject *self) {
+    if (self->job_state == JOB_NONE) return;
+#ifdef TB_HAVE_PTHREAD
+    if (self->thread_pid == getpid()) {
+        Py_BEGIN_ALLOW_THREADS
+        pthread_mutex_lock(&self->mu);
+        while (self->job_state != JOB_DONE) pthread_cond_wait(&self->cv, &self->mu);
+        pthread_mutex_unlock(&self->mu);
+        Py_END_ALLOW_THREADS
+    }
+#endif
+    PyMem_RawFree(self->job_rows);
+    self->job_rows = NULL;
+    PyMem_RawFree(self->job_sql);
+    self->job_sql = NULL;
+    Py_CLEAR(self->job_list);
+    self->job_state = JOB_NONE;
+    self->busy = 0;
+}
+
+static void writer_stop_worker(WriterObject *self) {
+#ifdef TB_HAVE_PTHREAD
+    if (self->thread_pid == getpid()) {
+        pthread_mutex_lock(&self->mu);
+        self->stop = 1;
+        pthread_cond_broadcast(&self->cv);
+        pthread_mutex_unlock(&self->mu);
+        Py_BEGIN_ALLOW_THREADS
+        pthread_join(self->thread, NULL);
+        Py_END_ALLOW_THREADS
+        self->thread_pid = 0;
+    }
+#endif
+}
+
+/* Hand the job set up in self (job_sql, or job_rows/job_n) to the worker; without one, run
+ * it here. The writer is busy until wait(). */
+static PyObject *writer_queue_job(WriterObject *self) {
+    self->busy = 1;
+#ifdef TB_HAVE_PTHREAD
+    if (writer_start_worker(self) == 0) {
+        pthread_mutex_lock(&self->mu);
+        self->job_state = JOB_QUEUED;
+        pthread_cond_broadcast(&self->cv);
+        pthread_mutex_unlock(&self->mu);
+        Py_RETURN_NONE;
+    }
+#endif
+    int rc; /* no worker to be had: run it now */
+    Py_BEGIN_ALLOW_THREADS
+    rc = self->job_sql != NULL
+             ? sq.exec(self->db, self->job_sql, NULL, NULL, NULL)
+             : insert_rows(self, (const bound_row_t *)self->job_rows, self->job_n);
+    Py_END_ALLOW_THREADS
+    self->job_rc = rc;
+    self->job_state = JOB_DONE;
+    Py_RETURN_NONE;
+}
+
+/* insert_async(rows): start inserting `rows` (as `insert` does) on the writer's own thread
+ * and return at once; `wait()` gives the outcome. Until then the writer refuses every other
+ * call (busy): the connection is the worker's. */
+static PyObject *writer_insert_async(WriterObject *self, PyObject *arg) {
+    if (!writer_ready(self)) return NULL;
+    Py_ssize_t n = 0;
+    bound_row_t *rows = take_rows(arg, &n);
+    if (rows == NULL) return NULL;
+    self->job_list = Py_NewRef(arg);
+    self->job_rows = rows;
+    self->job_n = n;
+    return writer_queue_job(self);
+}
+
+/* exec_async(sql): `exec(sql)` (a COMMIT, say) on the writer's own thread; wait() ends it. */
+static PyObject *writer_exec_async(WriterObject *self, PyObject *arg) {
+    if (!writer_ready(self)) return NULL;
+    Py_ssize_t len;
+    const char *sql = PyUnicode_AsUTF8AndSize(arg, &len);
+    if (sql == NULL) return NULL;
+    char *copy = (char *)PyMem_RawMalloc((size_t)len + 1);
+    if (copy == NULL) return PyErr_NoMemory();
+    memcpy(copy, sql, (size_t)len + 1);
+    self->job_sql = copy;
+    return writer_queue_job(self);
+}
+
+/* wait(): the outcome of the job under way (None, or its error); None if there is none. */
+static PyObject *writer_wait(WriterObject *self, PyObject *unused) {
+    if (self->job_state == JOB_NONE) Py_RETURN_NONE;
+    int was_sql = self->job_sql != NULL;
+    writer_join_job(self);
+    if (self->job_rc != SQ_OK) return writer_error(self, self->job_rc, was_sql ? "exec" : "insert");
     Py_RETURN_NONE;
 }
 
@@ -1039,6 +1224,7 @@ static PyObject *writer_in_transaction(WriterObject *self, PyObject *unused) {
 }
 
 static PyObject *writer_close(WriterObject *self, PyObject *unused) {
+    writer_join_job(self); /* a queued insert finishes first (its outcome is dropped) */
     if (self->busy) {
         PyErr_SetString(PyExc_RuntimeError, "writer is in use by another thread");
         return NULL;
@@ -1057,6 +1243,12 @@ static PyMethodDef writer_methods[] = {
      "head(stream_id) -> (version, hash) | None: the stream's last record"},
     {"insert", (PyCFunction)writer_insert, METH_O,
      "insert(rows): INSERT store row tuples, binding and stepping without the GIL."},
+    {"insert_async", (PyCFunction)writer_insert_async, METH_O,
+     "insert_async(rows): start `insert(rows)` on the writer's own thread; wait() ends it."},
+    {"exec_async", (PyCFunction)writer_exec_async, METH_O,
+     "exec_async(sql): start `exec(sql)` on the writer's own thread; wait() ends it."},
+    {"wait", (PyCFunction)writer_wait, METH_NOARGS,
+     "wait(): wait for the insert_async under way and raise its error, if any."},
     {"int_query", (PyCFunction)writer_int_query, METH_O,
      "int_query(sql) -> int: the first column of the first row (settings, for tests)"},
     {"in_transaction", (PyCFunction)writer_in_transaction, METH_NOARGS,

@@ -19,7 +19,9 @@ from hypothesis import strategies as st
 from tracebound.errors import ConcurrencyConflict, StorageError
 from tracebound.events.catalog import CostIncurred
 from tracebound.events.envelope import Event
+from tracebound.ids import StreamId
 from tracebound.store import sqlite as sqlite_module
+from tracebound.store.port import ANY_VERSION, AppendRequest
 from tracebound.store.sqlite import _WAL_AUTOCHECKPOINT, SQLiteStore, _PyWriter
 
 
@@ -309,3 +311,115 @@ def test_str_subclass_ids_are_stored_as_text(tmp_path: Path, writer_kind: str) -
         assert [e.stream_id for e in store.read_stream("a")] == ["a", "a", "a"]
         (kind,) = store._conn().execute("SELECT DISTINCT typeof(stream_id) FROM events").fetchone()
         assert kind == "text"
+
+
+def _big_batch(first: int) -> list[AppendRequest]:
+    """Three streams, one of them twice, across several chunks: 700 events."""
+    n = iter(range(first, first + 10_000))
+    return [
+        AppendRequest(StreamId("big"), [_event(next(n)) for _ in range(300)], 0),
+        AppendRequest(StreamId("other"), [_event(next(n)) for _ in range(2)], ANY_VERSION),
+        AppendRequest(StreamId("empty"), [], 0),
+        AppendRequest(StreamId("big"), [_event(next(n)) for _ in range(398)], 300),
+    ]
+
+
+def test_a_large_batch_is_pipelined_and_stores_what_the_plain_path_stores(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same batches with and without the pipeline: byte-identical tables, equal
+    returned events, and the pipeline really ran (its writer calls were made)."""
+    if sqlite_module._KernelWriter is None:
+        pytest.skip("the C kernel is not built (or TRACEBOUND_PURE_PYTHON is set)")
+    tables, returned = [], []
+    for kind in ("pipelined", "plain", "pipelined through pysqlite"):
+        if kind == "plain":
+            monkeypatch.setattr(sqlite_module, "_PIPELINE_MIN", 10**9)
+        if kind == "pipelined through pysqlite":  # the _PyWriter's synchronous twins
+            monkeypatch.setattr(sqlite_module, "_KernelWriter", None)
+        with SQLiteStore(tmp_path / kind) as store:
+            store.append("other", [_event(1)])  # a stream that exists before
+            calls = _spy(store)
+            if kind == "pipelined through pysqlite":
+                got = store._append_pipelined(_big_batch(10))
+                calls.clear()
+            else:
+                got = store.append_batch(_big_batch(10))
+            assert ("insert_async" in calls) == (kind == "pipelined")
+            if kind == "pipelined":
+                # chunks of _PIPELINE_CHUNK events: 300 = 128 + 128 + 44, then 2, then
+                # 398 = 3 x 128 + 14
+                assert sqlite_module._PIPELINE_CHUNK == 128
+                assert calls.count("insert_async") == 8
+                assert calls[-2:] == ["exec_async", "wait"]
+            assert [e.position for e in got] == list(range(2, 702))
+            store.append("big", [_event(5000)], expected_version=698)  # the head moved on
+            tables.append(store._conn().execute("SELECT * FROM events").fetchall())
+            returned.append([e.model_dump() for e in got])
+    assert tables[0] == tables[1] == tables[2]
+    assert returned[0] == returned[1] == returned[2]
+
+
+def test_a_conflict_late_in_a_pipelined_batch_writes_nothing(tmp_path: Path) -> None:
+    if sqlite_module._KernelWriter is None:
+        pytest.skip("the C kernel is not built (or TRACEBOUND_PURE_PYTHON is set)")
+    with SQLiteStore(tmp_path / "s") as store:
+        batch = _big_batch(10)
+        batch[3] = AppendRequest(StreamId("big"), batch[3].events, 299)  # wrong: it will be 300
+        with pytest.raises(ConcurrencyConflict) as conflict:
+            store.append_batch(batch)  # the first chunks were inserted before this was found
+        assert (conflict.value.expected, conflict.value.actual) == (299, 300)
+        assert store.size() == 0
+        assert not store._writer().db.in_transaction()
+        got = store.append_batch(_big_batch(10))  # nothing cached from the failed attempt
+        assert got[-1].position == 700 and store.stream_head("big") == (698, got[-1].hash)
+
+
+def test_an_insert_error_in_a_pipelined_batch_rolls_it_all_back(tmp_path: Path) -> None:
+    if sqlite_module._KernelWriter is None:
+        pytest.skip("the C kernel is not built (or TRACEBOUND_PURE_PYTHON is set)")
+    with SQLiteStore(tmp_path / "s") as store:
+        other = sqlite3.connect(store.path, isolation_level=None)
+        other.execute(
+            "CREATE TRIGGER refuse BEFORE INSERT ON events WHEN NEW.position = 600 "
+            "BEGIN SELECT RAISE(ABORT, 'position 600 refused'); END"
+        )
+        with pytest.raises(StorageError, match="position 600 refused"):
+            store.append_batch(_big_batch(10))
+        assert store.size() == 0
+        other.execute("DROP TRIGGER refuse")
+        other.close()
+        assert store.append_batch(_big_batch(10))[-1].position == 700
+
+
+def test_the_kernel_writer_works_one_background_job_at_a_time(tmp_path: Path) -> None:
+    kernel_writer = sqlite_module._KernelWriter
+    if kernel_writer is None:
+        pytest.skip("the C kernel is not built (or TRACEBOUND_PURE_PYTHON is set)")
+    with SQLiteStore(tmp_path / "s") as store:
+        (rec,) = store.append("a", [_event(1)])
+    db = kernel_writer(str(tmp_path / "s" / "ledger.db"), 1000, "")
+    try:
+        row = (2, "a", 2, "t", None, "2026", 1, rec.hash, b"h" * 32, b"{}")
+        db.exec("BEGIN IMMEDIATE")
+        db.insert_async([row])
+        with pytest.raises(RuntimeError, match="in use"):
+            db.last_position()  # the connection is the worker's until wait()
+        assert db.wait() is None
+        assert db.wait() is None  # nothing under way: nothing to wait for
+        db.insert_async([row])  # position 2 again
+        with pytest.raises(sqlite_module._CONSTRAINT_ERRORS, match="UNIQUE"):
+            db.wait()
+        db.exec_async("COMMIT")
+        db.wait()
+        assert not db.in_transaction() and db.last_position() == 2
+        db.exec_async("NOT SQL")
+        with pytest.raises(sqlite_module._WRITE_ERRORS, match="syntax"):
+            db.wait()
+        db.exec("BEGIN IMMEDIATE")
+        db.insert_async([(3, *row[1:])])
+        db.close()  # waits for the job, then closes: the uncommitted row is gone
+    finally:
+        db.close()
+    with SQLiteStore(tmp_path / "s") as store:
+        assert store.size() == 2
