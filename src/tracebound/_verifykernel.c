@@ -264,6 +264,8 @@ static struct {
     int (*bind_null)(tb_sqlite3_stmt *, int);
     int (*get_autocommit)(tb_sqlite3 *);
     int (*errcode)(tb_sqlite3 *);
+    void *(*wal_hook)(tb_sqlite3 *, int (*)(void *, tb_sqlite3 *, const char *, int), void *);
+    int (*wal_checkpoint_v2)(tb_sqlite3 *, const char *, int, int *, int *);
 } sq;
 
 static PyObject *SQLiteError; /* raised by Reader and Writer; the store turns it into StorageError */
@@ -780,6 +782,12 @@ typedef struct {
     Py_ssize_t job_n;
     int job_rc;
     int job_state; /* JOB_NONE, JOB_QUEUED, JOB_DONE */
+    /* Deferred WAL checkpoints (defer_checkpoints): SQLite's own auto-checkpoint runs inside
+     * the COMMIT that crosses the threshold, so that append waits for it; instead the WAL
+     * hook only notes it is due, and the worker runs it after the append has returned. */
+    int ckpt_pages; /* 0: SQLite's auto-checkpoint (not deferred) */
+    int ckpt_due;
+    int ckpt_running;
 #ifdef TB_HAVE_PTHREAD
     /* The worker is a plain OS thread: it never takes the GIL, so the thread that queued
      * the rows keeps running Python at full speed (a Python thread would contend for the
@@ -797,6 +805,8 @@ enum { JOB_NONE = 0, JOB_QUEUED = 1, JOB_DONE = 2 };
 
 static void writer_join_job(WriterObject *self);
 static void writer_stop_worker(WriterObject *self);
+static void writer_await_checkpoint(WriterObject *self);
+static void writer_after_commit(WriterObject *self);
 
 static const char WRITER_INSERT[] =
     "INSERT INTO events (position, stream_id, stream_version, event_type, workflow_id, "
@@ -809,6 +819,7 @@ static const char WRITER_DATA_VERSION[] = "PRAGMA data_version";
 
 static void writer_release(WriterObject *self) {
     writer_join_job(self); /* the worker is done with the connection... */
+    writer_await_checkpoint(self);
     writer_stop_worker(self); /* ...and gone */
     tb_sqlite3_stmt **stmts[4] = {&self->insert, &self->head, &self->last, &self->data_version};
     for (int i = 0; i < 4; i++) {
@@ -871,6 +882,7 @@ static int writer_init(WriterObject *self, PyObject *args, PyObject *kwargs) {
 }
 
 static int writer_ready(WriterObject *self) {
+    if (!self->busy) writer_await_checkpoint(self); /* the connection is the worker's till then */
     if (self->db == NULL) {
         PyErr_SetString(SQLiteError, "writer is closed");
         return 0;
@@ -895,6 +907,7 @@ static PyObject *writer_exec(WriterObject *self, PyObject *arg) {
     Py_END_ALLOW_THREADS
     self->busy = 0;
     if (rc != SQ_OK) return writer_error(self, rc, sql);
+    writer_after_commit(self);
     Py_RETURN_NONE;
 }
 
@@ -1060,6 +1073,7 @@ static PyObject *writer_insert(WriterObject *self, PyObject *arg) {
     PyMem_RawFree(rows);
     Py_DECREF(arg);
     if (rc != SQ_OK) return writer_error(self, rc, "insert");
+    writer_after_commit(self); /* an autocommit insert commits */
     Py_RETURN_NONE;
 }
 
@@ -1068,15 +1082,28 @@ static void *writer_worker(void *arg) {
     WriterObject *self = (WriterObject *)arg;
     pthread_mutex_lock(&self->mu);
     for (;;) {
-        while (!self->stop && self->job_state != JOB_QUEUED) pthread_cond_wait(&self->cv, &self->mu);
+        while (!self->stop && self->job_state != JOB_QUEUED && !self->ckpt_running)
+            pthread_cond_wait(&self->cv, &self->mu);
         if (self->stop) break;
-        pthread_mutex_unlock(&self->mu);
-        int rc = self->job_sql != NULL
-                     ? sq.exec(self->db, self->job_sql, NULL, NULL, NULL)
-                     : insert_rows(self, (const bound_row_t *)self->job_rows, self->job_n);
+        if (self->job_state == JOB_QUEUED) {
+            pthread_mutex_unlock(&self->mu);
+            int rc = self->job_sql != NULL
+                         ? sq.exec(self->db, self->job_sql, NULL, NULL, NULL)
+                         : insert_rows(self, (const bound_row_t *)self->job_rows, self->job_n);
+            pthread_mutex_lock(&self->mu);
+            self->job_rc = rc;
+            self->job_state = JOB_DONE;
+            if (self->ckpt_due) { /* the job committed past the threshold: next, checkpoint */
+                self->ckpt_due = 0;
+                self->ckpt_running = 1;
+            }
+            pthread_cond_broadcast(&self->cv);
+            continue;
+        }
+        pthread_mutex_unlock(&self->mu); /* ckpt_running: the connection is idle and ours */
+        sq.wal_checkpoint_v2(self->db, "main", 0 /* PASSIVE */, NULL, NULL);
         pthread_mutex_lock(&self->mu);
-        self->job_rc = rc;
-        self->job_state = JOB_DONE;
+        self->ckpt_running = 0;
         pthread_cond_broadcast(&self->cv);
     }
     pthread_mutex_unlock(&self->mu);
@@ -1163,6 +1190,61 @@ static PyObject *writer_queue_job(WriterObject *self) {
     Py_RETURN_NONE;
 }
 
+static int wal_hook(void *arg, tb_sqlite3 *db, const char *name, int frames) {
+    WriterObject *self = (WriterObject *)arg;
+    if (frames >= self->ckpt_pages) self->ckpt_due = 1; /* set on the committing thread */
+    return SQ_OK;
+}
+
+/* Wait (without the GIL) for a deferred checkpoint the worker is running. */
+static void writer_await_checkpoint(WriterObject *self) {
+#ifdef TB_HAVE_PTHREAD
+    if (self->thread_pid != getpid()) return;
+    pthread_mutex_lock(&self->mu);
+    int running = self->ckpt_running;
+    pthread_mutex_unlock(&self->mu);
+    if (!running) return;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&self->mu);
+    while (self->ckpt_running) pthread_cond_wait(&self->cv, &self->mu);
+    pthread_mutex_unlock(&self->mu);
+    Py_END_ALLOW_THREADS
+#endif
+}
+
+/* After a statement run on the caller's thread committed: hand a due checkpoint to the
+ * worker (the caller goes on), or run it here if there can be no worker. */
+static void writer_after_commit(WriterObject *self) {
+    if (!self->ckpt_due) return;
+    self->ckpt_due = 0;
+#ifdef TB_HAVE_PTHREAD
+    if (writer_start_worker(self) == 0) {
+        pthread_mutex_lock(&self->mu);
+        self->ckpt_running = 1;
+        pthread_cond_broadcast(&self->cv);
+        pthread_mutex_unlock(&self->mu);
+        return;
+    }
+#endif
+    Py_BEGIN_ALLOW_THREADS
+    sq.wal_checkpoint_v2(self->db, "main", 0 /* PASSIVE */, NULL, NULL);
+    Py_END_ALLOW_THREADS
+}
+
+/* defer_checkpoints(pages): checkpoint the WAL once it holds `pages` frames, on the
+ * writer's own thread after the committing call has returned, instead of inside that
+ * COMMIT (SQLite's auto-checkpoint, which this replaces on this connection). */
+static PyObject *writer_defer_checkpoints(WriterObject *self, PyObject *arg) {
+    if (!writer_ready(self)) return NULL;
+    long pages = PyLong_AsLong(arg);
+    if (pages == -1 && PyErr_Occurred()) return NULL;
+    if (pages < 1 || pages > INT32_MAX)
+        return PyErr_Format(PyExc_ValueError, "pages must be positive, not %ld", pages);
+    self->ckpt_pages = (int)pages;
+    sq.wal_hook(self->db, wal_hook, self);
+    Py_RETURN_NONE;
+}
+
 /* insert_async(rows): start inserting `rows` (as `insert` does) on the writer's own thread
  * and return at once; `wait()` gives the outcome. Until then the writer refuses every other
  * call (busy): the connection is the worker's. */
@@ -1219,6 +1301,7 @@ static PyObject *writer_int_query(WriterObject *self, PyObject *arg) {
 }
 
 static PyObject *writer_in_transaction(WriterObject *self, PyObject *unused) {
+    if (!self->busy) writer_await_checkpoint(self);
     if (self->db == NULL) Py_RETURN_FALSE;
     return PyBool_FromLong(!sq.get_autocommit(self->db));
 }
@@ -1245,6 +1328,8 @@ static PyMethodDef writer_methods[] = {
      "insert(rows): INSERT store row tuples, binding and stepping without the GIL."},
     {"insert_async", (PyCFunction)writer_insert_async, METH_O,
      "insert_async(rows): start `insert(rows)` on the writer's own thread; wait() ends it."},
+    {"defer_checkpoints", (PyCFunction)writer_defer_checkpoints, METH_O,
+     "defer_checkpoints(pages): checkpoint a WAL of `pages` frames after the commit returns"},
     {"exec_async", (PyCFunction)writer_exec_async, METH_O,
      "exec_async(sql): start `exec(sql)` on the writer's own thread; wait() ends it."},
     {"wait", (PyCFunction)writer_wait, METH_NOARGS,
@@ -1300,6 +1385,8 @@ static PyObject *bind_sqlite(PyObject *module, PyObject *arg) {
     SYM(bind_null, "sqlite3_bind_null");
     SYM(get_autocommit, "sqlite3_get_autocommit");
     SYM(errcode, "sqlite3_errcode");
+    SYM(wal_hook, "sqlite3_wal_hook");
+    SYM(wal_checkpoint_v2, "sqlite3_wal_checkpoint_v2");
 #undef SYM
     sq.bound = 1;
     Py_RETURN_TRUE;

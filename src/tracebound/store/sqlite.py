@@ -405,6 +405,9 @@ class SQLiteStore(ChainedAppends):
                     db = _KernelWriter(
                         str(self.path), int(self._busy_timeout * 1000), self._setup_sql()
                     )
+                    # The WAL is checkpointed at the same size, but on the writer's own
+                    # thread once the append that filled it has returned (ADR 0010).
+                    db.defer_checkpoints(_WAL_AUTOCHECKPOINT)
             else:
                 db = _PyWriter(self._connect())
             writer = self._writer_conn = _WriterState(db)

@@ -91,7 +91,9 @@ def test_connections_checkpoint_every_wal_autocheckpoint_pages(tmp_path: Path) -
 def test_the_writer_runs_the_store_settings(tmp_path: Path, writer_kind: str) -> None:
     with SQLiteStore(tmp_path / "s", synchronous="EXTRA") as store:
         db = store._writer().db
-        assert db.int_query("PRAGMA wal_autocheckpoint") == _WAL_AUTOCHECKPOINT
+        # the kernel writer checkpoints at the same size, deferred (SQLite's own is off)
+        want = 0 if writer_kind == "kernel" else _WAL_AUTOCHECKPOINT
+        assert db.int_query("PRAGMA wal_autocheckpoint") == want
         assert db.int_query("PRAGMA synchronous") == 3  # EXTRA: as asked, not the default
         assert db.int_query("PRAGMA foreign_keys") == 1
         assert db.int_query("PRAGMA busy_timeout") == 60_000
@@ -423,3 +425,26 @@ def test_the_kernel_writer_works_one_background_job_at_a_time(tmp_path: Path) ->
         db.close()
     with SQLiteStore(tmp_path / "s") as store:
         assert store.size() == 2
+
+
+def test_the_kernel_writer_checkpoints_the_wal_after_the_append_returns(tmp_path: Path) -> None:
+    """With SQLite's auto-checkpoint replaced by the deferred one, the WAL is still copied
+    into the database file and reused in place: it does not grow without bound."""
+    if sqlite_module._KernelWriter is None:
+        pytest.skip("the C kernel is not built (or TRACEBOUND_PURE_PYTHON is set)")
+    with SQLiteStore(tmp_path / "s") as store:
+        db = store._writer().db
+        n = 0
+        for _ in range(40):  # ~40 x 600 x 0.55 KB: some 13 MB through the WAL
+            batch = [_event(n + k) for k in range(600)]
+            n += 600
+            store.append_batch([AppendRequest(StreamId("s"), batch, ANY_VERSION)])
+        for k in range(300):  # single appends (the autocommit INSERT) commit too
+            store.append("s", [_event(n + k)])
+        db.in_transaction()  # returns once a checkpoint under way is done
+        main = (tmp_path / "s" / "ledger.db").stat().st_size
+        wal = (tmp_path / "s" / "ledger.db-wal").stat().st_size
+        page = db.int_query("PRAGMA page_size")
+        assert main > 8 * 1024 * 1024  # checkpointed into the file
+        assert wal < (_WAL_AUTOCHECKPOINT + 400) * (page + 24)  # one threshold and a batch
+        assert store.size() == n + 300
