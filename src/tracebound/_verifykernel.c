@@ -796,6 +796,7 @@ typedef struct {
     pid_t thread_pid; /* 0: no worker (none started, or this is a forked child) */
     int stop;
     int sync_ready;
+    pid_t sync_pid; /* the process that initialised mu and cv */
     pthread_mutex_t mu;
     pthread_cond_t cv;
 #endif
@@ -1115,6 +1116,10 @@ static void *writer_worker(void *arg) {
 static int writer_start_worker(WriterObject *self) {
     pid_t pid = getpid();
     if (self->thread_pid == pid) return 0;
+    if (self->sync_ready && self->sync_pid != pid) { /* a forked child: the copies may be */
+        self->sync_ready = 0;                       /* held by a thread that is not here */
+        self->ckpt_running = 0;
+    }
     if (!self->sync_ready) {
         if (pthread_mutex_init(&self->mu, NULL) != 0) return -1;
         if (pthread_cond_init(&self->cv, NULL) != 0) {
@@ -1122,6 +1127,7 @@ static int writer_start_worker(WriterObject *self) {
             return -1;
         }
         self->sync_ready = 1;
+        self->sync_pid = pid;
     }
     self->stop = 0;
     if (pthread_create(&self->thread, NULL, writer_worker, self) != 0) return -1;
@@ -1147,7 +1153,17 @@ static void writer_join_job(WriterObject *self) {
     PyMem_RawFree(self->job_sql);
     self->job_sql = NULL;
     Py_CLEAR(self->job_list);
+#ifdef TB_HAVE_PTHREAD
+    if (self->thread_pid == getpid()) { /* the worker reads job_state under the lock */
+        pthread_mutex_lock(&self->mu);
+        self->job_state = JOB_NONE;
+        pthread_mutex_unlock(&self->mu);
+    } else {
+        self->job_state = JOB_NONE;
+    }
+#else
     self->job_state = JOB_NONE;
+#endif
     self->busy = 0;
 }
 
