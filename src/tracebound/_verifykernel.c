@@ -776,7 +776,7 @@ typedef struct {
     int busy;
     /* One background insert at a time (insert_async, then wait): the rows' list is held
      * until wait(), and the connection is the worker's alone meanwhile (busy is set). */
-    PyObject *job_list;
+    PyObject *job_list; /* a tuple of the rows */
     char *job_sql;  /* exec_async's statements (a copy), or NULL: insert job_rows */
     void *job_rows; /* bound_row_t[job_n] */
     Py_ssize_t job_n;
@@ -863,6 +863,7 @@ static int writer_init(WriterObject *self, PyObject *args, PyObject *kwargs) {
         return -1;
     }
     writer_release(self);
+    self->ckpt_pages = self->ckpt_due = 0; /* SQLite's own auto-checkpoint until told */
     int rc = sq.open_v2(PyBytes_AS_STRING(path_bytes), &self->db,
                         SQ_OPEN_READWRITE | SQ_OPEN_NOMUTEX, NULL);
     Py_DECREF(path_bytes);
@@ -1064,7 +1065,13 @@ static PyObject *writer_insert(WriterObject *self, PyObject *arg) {
     Py_ssize_t n = 0;
     bound_row_t *rows = take_rows(arg, &n);
     if (rows == NULL) return NULL;
-    Py_INCREF(arg); /* the rows, and so every pointer taken from them, live until we return */
+    /* The rows, and so every pointer taken from them, live until we return: held by a tuple
+     * of our own, since another thread may change the list while we run without the GIL. */
+    PyObject *held = PyList_AsTuple(arg);
+    if (held == NULL) {
+        PyMem_RawFree(rows);
+        return NULL;
+    }
     int rc;
     self->busy = 1;
     Py_BEGIN_ALLOW_THREADS
@@ -1072,7 +1079,7 @@ static PyObject *writer_insert(WriterObject *self, PyObject *arg) {
     Py_END_ALLOW_THREADS
     self->busy = 0;
     PyMem_RawFree(rows);
-    Py_DECREF(arg);
+    Py_DECREF(held);
     if (rc != SQ_OK) return writer_error(self, rc, "insert");
     writer_after_commit(self); /* an autocommit insert commits */
     Py_RETURN_NONE;
@@ -1269,7 +1276,11 @@ static PyObject *writer_insert_async(WriterObject *self, PyObject *arg) {
     Py_ssize_t n = 0;
     bound_row_t *rows = take_rows(arg, &n);
     if (rows == NULL) return NULL;
-    self->job_list = Py_NewRef(arg);
+    self->job_list = PyList_AsTuple(arg); /* the rows, held until wait() (see insert) */
+    if (self->job_list == NULL) {
+        PyMem_RawFree(rows);
+        return NULL;
+    }
     self->job_rows = rows;
     self->job_n = n;
     return writer_queue_job(self);

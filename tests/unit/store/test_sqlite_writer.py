@@ -412,19 +412,23 @@ def test_the_kernel_writer_works_one_background_job_at_a_time(tmp_path: Path) ->
         db.insert_async([row])  # position 2 again
         with pytest.raises(sqlite_module._CONSTRAINT_ERRORS, match="UNIQUE"):
             db.wait()
+        rows = [(3, "a", 3, "t", None, "2026", 1, rec.hash, bytes(32), b'{"x":1}')]
+        db.insert_async(rows)
+        rows.clear()  # the writer holds the rows it was given, not the caller's list
+        db.wait()
         db.exec_async("COMMIT")
         db.wait()
-        assert not db.in_transaction() and db.last_position() == 2
+        assert not db.in_transaction() and db.last_position() == 3
         db.exec_async("NOT SQL")
         with pytest.raises(sqlite_module._WRITE_ERRORS, match="syntax"):
             db.wait()
         db.exec("BEGIN IMMEDIATE")
-        db.insert_async([(3, *row[1:])])
+        db.insert_async([(4, "a", 4, *row[3:])])
         db.close()  # waits for the job, then closes: the uncommitted row is gone
     finally:
         db.close()
     with SQLiteStore(tmp_path / "s") as store:
-        assert store.size() == 2
+        assert store.size() == 3
 
 
 def test_the_kernel_writer_checkpoints_the_wal_after_the_append_returns(tmp_path: Path) -> None:
