@@ -24,6 +24,11 @@ from tracebound.store import sqlite as sqlite_module
 from tracebound.store.port import ANY_VERSION, AppendRequest
 from tracebound.store.sqlite import _WAL_AUTOCHECKPOINT, SQLiteStore, _PyWriter
 
+needs_kernel = pytest.mark.skipif(
+    sqlite_module._KernelWriter is None,
+    reason="the C kernel is not built (or TRACEBOUND_PURE_PYTHON is set)",
+)
+
 
 def _event(n: int, *, step_id: str | None = None, workflow_id: str | None = None) -> Event:
     return Event.create(
@@ -105,10 +110,9 @@ def test_the_kernel_writer_is_used_when_built(tmp_path: Path, writer_kind: str) 
         assert isinstance(db, _PyWriter) == (writer_kind == "python")
 
 
+@needs_kernel
 def test_both_writers_store_the_same_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same appends through either writer leave byte-identical tables."""
-    if sqlite_module._KernelWriter is None:
-        pytest.skip("the C kernel is not built (or TRACEBOUND_PURE_PYTHON is set)")
     tables = []
     for kind in ("kernel", "python"):
         if kind == "python":
@@ -224,11 +228,10 @@ def test_a_conflict_against_the_cached_head_is_checked_in_the_transaction(
         assert "insert" not in calls[: calls.index("exec BEGIN IMMEDIATE")]  # not tried
 
 
+@needs_kernel
 def test_the_kernel_writer_refuses_rows_it_was_not_written_for(tmp_path: Path) -> None:
     """Rows of the wrong shape are a TypeError before anything is inserted."""
     kernel_writer = sqlite_module._KernelWriter
-    if kernel_writer is None:
-        pytest.skip("the C kernel is not built (or TRACEBOUND_PURE_PYTHON is set)")
     with SQLiteStore(tmp_path / "s") as store:
         (rec,) = store.append("a", [_event(1)])
         db = kernel_writer(str(store.path), 1000, store._setup_sql())
@@ -276,6 +279,7 @@ _cell = st.one_of(
 )
 
 
+@needs_kernel
 @given(rows=st.lists(st.one_of(st.tuples(*[_cell] * 10), st.lists(_cell, max_size=11)), max_size=4))
 @settings(max_examples=300, deadline=None)
 def test_the_kernel_writer_never_crashes_on_rows_of_any_shape(
@@ -284,8 +288,6 @@ def test_the_kernel_writer_never_crashes_on_rows_of_any_shape(
     """Whatever the rows hold, ``insert`` returns or raises a Python exception (here inside
     a transaction that is rolled back): never a crash, never a half-bound row."""
     kernel_writer = sqlite_module._KernelWriter
-    if kernel_writer is None:
-        pytest.skip("the C kernel is not built (or TRACEBOUND_PURE_PYTHON is set)")
     directory = tmp_path_factory.mktemp("fuzz")
     SQLiteStore(directory).close()
     db = kernel_writer(str(directory / "ledger.db"), 1000, "")
@@ -326,13 +328,12 @@ def _big_batch(first: int) -> list[AppendRequest]:
     ]
 
 
+@needs_kernel
 def test_a_large_batch_is_pipelined_and_stores_what_the_plain_path_stores(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The same batches with and without the pipeline: byte-identical tables, equal
     returned events, and the pipeline really ran (its writer calls were made)."""
-    if sqlite_module._KernelWriter is None:
-        pytest.skip("the C kernel is not built (or TRACEBOUND_PURE_PYTHON is set)")
     tables, returned = [], []
     for kind in ("pipelined", "plain", "pipelined through pysqlite"):
         if kind == "plain":
@@ -362,9 +363,8 @@ def test_a_large_batch_is_pipelined_and_stores_what_the_plain_path_stores(
     assert returned[0] == returned[1] == returned[2]
 
 
+@needs_kernel
 def test_a_conflict_late_in_a_pipelined_batch_writes_nothing(tmp_path: Path) -> None:
-    if sqlite_module._KernelWriter is None:
-        pytest.skip("the C kernel is not built (or TRACEBOUND_PURE_PYTHON is set)")
     with SQLiteStore(tmp_path / "s") as store:
         batch = _big_batch(10)
         batch[3] = AppendRequest(StreamId("big"), batch[3].events, 299)  # wrong: it will be 300
@@ -377,9 +377,8 @@ def test_a_conflict_late_in_a_pipelined_batch_writes_nothing(tmp_path: Path) -> 
         assert got[-1].position == 700 and store.stream_head("big") == (698, got[-1].hash)
 
 
+@needs_kernel
 def test_an_insert_error_in_a_pipelined_batch_rolls_it_all_back(tmp_path: Path) -> None:
-    if sqlite_module._KernelWriter is None:
-        pytest.skip("the C kernel is not built (or TRACEBOUND_PURE_PYTHON is set)")
     with SQLiteStore(tmp_path / "s") as store:
         other = sqlite3.connect(store.path, isolation_level=None)
         other.execute(
@@ -394,10 +393,9 @@ def test_an_insert_error_in_a_pipelined_batch_rolls_it_all_back(tmp_path: Path) 
         assert store.append_batch(_big_batch(10))[-1].position == 700
 
 
+@needs_kernel
 def test_the_kernel_writer_works_one_background_job_at_a_time(tmp_path: Path) -> None:
     kernel_writer = sqlite_module._KernelWriter
-    if kernel_writer is None:
-        pytest.skip("the C kernel is not built (or TRACEBOUND_PURE_PYTHON is set)")
     with SQLiteStore(tmp_path / "s") as store:
         (rec,) = store.append("a", [_event(1)])
     db = kernel_writer(str(tmp_path / "s" / "ledger.db"), 1000, "")
@@ -431,11 +429,10 @@ def test_the_kernel_writer_works_one_background_job_at_a_time(tmp_path: Path) ->
         assert store.size() == 3
 
 
+@needs_kernel
 def test_the_kernel_writer_checkpoints_the_wal_after_the_append_returns(tmp_path: Path) -> None:
     """With SQLite's auto-checkpoint replaced by the deferred one, the WAL is still copied
     into the database file and reused in place: it does not grow without bound."""
-    if sqlite_module._KernelWriter is None:
-        pytest.skip("the C kernel is not built (or TRACEBOUND_PURE_PYTHON is set)")
     with SQLiteStore(tmp_path / "s") as store:
         db = store._writer().db
         n = 0
