@@ -348,18 +348,12 @@ class _Core(Generic[_P]):
 
     def _resolve_tasks(self, tasks: list[_Request]) -> None:
         """Settle a group's asyncio callers: one thread-safe call per event loop."""
-        loop = tasks[0].loop
-        assert loop is not None
+        by_loop: dict[asyncio.AbstractEventLoop, list[_Request]] = {}
         for request in tasks:
-            if request.loop is not loop:  # tasks of several loops: one call for each
-                by_loop: dict[asyncio.AbstractEventLoop, list[_Request]] = {}
-                for r in tasks:
-                    assert r.loop is not None
-                    by_loop.setdefault(r.loop, []).append(r)
-                for each, requests in by_loop.items():
-                    _resolve_later(each, requests, self._consume)
-                return
-        _resolve_later(loop, tasks, self._consume)
+            assert request.loop is not None
+            by_loop.setdefault(request.loop, []).append(request)
+        for loop, requests in by_loop.items():
+            _resolve_later(loop, requests, self._consume)
 
     def _wake(self, request: _Request | None) -> None:
         """Wake the thread waiting for ``request``; it wakes the next one of its group.
@@ -574,12 +568,7 @@ class _Core(Generic[_P]):
         if nxt is not None:  # pass the baton first: the next caller's wake-up overlaps ours
             request.next = None
             self._wake(nxt)
-        with self._lock:  # running again (``_consume``, inline: this is every caller's path)
-            if request.counted:
-                request.counted = False
-                self._waking -= 1
-                if not self._waking and self._gathering:
-                    self._work.notify()
+        self._consume(request)  # running again
         return request.outcome()
 
     async def append_batch_async(self, requests: Sequence[AppendRequest]) -> list[RecordedEvent]:

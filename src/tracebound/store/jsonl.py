@@ -723,19 +723,11 @@ class JsonlStore(ChainedAppends):
     def _index_written(self, written: Sequence[tuple[int, bytes, str, int, bytes]]) -> None:
         offset = self._end
         offsets = self._offsets
-        streams = self._streams
-        assert streams is not None  # appends build it first
+        note_stream = self._note_stream
         for position, line, sid, version, digest in written:
             if (position - 1) % _STRIDE == 0:
                 offsets.append(offset)
-            # _note_stream, inline: this runs for every event of a group, under the lock.
-            st = streams.get(sid)
-            if st is None:
-                st = streams[sid] = _Stream()
-            marks = st.marks
-            if not marks or version >= marks[-1][0] + _STRIDE:
-                marks.append((version, position, offset))
-            st.version, st.head, st.last = version, digest, position
+            note_stream(sid, version, digest, position, offset)
             offset += len(line)
         self._size = written[-1][0]
         self._end = self._seen = offset

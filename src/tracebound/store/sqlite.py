@@ -292,9 +292,14 @@ class _WriterState:
 
     def sync(self, data_version: int) -> None:
         if data_version != self.data_version:
+            self.forget()
             self.data_version = data_version
-            self.position = None
-            self.heads.clear()
+
+    def abort(self) -> None:
+        """After a failed append: drop the cache and roll back what SQLite has not."""
+        self.forget()
+        if self.db.in_transaction():  # SQLite rolls back by itself after some I/O errors
+            self.db.exec("ROLLBACK")
 
 
 class SQLiteStore(ChainedAppends):
@@ -517,9 +522,7 @@ class SQLiteStore(ChainedAppends):
                     if pending:  # the writer must be idle before it rolls back
                         with suppress(*_WRITE_ERRORS):  # the first error is the one raised
                             db.wait()
-                    state.forget()
-                    if db.in_transaction():
-                        db.exec("ROLLBACK")
+                    state.abort()
                     raise
             except _WRITE_ERRORS as exc:
                 raise StorageError(f"sqlite append failed: {exc}") from exc
@@ -619,9 +622,7 @@ class SQLiteStore(ChainedAppends):
                 db.insert(rows)
             db.exec("COMMIT")
         except BaseException:
-            state.forget()
-            if db.in_transaction():  # SQLite rolls back by itself after some I/O errors
-                db.exec("ROLLBACK")
+            state.abort()
             raise
 
     @staticmethod
