@@ -36,12 +36,14 @@ from tracebound.events.envelope import Event, Payload, RecordedEvent
 from tracebound.integrity.chain import chain_hash
 from tracebound.integrity.keys import NoteSigner, NoteVerifier
 from tracebound.integrity.merkle import (
+    MerkleAccumulator,
+    aligned_subtrees,
     consistency_proof,
     inclusion_proof,
     leaf_hash,
-    root_of,
     verify_inclusion,
 )
+from tracebound.integrity.nodes import StoredTree
 from tracebound.integrity.note import Checkpoint, open_checkpoint, sign_checkpoint
 from tracebound.integrity.verify import (
     ChunkResult,
@@ -51,11 +53,12 @@ from tracebound.integrity.verify import (
     check_against_checkpoints,
 )
 from tracebound.sources import Clock, IdSource
-from tracebound.store.port import ANY_VERSION, LedgerStore
+from tracebound.store.nodes import LogNodes, store_nodes
+from tracebound.store.port import ANY_VERSION, LedgerStore, MerkleNodeStore
 from tracebound.store.url import open_store
 from tracebound.store.witness import Witness
 
-__all__ = ["CHUNK", "InclusionBundle", "Ledger", "VerifyReport", "verify_bundle"]
+__all__ = ["CHUNK", "CheckpointRun", "InclusionBundle", "Ledger", "VerifyReport", "verify_bundle"]
 
 CHUNK: Final = 1 << 16  # positions per verify chunk: aligned, so chunk roots merge exactly
 ORIGIN_KEY: Final = "origin"
@@ -96,6 +99,34 @@ class VerifyReport:
                 "kind": self.damage.kind.value,
                 "position": self.damage.position,
                 "detail": self.damage.detail,
+            },
+        }
+
+
+class _VerifyAll(Exception):  # a signal inside checkpoint_run, never raised out of it
+    """Why a checkpoint cannot start from the signed prefix and verifies the whole log."""
+
+
+@dataclass(frozen=True)
+class CheckpointRun:
+    """A signed checkpoint and what was verified before signing it."""
+
+    checkpoint: Checkpoint
+    verified_from: int  # the first position read and verified (1: the whole log)
+    incremental: bool  # only the events after the previous signed checkpoint were read
+    full_reason: str | None = None  # why the whole log was verified, when it was
+
+    def as_dict(self) -> dict[str, Any]:
+        cp = self.checkpoint
+        return {
+            "origin": cp.origin,
+            "size": cp.size,
+            "root": cp.root.hex(),
+            "verified": {
+                "from": self.verified_from,
+                "to": cp.size,
+                "incremental": self.incremental,
+                "full_reason": self.full_reason,
             },
         }
 
@@ -372,38 +403,164 @@ class Ledger:
 
     # -- checkpoints ---------------------------------------------------------------------
 
-    def checkpoint(self, *, progress: Progress | None = None) -> Checkpoint:
+    def checkpoint(self, *, progress: Progress | None = None, full: bool = False) -> Checkpoint:
         """Sign the current log head, keep it in the store and hand it to the witness.
 
-        The log is verified first: a checkpoint must never vouch for damage.
+        See :meth:`checkpoint_run`, which also says what was verified.
 
         Raises:
             ConfigError: no signing key was given.
-            LedgerDamaged: the log is damaged; nothing is signed.
+            LedgerDamaged: the events to be signed are damaged; nothing is signed.
+        """
+        return self.checkpoint_run(progress=progress, full=full).checkpoint
+
+    def checkpoint_run(
+        self, *, progress: Progress | None = None, full: bool = False
+    ) -> CheckpointRun:
+        """Verify what is new, sign the log head, keep it, and hand it to the witness.
+
+        A checkpoint never vouches for damage. By default it is *incremental*: the log up
+        to the newest signed checkpoint is taken from that signature, through the stored
+        Merkle nodes, whose frontier must hash to the signed root; only the events after
+        it are read and verified (chain, positions, links into the signed prefix). The
+        cost is that of the new events, not of the log. Damage inside the signed prefix
+        is still found by :meth:`verify`, never vouched for: the new root is built from
+        the signed frontier, not from the prefix as it is stored now.
+
+        ``full=True`` (or no checkpoint yet, or a frontier that does not match) verifies
+        the whole log first, as :meth:`verify` does, and rebuilds the stored nodes from it.
+
+        Raises:
+            ConfigError: no signing key was given.
+            LedgerDamaged: the events to be signed are damaged; nothing is signed.
         """
         if self.signer is None:
             raise ConfigError("checkpoint needs the signing key; run `tracebound keys init`")
-        report = self.verify(progress=progress, require_signed=False)
-        if report.damage is not None:
-            raise report.damage
-        size = report.size
-        root = bytes.fromhex(report.root)
+        base: MerkleAccumulator | None = None
+        reason = "asked for"
+        if not full:
+            try:
+                base = self._signed_base()
+            except _VerifyAll as why:
+                reason = str(why)
+        if base is None:
+            report = self.verify(progress=progress)
+            if report.damage is not None:
+                raise report.damage
+            size, root, first = report.size, bytes.fromhex(report.root), 1
+            self.store_nodes(size, root, rebuild=True)
+        else:
+            first = base.size + 1
+            log = self._verify_after(base, progress)
+            size, root = log.size, log.root
+            self.store_nodes(size, root)
         note = sign_checkpoint(Checkpoint(origin=self.origin, size=size, root=root), self.signer)
         self.store.save_checkpoint(size, note)
         if self.witness is not None:
             held = self.witness.latest(self.signer.verifier)
             proof = [] if held is None else self.consistency_proof(held.size, size)
             self.witness.update(note, self.signer.verifier, proof)
-        return open_checkpoint(note, self.signer.verifier)
+        return CheckpointRun(
+            checkpoint=open_checkpoint(note, self.signer.verifier),
+            verified_from=first,
+            incremental=base is not None,
+            full_reason=None if base is not None else reason,
+        )
+
+    def _signed_base(self) -> MerkleAccumulator:
+        """The tree of the log up to its newest signed checkpoint, from the stored nodes.
+
+        Raises:
+            _VerifyAll: why the whole log must be verified instead.
+        """
+        notes = self.store.checkpoints()
+        if not notes:
+            raise _VerifyAll("no checkpoint yet")
+        assert self.signer is not None  # checked by the caller
+        verifier = self.signer.verifier
+        try:
+            newest = open_checkpoint(notes[-1][1], verifier)
+            held = None if self.witness is None else self.witness.latest(verifier)
+        except TraceboundError as exc:  # the full verify reports it as damage
+            raise _VerifyAll(f"the newest checkpoint or the witness does not check: {exc}") from exc
+        if newest.size != notes[-1][0] or newest.origin != self.origin:
+            raise _VerifyAll("the newest checkpoint is not the one stored at its size")
+        if held is not None and held.size > newest.size:
+            raise _VerifyAll("the witness holds a newer checkpoint than the store")
+        if self.store.size() < newest.size:
+            raise _VerifyAll("the log is shorter than its newest checkpoint")
+        tree = StoredTree(LogNodes(self.store))
+        try:
+            base = MerkleAccumulator.from_state(newest.size, tree.peaks(newest.size))
+            if base.root() != newest.root:
+                raise _VerifyAll("the stored Merkle nodes do not hash to the newest signed root")
+            if held is not None and held.size and tree.subtree_root(0, held.size) != held.root:
+                raise _VerifyAll("the log does not match the witness's checkpoint")
+        except (LedgerDamaged, ProofError) as exc:
+            raise _VerifyAll(f"the signed prefix cannot be read: {exc}") from exc
+        return base
+
+    def _verify_after(self, base: MerkleAccumulator, progress: Progress | None) -> VerifiedLog:
+        """Verify the events after ``base`` (the signed prefix) and link them to it."""
+        signed = base.size
+
+        def head(stream_id: str, version: int) -> tuple[int, bytes] | None:
+            # The stream's event just before its first new one lies in the signed prefix.
+            if version <= 1:
+                return None
+            for e in self.store.read_stream(
+                stream_id, from_version=version - 1, to_version=version - 1
+            ):
+                if e.position <= signed:
+                    return int(e.stream_version), bytes(e.hash)
+            return None
+
+        size = self.store.size()
+        assembler = LogAssembler(base=base, head=head)
+        # Helpers pay off only for many chunks (a helper process takes ~0.3 s to start).
+        workers = (os.cpu_count() or 1) if size - signed > 4 * CHUNK else 1
+        for chunk in self._chunks(size, [], workers, first=signed + 1):
+            assembler.add(chunk)
+            if progress is not None:
+                progress(assembler.size - signed, size - signed)
+        return assembler.result()
+
+    def store_nodes(self, size: int, root: bytes, *, rebuild: bool = False) -> int:
+        """Store the Merkle nodes of a verified log of ``size`` events with ``root``.
+
+        The nodes are checked afterwards against ``root`` (O(log n)); nodes that do not
+        agree with the verified log are dropped and stored again from it. ``rebuild``
+        drops them first. Returns how many nodes were added.
+
+        Raises:
+            LedgerDamaged: the log changed while its nodes were being stored.
+        """
+        if not isinstance(self.store, MerkleNodeStore):
+            return 0
+        if rebuild:
+            self.store.drop_merkle_nodes()
+        added = store_nodes(self.store, size)
+        if size and StoredTree(LogNodes(self.store)).subtree_root(0, size) != root:
+            if rebuild:
+                raise LedgerDamaged(
+                    DamageKind.TAMPER,
+                    None,
+                    f"the log's first {size} events changed while their Merkle nodes were "
+                    "being stored; run `tracebound verify`",
+                )
+            return self.store_nodes(size, root, rebuild=True)
+        return added
 
     # -- proofs --------------------------------------------------------------------------
 
-    def _subtree_root(self, start: int, end: int) -> bytes:
-        """MTH of leaves [start, end) (0-based), streamed from the store."""
-        return root_of([leaf_hash(r.hash) for r in self.store.read_raw(start=start + 1, stop=end)])
+    def merkle_tree(self, *, use_stored: bool = True) -> StoredTree:
+        """Subtree roots of the stored log, for proofs: from the stored Merkle nodes where
+        present, from the leaves elsewhere (everywhere with ``use_stored=False``). Proofs
+        made from it must be verified against a signed root before anyone relies on them."""
+        return StoredTree(LogNodes(self.store, use_stored=use_stored))
 
     def consistency_proof(self, size1: int, size2: int) -> list[bytes]:
-        return consistency_proof(size1, size2, self._subtree_root)
+        return consistency_proof(size1, size2, self.merkle_tree().subtree_root)
 
     def prove(self, position: int) -> InclusionBundle:
         """An inclusion proof for ``position`` against the newest signed checkpoint.
@@ -423,18 +580,30 @@ class Ledger:
                 "run `tracebound checkpoint`"
             )
         (raw,) = self.store.read_raw(start=position, stop=position)
-        proof = inclusion_proof(position - 1, cp.size, self._subtree_root)
-        bundle = InclusionBundle(
-            position=position,
-            stream_id=raw.stream_id,
-            prev_hash=raw.prev_hash,
-            hash=raw.hash,
-            body=raw.body,
-            tree_size=cp.size,
-            proof=proof,
-            checkpoint=note,
-        )
-        verify_bundle(bundle, self.verifier)  # never hand out a proof that does not verify
+
+        def bundle_from(tree: StoredTree) -> InclusionBundle:
+            return InclusionBundle(
+                position=position,
+                stream_id=raw.stream_id,
+                prev_hash=raw.prev_hash,
+                hash=raw.hash,
+                body=raw.body,
+                tree_size=cp.size,
+                proof=inclusion_proof(position - 1, cp.size, tree.subtree_root),
+                checkpoint=note,
+            )
+
+        bundle = bundle_from(self.merkle_tree())
+        try:
+            verify_bundle(bundle, self.verifier)  # never hand out a proof that does not verify
+        except ProofError:
+            # Judge the stored nodes against the log itself: if the proof from the leaves
+            # verifies, the nodes are what is wrong (and this says so); if not, the log is.
+            verify_bundle(bundle_from(self.merkle_tree(use_stored=False)), self.verifier)
+            raise ProofError(
+                "the stored Merkle nodes disagree with the log (someone changed them); "
+                "`tracebound checkpoint --full` re-verifies the log and stores them again"
+            ) from None
         return bundle
 
     # -- verification --------------------------------------------------------------------
@@ -490,7 +659,9 @@ class Ledger:
         report.checks["witness"] = "ok"
         return held
 
-    def _chunks(self, size: int, sizes: list[int], workers: int) -> Iterator[ChunkResult]:
+    def _chunks(
+        self, size: int, sizes: list[int], workers: int, *, first: int = 1
+    ) -> Iterator[ChunkResult]:
         """Chunk results in position order, hashed by ``workers`` workers in all.
 
         This thread is one of the workers: it hashes chunks itself whenever it is not
@@ -501,7 +672,12 @@ class Ledger:
         order by whoever is free, so the results held for in-order assembly stay few, and
         memory flat.
         """
-        spans = [(s, min(s + CHUNK - 1, size)) for s in range(1, size + 1, CHUNK)]
+        # A chunk's Merkle subtrees are aligned to its own start, so a log verified from
+        # the middle (an incremental checkpoint) starts with the aligned pieces up to the
+        # next multiple of CHUNK, each its own chunk; from there chunks are CHUNK long.
+        aligned = min(-(-(first - 1) // CHUNK) * CHUNK, size)
+        spans = [(a + 1, b) for a, b in aligned_subtrees(first - 1, aligned)]
+        spans += [(s, min(s + CHUNK - 1, size)) for s in range(aligned + 1, size + 1, CHUNK)]
 
         def local(start: int, stop: int) -> ChunkResult:
             return _verify_span(self.store, start, stop, [s for s in sizes if start <= s <= stop])

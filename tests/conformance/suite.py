@@ -22,7 +22,7 @@ from tracebound.errors import ConcurrencyConflict, StoreClosed, TraceboundError
 from tracebound.events import Event, Payload, default_registry
 from tracebound.events.record import record_dict
 from tracebound.integrity.chain import GENESIS, chain_hash
-from tracebound.store.port import NO_STREAM, AppendRequest, LedgerStore
+from tracebound.store.port import NO_STREAM, AppendRequest, LedgerStore, MerkleNodeStore
 
 
 class ConformanceNote(Payload):
@@ -245,6 +245,46 @@ class LedgerStoreSuite:
         store.save_checkpoint(2, "note-2\n")
         assert store.latest_checkpoint() == "note-5\n"
         assert store.checkpoints() == [(2, "note-2\n"), (5, "note-5\n")]
+
+    # -- stored Merkle nodes (MerkleNodeStore) -------------------------------------------
+
+    def test_merkle_nodes_round_trip_and_keep_what_is_stored(
+        self, store: LedgerStore, reopen: Callable[[], LedgerStore]
+    ) -> None:
+        assert isinstance(store, MerkleNodeStore)
+        assert store.merkle_node_count(1) == 0
+        assert store.merkle_nodes(1, 0, 5) == []
+        row = [bytes([i]) * 32 for i in range(6)]
+        store.add_merkle_nodes(1, 0, row[:3])
+        store.add_merkle_nodes(1, 3, row[3:5])
+        store.add_merkle_nodes(2, 0, [b"\x77" * 32])
+        assert store.merkle_node_count(1) == 5
+        assert store.merkle_nodes(1, 0, 5) == row[:5]
+        assert store.merkle_nodes(1, 2, 100) == row[2:5]  # the run present, no more
+        assert store.merkle_nodes(1, 7, 9) == []
+        # Two checkpointers may add the same nodes: what is stored stays.
+        store.add_merkle_nodes(1, 1, [b"\x99" * 32, *row[2:6]])
+        assert store.merkle_nodes(1, 0, 10) == row
+        again = reopen()
+        try:
+            assert isinstance(again, MerkleNodeStore)
+            assert again.merkle_nodes(1, 0, 10) == row
+            assert again.merkle_nodes(2, 0, 1) == [b"\x77" * 32]
+        finally:
+            again.close()
+        store.drop_merkle_nodes()
+        assert store.merkle_node_count(1) == store.merkle_node_count(2) == 0
+        assert store.merkle_nodes(1, 0, 10) == []
+
+    def test_read_hashes_reads_the_hash_column_in_order(self, store: LedgerStore) -> None:
+        assert isinstance(store, MerkleNodeStore)
+        store.append("a", [note(i) for i in range(3)])
+        store.append("b", [note(i) for i in range(3, 7)])
+        hashes = [r.hash for r in store.read_raw()]
+        assert store.read_hashes(1, 7) == hashes
+        assert store.read_hashes(3, 5) == hashes[2:5]
+        assert store.read_hashes(6, 50) == hashes[5:]  # fewer: the caller checks the count
+        assert store.read_hashes(8, 9) == []
 
     def test_use_after_close_is_typed(self, store: LedgerStore) -> None:
         store.close()

@@ -28,11 +28,12 @@ from blake3 import blake3
 
 from tests.integration.conftest import ORIGIN, cost, fill_ledger
 from tracebound.errors import DamageKind, LedgerDamaged, ProofError
+from tracebound.integrity import nodes as nodes_mod
 from tracebound.integrity.keys import NoteSigner
 from tracebound.integrity.note import Checkpoint, sign_checkpoint
 from tracebound.ledger import InclusionBundle, Ledger, verify_bundle
 from tracebound.sources import FixedClock, SequentialIds
-from tracebound.store.port import LedgerStore
+from tracebound.store.port import LedgerStore, MerkleNodeStore
 from tracebound.store.witness import FileWitness
 
 # A well-formed hash that no record in these tests has.
@@ -408,8 +409,130 @@ class TamperSuite:
         world = filled(10)
         attacker.edit_body(4, '"0.0003"', '"0.0004"')
         with world.open() as ledger, pytest.raises(LedgerDamaged) as info:
-            ledger.checkpoint()
+            ledger.checkpoint(full=True)
         assert info.value.position == 4
+
+    def test_incremental_checkpoint_refuses_damage_after_the_signed_prefix(
+        self, filled: Callable[[int], LedgerWorld], attacker: Attacker
+    ) -> None:
+        world = filled(10)
+        with world.open() as ledger:
+            ledger.record("run-x", [cost(99), cost(98)])
+        attacker.edit_body(11, '"0.0099"', '"0.0098"')
+        with world.open() as ledger, pytest.raises(LedgerDamaged) as info:
+            ledger.checkpoint()
+        assert (info.value.kind, info.value.position) == (DamageKind.TAMPER, 11)
+
+    def test_incremental_checkpoint_never_vouches_for_damage_in_the_signed_prefix(
+        self, filled: Callable[[int], LedgerWorld], attacker: Attacker
+    ) -> None:
+        """Incremental checkpoints read only the new events: damage in the signed prefix
+        is left to `verify`, and the new root is built from the signed frontier, so the
+        damaged bytes are not what it signs."""
+        world = filled(10)
+        with world.open() as ledger:
+            ledger.record("run-x", [cost(99)])
+            intact = ledger.verify(workers=1)
+        assert intact.ok and intact.size == 11
+        attacker.edit_body(4, '"0.0003"', '"0.0004"')
+        with world.open() as ledger:
+            run = ledger.checkpoint_run()
+            assert run.incremental and run.verified_from == 11
+            # It signed the intact log's root, not one over the tampered bytes...
+            assert run.checkpoint.root.hex() == intact.root
+            report = ledger.verify(workers=1)
+        # ... and verify still names the damage.
+        assert report.damage is not None
+        assert (report.damage.kind, report.damage.position) == (DamageKind.TAMPER, 4)
+
+    # -- incremental checkpoints and stored Merkle nodes ---------------------------------
+
+    @pytest.fixture
+    def small_trees(self, monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+        """Chunks of 8 and nodes of 4 leaves, so small logs have many of each; returns the
+        spans verify reads, as they are read."""
+        import tracebound.ledger as ledger_mod
+
+        monkeypatch.setattr(ledger_mod, "CHUNK", 8)
+        monkeypatch.setattr(nodes_mod, "LEVEL_BITS", 2)
+        monkeypatch.setattr(nodes_mod, "WIDTH", 4)
+        spans: list[tuple[int, int]] = []
+        real = ledger_mod._verify_span
+
+        def spy(store: LedgerStore, start: int, stop: int, sizes: Sequence[int]) -> Any:
+            spans.append((start, stop))
+            return real(store, start, stop, sizes)
+
+        monkeypatch.setattr(ledger_mod, "_verify_span", spy)
+        return spans
+
+    def test_incremental_checkpoints_sign_what_a_full_one_would(
+        self, filled: Callable[[int], LedgerWorld], small_trees: list[tuple[int, int]]
+    ) -> None:
+        world = filled(10)
+        signed = 10
+        for batch in (1, 5, 17, 3, 40):
+            with world.open() as ledger:
+                for i in range(batch):
+                    ledger.record(f"run-{i % 4}", [cost(100 + i)])
+                small_trees.clear()
+                run = ledger.checkpoint_run()
+                assert run.incremental and run.verified_from == signed + 1
+                # Only the new events were read, each once (the 40 are read partly by
+                # helper processes, which this spy does not see).
+                spans = sorted(small_trees)
+                assert all(signed < a <= b <= signed + batch for a, b in spans)
+                if batch < 40:
+                    assert (spans[0][0], spans[-1][1]) == (signed + 1, signed + batch)
+                    assert all(a == b + 1 for (a, _), (_, b) in zip(spans[1:], spans, strict=False))
+                report = ledger.verify(workers=1)
+                assert report.ok, report.as_dict()
+                assert run.checkpoint.root.hex() == report.root
+                signed += batch
+                for position in (1, signed // 2, signed):
+                    assert verify_bundle(ledger.prove(position), world.signer.verifier)
+        with world.open() as ledger:
+            assert ledger.checkpoint(full=True).root.hex() == report.root
+
+    def test_tampered_merkle_nodes_never_pass(self, filled: Callable[[int], LedgerWorld]) -> None:
+        """The stored nodes are in the attacker's hands too: a proof made from a wrong one
+        is refused, and a checkpoint verifies the whole log and stores them again."""
+        world = filled(300)
+        with world.open() as ledger:
+            store = ledger.store
+            assert isinstance(store, MerkleNodeStore)
+            assert store.merkle_node_count(1) == 300 // 256  # stored by the checkpoint
+            store.drop_merkle_nodes()
+            store.add_merkle_nodes(1, 0, [b"\x42" * 32])
+            with pytest.raises(ProofError, match="stored Merkle nodes disagree"):
+                ledger.prove(280)  # its proof holds the root of positions 1..256
+            run = ledger.checkpoint_run()
+            assert not run.incremental
+            assert run.full_reason is not None and "Merkle nodes" in run.full_reason
+            assert verify_bundle(ledger.prove(280), world.signer.verifier).size == 300
+            assert ledger.checkpoint_run().incremental  # the nodes agree again
+
+    def test_checkpoint_reports_a_log_cut_below_its_signed_size(
+        self, filled: Callable[[int], LedgerWorld], attacker: Attacker
+    ) -> None:
+        world = filled(10)
+        attacker.delete_from(8)
+        with world.open() as ledger, pytest.raises(LedgerDamaged) as info:
+            ledger.checkpoint()
+        assert (info.value.kind, info.value.position) == (DamageKind.TRUNCATION, 8)
+
+    def test_checkpoint_reports_a_store_rolled_back_behind_the_witness(
+        self, filled: Callable[[int], LedgerWorld], attacker: Attacker
+    ) -> None:
+        world = filled(10)
+        snapshot = attacker.snapshot()
+        with world.open() as ledger:
+            ledger.record("run-x", [cost(50)])
+            ledger.checkpoint()
+        attacker.restore(snapshot)
+        with world.open() as ledger, pytest.raises(LedgerDamaged) as info:
+            ledger.checkpoint()
+        assert (info.value.kind, info.value.position) == (DamageKind.ROLLBACK, 11)
 
     def test_parallel_verify_reports_same_as_serial(
         self,

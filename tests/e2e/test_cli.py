@@ -170,6 +170,25 @@ def test_log_tail_inspect(cli: CLI) -> None:
     assert cli.json("inspect", "nope", code=2)["ok"] is False
 
 
+def test_checkpoint_verifies_only_new_events_unless_full(cli: CLI) -> None:
+    cli.json("append", stdin=_lines(5))
+    first = cli.json("checkpoint")
+    assert first["verified"] == {
+        "from": 1, "to": 5, "incremental": False, "full_reason": "no checkpoint yet",
+    }  # fmt: skip
+    cli.json("append", stdin=_lines(3, start=5))
+    second = cli.json("checkpoint")
+    assert second["verified"] == {"from": 6, "to": 8, "incremental": True, "full_reason": None}
+    full = cli.json("checkpoint", "--full")
+    assert full["verified"]["incremental"] is False and full["root"] == second["root"]
+    human = cli.run("checkpoint")
+    assert human.returncode == 0, human.stderr
+    assert "No events since the previous checkpoint" in human.stdout
+    cli.json("append", stdin=_lines(2, start=8))
+    human = cli.run("checkpoint")
+    assert "Verified the 2 event(s) since the previous checkpoint" in human.stdout
+
+
 def test_rollback_of_whole_store_is_detected(cli: CLI) -> None:
     import shutil
 

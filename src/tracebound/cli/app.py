@@ -446,24 +446,47 @@ def checkpoint(
     store: StoreOpt = None,
     key: KeyOpt = None,
     witness: WitnessOpt = None,
+    full: Annotated[
+        bool,
+        typer.Option(
+            "--full",
+            help="Re-verify the whole log, not only the events since the last checkpoint, "
+            "and store its Merkle nodes again.",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Verify the log, sign its Merkle root (C2SP signed note) and update the witness."""
+    """Verify the new events, sign the log's Merkle root (C2SP signed note), update the witness.
+
+    Incremental by default: the events up to the newest signed checkpoint are vouched for
+    by its signature (through the stored Merkle nodes, which must hash to its root), and
+    only the events after it are read and verified. `tracebound verify` and `--full`
+    check the whole log.
+    """
     with handled(as_json):
         ledger = open_ledger(store, key=key, witness=witness, need_signer=True)
         try:
             with progress_bar("verifying before signing", enabled=not as_json) as update:
-                cp = ledger.checkpoint(progress=update)
+                run = ledger.checkpoint_run(progress=update, full=full)
             note = ledger.store.latest_checkpoint()
         finally:
             ledger.close()
+    cp = run.checkpoint
     if as_json:
-        emit_json(
-            {"ok": True, "origin": cp.origin, "size": cp.size, "root": cp.root.hex(), "note": note}
+        emit_json({"ok": True, **run.as_dict(), "note": note})
+        return
+    console.print(f"Signed checkpoint: [bold]{cp.size}[/] event(s), root {cp.root.hex()[:16]}…")
+    if run.incremental and run.verified_from > cp.size:
+        console.print("No events since the previous checkpoint; signed its size again.")
+    elif run.incremental:
+        new = cp.size - run.verified_from + 1
+        console.print(
+            f"Verified the {new:,} event(s) since the previous checkpoint "
+            f"(positions {run.verified_from:,}..{cp.size:,}); `--full` re-verifies all."
         )
     else:
-        console.print(f"Signed checkpoint: [bold]{cp.size}[/] event(s), root {cp.root.hex()[:16]}…")
-        console.print("The witness now holds it; a rollback of the store will be detected.")
+        console.print(f"Verified the whole log first ({run.full_reason}).")
+    console.print("The witness now holds it; a rollback of the store will be detected.")
 
 
 @app.command()

@@ -44,9 +44,7 @@ from tracebound.errors import (
     CanonicalizationError,
     CheckpointError,
     ConfigError,
-    DamageKind,
     IntegrityError,
-    LedgerDamaged,
     ProofError,
     StorageError,
 )
@@ -57,8 +55,6 @@ from tracebound.integrity.keys import NoteVerifier
 from tracebound.integrity.merkle import (
     inclusion_proof,
     leaf_hash,
-    node_hash,
-    root_of,
     verify_inclusion,
 )
 from tracebound.integrity.note import Checkpoint, SignedNote, open_checkpoint, parse_checkpoint
@@ -68,7 +64,6 @@ from tracebound.replay.rebuild import read_run_records
 from tracebound.store.blobs import BlobStore
 from tracebound.store.files import write_file_atomic
 from tracebound.store.keyfile import file_stem
-from tracebound.store.port import LedgerStore
 
 __all__ = [
     "DEFAULT_EVIDENCE_DIR",
@@ -85,7 +80,6 @@ __all__ = [
 
 FORMAT: Final = "tracebound-evidence/1"
 DEFAULT_EVIDENCE_DIR: Final = Path("artifacts") / "agent-runs"
-_LEAF_CHUNK: Final = 4096  # leaves read per query when computing proof subtrees
 _INTEGRITY: Final = {"algorithm": "sha256", "over": "RFC 8785 canonical JSON of every other member"}
 
 
@@ -145,54 +139,6 @@ def integrity_hash(doc: Mapping[str, Any]) -> str:
 # -- writing ----------------------------------------------------------------------------
 
 
-class _SubtreeRoots:
-    """RFC 6962 subtree roots of the stored log, each computed once for all proofs.
-
-    Every range an inclusion proof asks for is a node of the RFC 6962 tree, and a node is
-    the hash of its two children split at the largest power of two, so computing nodes
-    recursively with a memo shares all work between the proofs of one run: the log is read
-    at most once, in aligned chunks, instead of once per event as :meth:`Ledger.prove`
-    would. A node of at most ``_LEAF_CHUNK`` leaves lies inside one aligned chunk.
-    """
-
-    def __init__(self, store: LedgerStore, size: int) -> None:
-        self._store = store
-        self._size = size
-        self._memo: dict[tuple[int, int], bytes] = {}
-        self._chunks: dict[int, list[bytes]] = {}
-
-    def _leaves(self, chunk: int) -> list[bytes]:
-        leaves = self._chunks.get(chunk)
-        if leaves is None:
-            first = chunk * _LEAF_CHUNK
-            last = min(first + _LEAF_CHUNK, self._size)
-            leaves = [leaf_hash(r.hash) for r in self._store.read_raw(start=first + 1, stop=last)]
-            if len(leaves) != last - first:
-                raise LedgerDamaged(
-                    DamageKind.TRUNCATION,
-                    first + len(leaves) + 1,
-                    f"the checkpoint covers {self._size} events but the log is shorter",
-                )
-            self._chunks[chunk] = leaves
-        return leaves
-
-    def __call__(self, start: int, end: int) -> bytes:
-        key = (start, end)
-        root = self._memo.get(key)
-        if root is not None:
-            return root
-        n = end - start
-        if n <= _LEAF_CHUNK:
-            chunk = start // _LEAF_CHUNK
-            offset = chunk * _LEAF_CHUNK
-            root = root_of(self._leaves(chunk)[start - offset : end - offset])
-        else:
-            k = 1 << ((n - 1).bit_length() - 1)  # the largest power of two below n
-            root = node_hash(self(start, start + k), self(start + k, end))
-        self._memo[key] = root
-        return root
-
-
 def _checkpoint_for(ledger: Ledger, newest: int) -> tuple[str, Checkpoint] | None:
     """The newest checkpoint note, if it covers position ``newest``."""
     note = ledger.store.latest_checkpoint()
@@ -250,7 +196,8 @@ def build_evidence(ledger: Ledger, blobs: BlobStore, run_id: str) -> dict[str, A
     proofs: list[dict[str, Any]] = []
     if signed is not None:
         cp = signed[1]
-        roots = _SubtreeRoots(ledger.store, cp.size)
+        # One tree for all the run's proofs: they share most of their subtrees.
+        roots = ledger.merkle_tree().subtree_root
         for raw, _ in records:
             proof = inclusion_proof(raw.position - 1, cp.size, roots)
             verify_inclusion(leaf_hash(raw.hash), raw.position - 1, cp.size, proof, cp.root)

@@ -39,6 +39,7 @@ __all__ = [
     "inclusion_proof_from_leaves",
     "leaf_hash",
     "node_hash",
+    "perfect_root",
     "root_from_inclusion",
     "root_of",
     "verify_consistency",
@@ -99,6 +100,17 @@ def _perfect_root(level: list[bytes]) -> bytes:
         it = iter(level)
         level = [sha(prefix + a + b).digest() for a, b in zip(it, it, strict=True)]
     return level[0]
+
+
+def perfect_root(hashes: Sequence[bytes]) -> bytes:
+    """MTH of a power-of-two-sized run of hashes (leaf hashes, or roots of equal subtrees).
+
+    Raises:
+        ProofError: the run is empty or not a power of two long.
+    """
+    if not _is_pow2(len(hashes)):
+        raise ProofError(f"a perfect subtree has a power-of-two size, not {len(hashes)}")
+    return _perfect_root(list(hashes))
 
 
 def root_of(leaf_hashes: Sequence[bytes]) -> bytes:

@@ -16,7 +16,7 @@ Nothing here does I/O: callers feed records and checkpoints in.
 from __future__ import annotations
 
 from binascii import hexlify
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from hashlib import sha256
 from itertools import islice
@@ -387,9 +387,24 @@ class VerifiedLog:
 class LogAssembler:
     """Stitches chunk results, in position order, into one verified log."""
 
-    def __init__(self, *, root_sizes: Iterable[int] = ()) -> None:
+    def __init__(
+        self,
+        *,
+        root_sizes: Iterable[int] = (),
+        base: MerkleAccumulator | None = None,
+        head: Callable[[str, int], tuple[int, bytes] | None] | None = None,
+    ) -> None:
+        """Args:
+        root_sizes: sizes to keep the Merkle root at (in :attr:`VerifiedLog.roots`).
+        base: the tree of the log before the first chunk (an incremental checkpoint's
+            signed prefix); the first chunk then starts at ``base.size + 1``.
+        head: for a stream the chunks have not shown yet, whose first record here has
+            version ``v``, ``head(stream_id, v)`` is the stream's newest (version, hash)
+            before it, in the prefix, or None for a stream new to the log.
+        """
         self._heads: dict[str, tuple[int, bytes]] = {}
-        self._tree = MerkleAccumulator()
+        self._tree = MerkleAccumulator() if base is None else base.copy()
+        self._head = head
         self._root_sizes = set(root_sizes)
         self._roots: dict[int, bytes] = {}
         if 0 in self._root_sizes:
@@ -409,7 +424,10 @@ class LogAssembler:
         for sid, span in firsts:
             if chunk.damage is not None and span.first_position >= (chunk.damage.position or 0):
                 break
-            last_version, last_hash = self._heads.get(sid, (0, GENESIS))
+            known = self._heads.get(sid)
+            if known is None and self._head is not None:
+                known = self._head(sid, span.first_version)
+            last_version, last_hash = (0, GENESIS) if known is None else known
             probe = RawRecord(
                 span.first_position,
                 sid,

@@ -13,6 +13,8 @@ Layout (``docs/adr/0006-jsonl-layout.md``, ``docs/jsonl.md``)::
       checkpoints.jsonl  0600  one line per signed checkpoint: {"note":"…","size":N}
       meta.json          0600  small settings, replaced atomically
       repairs.jsonl      0600  one line per torn tail cut off by ``tracebound repair``
+      nodes-<L>.bin      0600  stored Merkle nodes of level L (32 bytes each, in index
+                               order): derived from the log, checked on every use
       lock               0600  the flock that serialises writers across processes
 
 An event's position is its line number. The record is inlined verbatim after a fixed-shape
@@ -94,6 +96,7 @@ CHECKPOINTS_FILE: Final = "checkpoints.jsonl"
 META_FILE: Final = "meta.json"
 REPAIRS_FILE: Final = "repairs.jsonl"
 LOCK_FILE: Final = "lock"
+NODES_FILE: Final = "nodes-{level}.bin"
 FORMAT: Final = "tracebound-jsonl/1"
 _FORMAT_KEY: Final = "format"
 
@@ -1009,6 +1012,67 @@ class JsonlStore(ChainedAppends):
                 meta = self._read_meta()
                 meta[key] = value
                 self._write_meta(meta)
+
+    # -- Merkle nodes (MerkleNodeStore) -------------------------------------------------
+
+    def read_hashes(self, start: int, stop: int) -> list[bytes]:
+        return [
+            bytes(row[8]) for page in self.read_raw_pages(start=start, stop=stop) for row in page
+        ]
+
+    def _nodes_path(self, level: int) -> Path:
+        return self.path / NODES_FILE.format(level=level)
+
+    def merkle_nodes(self, level: int, start: int, stop: int) -> list[bytes]:
+        with self._mutex, _io("read"):
+            self._check_open()
+            try:
+                with self._nodes_path(level).open("rb") as f:
+                    f.seek(32 * start)
+                    data = f.read(32 * max(0, stop - start))
+            except FileNotFoundError:
+                return []
+        return [data[i : i + 32] for i in range(0, len(data) - 31, 32)]
+
+    def merkle_node_count(self, level: int) -> int:
+        with self._mutex, _io("read"):
+            self._check_open()
+            try:
+                return self._nodes_path(level).stat().st_size // 32
+            except FileNotFoundError:
+                return 0
+
+    def add_merkle_nodes(self, level: int, start: int, hashes: Sequence[bytes]) -> None:
+        with self._mutex, _io("write"):
+            self._check_open()
+            with self._exclusive():
+                path = self._nodes_path(level)
+                created = not path.exists()
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+                try:
+                    have = os.fstat(fd).st_size // 32
+                    if start > have:  # the file holds nodes from 0 on, without gaps
+                        return
+                    # A crash mid-write may have left part of a node: it is cut off here
+                    # (the nodes are derived data, not the ledger's record).
+                    os.ftruncate(fd, 32 * have)
+                    data = b"".join(hashes[have - start :])
+                    if data:
+                        os.lseek(fd, 32 * have, os.SEEK_SET)
+                        _write_all(fd, data)
+                        os.fsync(fd)
+                finally:
+                    os.close(fd)
+                if created:
+                    fsync_dir(self.path)
+
+    def drop_merkle_nodes(self) -> None:
+        with self._mutex, _io("write"):
+            self._check_open()
+            with self._exclusive():
+                for path in self.path.glob(NODES_FILE.format(level="*")):
+                    path.unlink()
+                fsync_dir(self.path)
 
     # -- side files and repair -----------------------------------------------------------
 

@@ -3,6 +3,8 @@
 * :class:`StreamStore`: append to a stream with optimistic concurrency; read a stream.
 * :class:`LogStore`: the global, gap-free ordered log, read by position, raw or typed.
 * :class:`CheckpointStore`: signed checkpoints of the log kept beside it.
+* :class:`MerkleNodeStore`: stored Merkle nodes (derived, checked on use), so proofs and
+  checkpoints read O(log n) of the log (``integrity/nodes.py``).
 
 Every backend (SQLite now; PostgreSQL and JSONL later) passes one conformance suite,
 ``tests/conformance``. Chaining happens inside the backend's write transaction, because
@@ -11,7 +13,7 @@ only there are the position and the stream's previous hash known for certain.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol, Self, runtime_checkable
@@ -31,6 +33,7 @@ __all__ = [
     "ImportStore",
     "LedgerStore",
     "LogStore",
+    "MerkleNodeStore",
     "MetadataStore",
     "RawRecord",
     "StreamHead",
@@ -40,6 +43,7 @@ __all__ = [
     "TrackingStore",
     "TrackingTransaction",
     "check_import",
+    "contiguous_nodes",
 ]
 
 ANY_VERSION: None = None
@@ -129,6 +133,39 @@ class CheckpointStore(Protocol):
 
     def checkpoints(self) -> list[tuple[int, str]]:
         """All kept checkpoints as (size, note), smallest first."""
+        ...
+
+
+@runtime_checkable
+class MerkleNodeStore(Protocol):
+    """Roots of perfect aligned subtrees of the log, kept beside it (``integrity/nodes.py``).
+
+    Derived data, never trusted: every use is checked against a signed root. Level ``L``
+    holds the roots of the subtrees of ``2**(8*L)`` leaves, node ``i`` covering positions
+    ``i * 2**(8*L) + 1 ..``. Nodes are added from the lowest missing index up, by whoever
+    checkpoints; adding one that is already there keeps the stored one.
+    """
+
+    def read_hashes(self, start: int, stop: int) -> list[bytes]:
+        """The chain hashes of the events at positions ``start .. stop``, in order (fewer
+        if positions are missing: the caller checks the count)."""
+        ...
+
+    def merkle_nodes(self, level: int, start: int, stop: int) -> list[bytes]:
+        """Stored nodes of ``level`` with index ``start <= i < stop``: the run present from
+        ``start`` (shorter than asked, or empty, where nodes are missing)."""
+        ...
+
+    def merkle_node_count(self, level: int) -> int:
+        """The index after the last stored node of ``level`` (0 when there is none)."""
+        ...
+
+    def add_merkle_nodes(self, level: int, start: int, hashes: Sequence[bytes]) -> None:
+        """Store nodes ``start, start + 1, ...`` of ``level``; existing ones are kept."""
+        ...
+
+    def drop_merkle_nodes(self) -> None:
+        """Forget every stored node (they are computed again from the log)."""
         ...
 
 
@@ -337,3 +374,14 @@ def check_import(
             raise damage
     if chunk.damage is not None:
         raise chunk.damage
+
+
+def contiguous_nodes(rows: Iterable[tuple[int, bytes]], start: int) -> list[bytes]:
+    """The hashes of ``(index, hash)`` rows, in index order, that run on from ``start``
+    without a gap: what :meth:`MerkleNodeStore.merkle_nodes` returns."""
+    out: list[bytes] = []
+    for index, digest in rows:
+        if index != start + len(out):
+            break
+        out.append(bytes(digest))
+    return out

@@ -87,6 +87,7 @@ from tracebound.store.port import (
     RawRecord,
     StreamHead,
     check_import,
+    contiguous_nodes,
 )
 
 if TYPE_CHECKING:
@@ -167,9 +168,25 @@ CREATE TABLE IF NOT EXISTS {projection_positions} (
     name     text   PRIMARY KEY,
     position bigint NOT NULL CHECK (position >= 0)
 );
+CREATE TABLE IF NOT EXISTS {merkle_nodes} (
+    level smallint NOT NULL,
+    idx   bigint   NOT NULL,
+    hash  bytea    NOT NULL,
+    PRIMARY KEY (level, idx)
+);
 INSERT INTO {meta} (key, value) VALUES ('schema_version', {version}) ON CONFLICT DO NOTHING
 """
-_TABLES: Final = ("meta", "events", "checkpoints", "log_head", "projection_positions")
+_TABLES: Final = (
+    "meta",
+    "events",
+    "checkpoints",
+    "log_head",
+    "projection_positions",
+    "merkle_nodes",
+)
+_OPTIONAL_TABLES: Final = frozenset({"merkle_nodes"})
+"""Tables a ledger created by an older version lacks; opened with ``create=False`` (a role
+without CREATE), it works without them: with no stored Merkle nodes, proofs read the log."""
 
 
 def _translate(exc: psycopg.Error, what: str) -> TraceboundError:
@@ -311,6 +328,22 @@ class _Statements:
         )
         self.latest_checkpoint = q("SELECT note FROM {checkpoints} ORDER BY size DESC LIMIT 1")
         self.checkpoints = q("SELECT size, note FROM {checkpoints} ORDER BY size")
+        self.read_hashes = q(
+            "SELECT hash FROM {events} WHERE position >= %s AND position <= %s ORDER BY position"
+        )
+        self.merkle_nodes = q(
+            "SELECT idx, hash FROM {merkle_nodes} WHERE level = %s AND idx >= %s AND idx < %s "
+            "ORDER BY idx"
+        )
+        self.merkle_node_count = q(
+            "SELECT COALESCE(MAX(idx) + 1, 0) FROM {merkle_nodes} WHERE level = %s"
+        )
+        self.add_merkle_nodes = q(
+            "INSERT INTO {merkle_nodes} (level, idx, hash) "
+            "SELECT %s, s.i, s.h FROM unnest(%s::int8[], %s::bytea[]) AS s(i, h) "
+            "ON CONFLICT DO NOTHING"
+        )
+        self.drop_merkle_nodes = q("DELETE FROM {merkle_nodes}")
         self.get_meta = q("SELECT value FROM {meta} WHERE key = %s")
         self.set_meta = q(
             "INSERT INTO {meta} (key, value) VALUES (%s, %s) "
@@ -391,8 +424,11 @@ class PostgresStore(ChainedAppends):
         with _translated("open"):
             conn = self._conn()
             self._sql = _Statements(schema, conn)
-            missing = conn.execute(self._sql.missing_tables, (list(_TABLES), schema)).fetchall()
-            if missing:
+            missing = {
+                t for (t,) in conn.execute(self._sql.missing_tables, (list(_TABLES), schema))
+            }
+            self._has_nodes = create or "merkle_nodes" not in missing
+            if missing - (set() if create else _OPTIONAL_TABLES):
                 if not create:
                     raise StoreNotFound(f"no ledger in schema {schema!r} at {self.url}")
                 with conn.transaction():
@@ -789,6 +825,32 @@ class PostgresStore(ChainedAppends):
 
     def checkpoints(self) -> list[tuple[int, str]]:
         return [(int(s), str(n)) for s, n in self._fetch("read", self._sql.checkpoints)]
+
+    # -- Merkle nodes (MerkleNodeStore) -------------------------------------------------
+
+    def read_hashes(self, start: int, stop: int) -> list[bytes]:
+        return [bytes(h) for (h,) in self._fetch("read", self._sql.read_hashes, (start, stop))]
+
+    def merkle_nodes(self, level: int, start: int, stop: int) -> list[bytes]:
+        if not self._has_nodes:
+            return []
+        rows = self._fetch("read", self._sql.merkle_nodes, (level, start, stop))
+        return contiguous_nodes(((int(i), h) for i, h in rows), start)
+
+    def merkle_node_count(self, level: int) -> int:
+        if not self._has_nodes:
+            return 0
+        return int(self._fetch("read", self._sql.merkle_node_count, (level,))[0][0])
+
+    def add_merkle_nodes(self, level: int, start: int, hashes: Sequence[bytes]) -> None:
+        if not self._has_nodes:  # an older ledger opened without CREATE: nothing is kept
+            return
+        indexes = list(range(start, start + len(hashes)))
+        self._fetch("write", self._sql.add_merkle_nodes, (level, indexes, list(hashes)))
+
+    def drop_merkle_nodes(self) -> None:
+        if self._has_nodes:
+            self._fetch("write", self._sql.drop_merkle_nodes)
 
     def get_meta(self, key: str) -> str | None:
         rows = self._fetch("read", self._sql.get_meta, (key,))

@@ -52,6 +52,7 @@ from tracebound.store.port import (
     RawRecord,
     StreamHead,
     check_import,
+    contiguous_nodes,
 )
 
 __all__ = ["DB_FILENAME", "SCHEMA_VERSION", "SQLiteStore"]
@@ -104,6 +105,12 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     size INTEGER PRIMARY KEY,
     note TEXT    NOT NULL
 );
+CREATE TABLE IF NOT EXISTS merkle_nodes (
+    level INTEGER NOT NULL,
+    idx   INTEGER NOT NULL,
+    hash  BLOB    NOT NULL,
+    PRIMARY KEY (level, idx)
+) WITHOUT ROWID;
 """
 
 _COLUMNS = (
@@ -790,6 +797,63 @@ class SQLiteStore(ChainedAppends):
                 self._conn().execute("SELECT size, note FROM checkpoints ORDER BY size").fetchall()
             )
         return [(int(s), str(n)) for s, n in rows]
+
+    # -- Merkle nodes (MerkleNodeStore) -------------------------------------------------
+
+    def read_hashes(self, start: int, stop: int) -> list[bytes]:
+        with _translated("read"):
+            rows = (
+                self._conn()
+                .execute(
+                    "SELECT CAST(hash AS BLOB) FROM events WHERE position BETWEEN ? AND ? "
+                    "ORDER BY position",
+                    (start, stop),
+                )
+                .fetchall()
+            )
+        return [h for (h,) in rows]
+
+    def merkle_nodes(self, level: int, start: int, stop: int) -> list[bytes]:
+        with _translated("read"):
+            rows = (
+                self._conn()
+                .execute(
+                    "SELECT idx, CAST(hash AS BLOB) FROM merkle_nodes "
+                    "WHERE level = ? AND idx >= ? AND idx < ? ORDER BY idx",
+                    (level, start, stop),
+                )
+                .fetchall()
+            )
+        return contiguous_nodes(rows, start)
+
+    def merkle_node_count(self, level: int) -> int:
+        with _translated("read"):
+            (count,) = (
+                self._conn()
+                .execute(
+                    "SELECT COALESCE(MAX(idx) + 1, 0) FROM merkle_nodes WHERE level = ?", (level,)
+                )
+                .fetchone()
+            )
+        return int(count)
+
+    def add_merkle_nodes(self, level: int, start: int, hashes: Sequence[bytes]) -> None:
+        with self._write_lock, _translated("write"):
+            conn = self._conn()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.executemany(
+                    "INSERT OR IGNORE INTO merkle_nodes (level, idx, hash) VALUES (?, ?, ?)",
+                    [(level, start + i, h) for i, h in enumerate(hashes)],
+                )
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+
+    def drop_merkle_nodes(self) -> None:
+        with self._write_lock, _translated("write"):
+            self._conn().execute("DELETE FROM merkle_nodes")
 
     # -- metadata ------------------------------------------------------------------------
 

@@ -1,0 +1,83 @@
+"""The log and its stored Merkle nodes, as the pure tree of ``integrity/nodes.py`` reads them.
+
+:class:`LogNodes` reads leaves (chain hashes, leaf-hashed here) and stored nodes from any
+store; a store without the :class:`~tracebound.store.port.MerkleNodeStore` capability
+simply has no stored nodes, and every subtree is computed from its leaves.
+:func:`store_nodes` adds the nodes a store lacks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from tracebound.errors import DamageKind, LedgerDamaged
+from tracebound.integrity.nodes import StoredTree, new_nodes
+from tracebound.store.port import LedgerStore, MerkleNodeStore
+
+__all__ = ["LogNodes", "store_nodes"]
+
+_LEAF_PREFIX = b"\x00"
+
+
+class LogNodes:
+    """A :class:`~tracebound.integrity.nodes.NodeSource` over a store.
+
+    Args:
+        store: the log.
+        use_stored: read the store's nodes; False computes every subtree from the leaves
+            (the reference a suspect node is judged against).
+    """
+
+    def __init__(self, store: LedgerStore, *, use_stored: bool = True) -> None:
+        self._store = store
+        self._nodes = store if isinstance(store, MerkleNodeStore) else None
+        self._use_stored = use_stored
+
+    def leaf_hashes(self, start: int, stop: int) -> list[bytes]:
+        first, last = start + 1, stop  # 0-based leaves are positions 1 on
+        if self._nodes is not None:
+            hashes = self._nodes.read_hashes(first, last)
+        else:
+            hashes = [r.hash for r in self._store.read_raw(start=first, stop=last)]
+        if len(hashes) != stop - start:
+            raise self._missing(first, last)
+        sha, prefix = hashlib.sha256, _LEAF_PREFIX
+        return [sha(prefix + h).digest() for h in hashes]
+
+    def nodes(self, level: int, start: int, stop: int) -> list[bytes]:
+        if self._nodes is None or not self._use_stored:
+            return []
+        return self._nodes.merkle_nodes(level, start, stop)
+
+    def _missing(self, first: int, last: int) -> LedgerDamaged:
+        """Name the first position of ``first..last`` the log does not hold."""
+        expected = first
+        for r in self._store.read_raw(start=first, stop=last):
+            if r.position != expected:
+                break
+            expected += 1
+        if expected > self._store.size():
+            return LedgerDamaged(
+                DamageKind.TRUNCATION,
+                expected,
+                f"the log ends at position {expected - 1}, before position {last}",
+            )
+        return LedgerDamaged(
+            DamageKind.GAP, expected, f"position {expected} is missing from the log"
+        )
+
+
+def store_nodes(store: LedgerStore, size: int) -> int:
+    """Store the nodes the store lacks for its first ``size`` events; return how many.
+
+    Reads each missing node's leaves (or lower nodes) once. A store without the
+    capability keeps none (0).
+    """
+    if not isinstance(store, MerkleNodeStore):
+        return 0
+    added = 0
+    tree = StoredTree(LogNodes(store))
+    for level, start, hashes in new_nodes(tree, store.merkle_node_count, size):
+        store.add_merkle_nodes(level, start, hashes)
+        added += len(hashes)
+    return added
