@@ -8,7 +8,9 @@ proofs a third party can check offline.
 Trust model: whoever holds the store's files may change them at will. They do not hold the
 signing key (kept outside the store directory) or the witness (also outside). ``verify``
 therefore trusts nothing read from the store: not the hashes, not the indexes, not the
-checkpoints until their signatures verify against a key given from outside.
+checkpoints until their signatures verify against a key given from outside. The stored
+Merkle nodes that make proofs and checkpoints cheap (ADR 0011) are in the attacker's hands
+too, so every use checks them against a signed root.
 """
 
 from __future__ import annotations

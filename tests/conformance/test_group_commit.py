@@ -35,7 +35,7 @@ from tracebound.ledger import Ledger
 from tracebound.sources import FixedClock, SequentialIds
 from tracebound.store.group_commit import GroupCommitError, GroupCommitter
 from tracebound.store.jsonl import JsonlStore
-from tracebound.store.port import NO_STREAM, AppendRequest, LedgerStore
+from tracebound.store.port import NO_STREAM, AppendRequest, LedgerStore, MerkleNodeStore
 from tracebound.store.postgres import PostgresStore
 from tracebound.store.sqlite import SQLiteStore
 from tracebound.store.witness import FileWitness
@@ -516,6 +516,13 @@ def test_the_committer_is_a_ledger_store(committer: GroupCommitter[Any]) -> None
     assert [e.position for e in committer.read_stream("run-1")] == [1, 2]
     committer.set_meta("k", "v")
     assert committer.get_meta("k") == "v"
+    assert isinstance(committer, MerkleNodeStore)
+    committer.add_merkle_nodes(1, 0, [b"\x01" * 32])
+    assert committer.merkle_node_count(1) == 1
+    assert committer.merkle_nodes(1, 0, 2) == [b"\x01" * 32]
+    assert committer.read_hashes(1, 2) == [e.hash for e in recorded]
+    committer.drop_merkle_nodes()
+    assert committer.merkle_node_count(1) == 0
 
 
 # -- durability -------------------------------------------------------------------------------

@@ -112,6 +112,26 @@ def test_missing_ledger_is_store_not_found(postgres_dsn: str) -> None:
         PostgresStore(postgres_dsn, schema="nothing", create=False)
 
 
+def test_a_ledger_from_before_stored_merkle_nodes_opens_without_them(
+    postgres_dsn: str,
+) -> None:
+    """A role without CREATE can still open (and prove from) an older ledger; the next
+    open that may create adds the table."""
+    with PostgresStore(postgres_dsn, schema="older") as store:
+        store.append("s", [note(i) for i in range(300)])
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute('DROP TABLE "older".merkle_nodes')
+    with PostgresStore(postgres_dsn, schema="older", create=False) as store:
+        assert store.merkle_nodes(1, 0, 1) == [] and store.merkle_node_count(1) == 0
+        store.add_merkle_nodes(1, 0, [b"\x01" * 32])  # kept nowhere, refused by no one
+        store.drop_merkle_nodes()
+        assert store.merkle_node_count(1) == 0
+        assert len(store.read_hashes(1, 300)) == 300
+    with PostgresStore(postgres_dsn, schema="older") as store:
+        store.add_merkle_nodes(1, 0, [b"\x01" * 32])
+        assert store.merkle_nodes(1, 0, 1) == [b"\x01" * 32]
+
+
 def test_bad_configuration_is_config_error(postgres_dsn: str) -> None:
     with pytest.raises(ConfigError):
         PostgresStore(postgres_dsn, schema="")

@@ -259,8 +259,8 @@ class EvidenceWriter:
     """A Runner's ``evidence`` sink: at the end of each run, sign and write its evidence.
 
     With a signing key configured on the ledger, a checkpoint is taken first, so the
-    evidence carries proofs for every event of the run. Note that a checkpoint verifies
-    the whole log before signing: on a large ledger that is the costly part.
+    evidence carries proofs for every event of the run. The checkpoint verifies the events
+    since the previous one (ADR 0011), so its cost follows the run, not the ledger.
     """
 
     def __init__(self, directory: Path = DEFAULT_EVIDENCE_DIR, *, checkpoint: bool = True) -> None:

@@ -776,6 +776,25 @@ class GroupCommitter(Generic[_P]):
     def set_meta(self, key: str, value: str) -> None:
         self._target().set_meta(key, value)
 
+    # Stored Merkle nodes, forwarded by name: a runtime-checkable Protocol looks attributes
+    # up statically on Python 3.12+, where __getattr__ would not make this a MerkleNodeStore.
+    def read_hashes(self, start: int, stop: int) -> list[bytes]:
+        hashes: list[bytes] = self._target().read_hashes(start, stop)
+        return hashes
+
+    def merkle_nodes(self, level: int, start: int, stop: int) -> list[bytes]:
+        nodes: list[bytes] = self._target().merkle_nodes(level, start, stop)
+        return nodes
+
+    def merkle_node_count(self, level: int) -> int:
+        return int(self._target().merkle_node_count(level))
+
+    def add_merkle_nodes(self, level: int, start: int, hashes: Sequence[bytes]) -> None:
+        self._target().add_merkle_nodes(level, start, hashes)
+
+    def drop_merkle_nodes(self) -> None:
+        self._target().drop_merkle_nodes()
+
     def __getattr__(self, name: str) -> Any:
         """The store's own extras (``read_raw_pages``, ``subscribe``, ``tracking``, ...)."""
         if name.startswith("__") or name in ("store", "_core"):
