@@ -43,6 +43,7 @@ from tracebound.integrity.merkle import (
     consistency_proof,
     inclusion_proof,
     leaf_hash,
+    verify_consistency,
     verify_inclusion,
 )
 from tracebound.integrity.nodes import StoredTree
@@ -456,11 +457,11 @@ class Ledger:
             log = self._verify_after(base, progress)
             size, root = log.size, log.root
             self.store_nodes(size, root)
+        held = None if self.witness is None else self.witness.latest(self.signer.verifier)
+        proof = [] if held is None else self._witness_proof(held, size, root)
         note = sign_checkpoint(Checkpoint(origin=self.origin, size=size, root=root), self.signer)
         self.store.save_checkpoint(size, note)
         if self.witness is not None:
-            held = self.witness.latest(self.signer.verifier)
-            proof = [] if held is None else self.consistency_proof(held.size, size)
             self.witness.update(note, self.signer.verifier, proof)
         return CheckpointRun(
             checkpoint=open_checkpoint(note, self.signer.verifier),
@@ -501,6 +502,23 @@ class Ledger:
         except (LedgerDamaged, ProofError) as exc:
             raise _VerifyAll(f"the signed prefix cannot be read: {exc}") from exc
         return base
+
+    def _witness_proof(self, held: Checkpoint, size: int, root: bytes) -> list[bytes]:
+        """The consistency proof from the witness's checkpoint to the new root, checked here
+        first: from the stored nodes or, should one of those be wrong, from the leaves. One
+        that still fails goes to the witness, which refuses it and says why."""
+        proof: list[bytes] = []
+        if not 0 < held.size < size:
+            return proof
+        for use_stored in (True, False):
+            tree = self.merkle_tree(use_stored=use_stored)
+            proof = consistency_proof(held.size, size, tree.subtree_root)
+            try:
+                verify_consistency(held.size, size, held.root, root, proof)
+            except ProofError:
+                continue
+            return proof
+        return proof
 
     def _verify_after(self, base: MerkleAccumulator, progress: Progress | None) -> VerifiedLog:
         """Verify the events after ``base`` (the signed prefix) and link them to it."""
@@ -547,8 +565,9 @@ class Ledger:
                 raise LedgerDamaged(
                     DamageKind.TAMPER,
                     None,
-                    f"the log's first {size} events changed while their Merkle nodes were "
-                    "being stored; run `tracebound verify`",
+                    f"the stored hashes of the log's first {size} events do not give the root "
+                    "just verified: part of the signed log was changed (or is changing); "
+                    "run `tracebound verify` to find where",
                 )
             return self.store_nodes(size, root, rebuild=True)
         return added

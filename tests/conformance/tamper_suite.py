@@ -30,9 +30,11 @@ from tests.integration.conftest import ORIGIN, cost, fill_ledger
 from tracebound.errors import DamageKind, LedgerDamaged, ProofError
 from tracebound.integrity import nodes as nodes_mod
 from tracebound.integrity.keys import NoteSigner
+from tracebound.integrity.merkle import verify_consistency
 from tracebound.integrity.note import Checkpoint, sign_checkpoint
 from tracebound.ledger import InclusionBundle, Ledger, verify_bundle
 from tracebound.sources import FixedClock, SequentialIds
+from tracebound.store.nodes import store_nodes
 from tracebound.store.port import LedgerStore, MerkleNodeStore
 from tracebound.store.witness import FileWitness
 
@@ -511,6 +513,34 @@ class TamperSuite:
             assert run.full_reason is not None and "Merkle nodes" in run.full_reason
             assert verify_bundle(ledger.prove(280), world.signer.verifier).size == 300
             assert ledger.checkpoint_run().incremental  # the nodes agree again
+
+    def test_a_wrong_stored_node_never_reaches_the_witness(
+        self, filled: Callable[[int], LedgerWorld], small_trees: list[tuple[int, int]]
+    ) -> None:
+        """A node no frontier check covers (inside a stored higher node) is wrong: the
+        consistency proof handed to the witness is made from the leaves instead."""
+        world = filled(10)
+        with world.open() as ledger:
+            held = ledger.witness.latest(world.signer.verifier)  # type: ignore[union-attr]
+            assert held is not None and held.size == 10
+            ledger.record("run-x", [cost(100 + i) for i in range(10)])
+            root = bytes.fromhex(ledger.verify(workers=1).root)
+            store = ledger.store
+            assert isinstance(store, MerkleNodeStore)
+            store_nodes(store, 20)
+            row = store.merkle_nodes(1, 0, 5)
+            store.drop_merkle_nodes()
+            store.add_merkle_nodes(1, 0, [*row[:3], b"\x42" * 32, row[4]])  # leaves 12..15
+            wrong = ledger.consistency_proof(10, 20)
+            with pytest.raises(ProofError):
+                verify_consistency(10, 20, held.root, root, wrong)
+            proof = ledger._witness_proof(held, 20, root)
+            verify_consistency(10, 20, held.root, root, proof)
+            run = ledger.checkpoint_run()
+            assert run.checkpoint.root == root
+        with world.open() as ledger:
+            witnessed = ledger.witness.latest(world.signer.verifier)  # type: ignore[union-attr]
+        assert witnessed is not None and witnessed.size == 20
 
     def test_checkpoint_reports_a_log_cut_below_its_signed_size(
         self, filled: Callable[[int], LedgerWorld], attacker: Attacker
