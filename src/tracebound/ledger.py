@@ -106,6 +106,18 @@ class VerifyReport:
         }
 
 
+def stored_origin(store: LedgerStore) -> str | None:
+    """The origin a store names: its metadata's, else its newest checkpoint's first line."""
+    kept = store.get_meta(ORIGIN_KEY)
+    if kept is not None:
+        return kept
+    newest = store.latest_checkpoint()
+    if newest is None:
+        return None
+    line = newest.split("\n", 1)[0]
+    return line or None
+
+
 class _VerifyAll(Exception):  # a signal inside checkpoint_run, never raised out of it
     """Why a checkpoint cannot start from the signed prefix and verifies the whole log."""
 
@@ -346,11 +358,18 @@ class Ledger:
 
     @property
     def origin(self) -> str:
-        """The checkpoint origin line: a stable name for this log."""
+        """The checkpoint origin line: a stable name for this log.
+
+        The one given to the constructor, else the store's, else (a store written before
+        origins were kept, or whose metadata was lost) the origin its newest checkpoint
+        names. None of these is trusted: every checkpoint is still checked against it.
+        """
         if self._origin is None:
-            stored = self.store.get_meta(ORIGIN_KEY)
+            stored = stored_origin(self.store)
             if stored is None:
-                raise ConfigError("this store has no origin; run `tracebound init`")
+                raise ConfigError(
+                    "this store has no origin and no checkpoint; run `tracebound init`"
+                )
             self._origin = stored
         return self._origin
 
@@ -412,7 +431,7 @@ class Ledger:
         See :meth:`checkpoint_run`, which also says what was verified.
 
         Raises:
-            ConfigError: no signing key was given.
+            ConfigError: no signing key was given, or the store names another origin.
             LedgerDamaged: the events to be signed are damaged; nothing is signed.
         """
         return self.checkpoint_run(progress=progress, full=full).checkpoint
@@ -434,11 +453,12 @@ class Ledger:
         the whole log first, as :meth:`verify` does, and rebuilds the stored nodes from it.
 
         Raises:
-            ConfigError: no signing key was given.
+            ConfigError: no signing key was given, or the store names another origin.
             LedgerDamaged: the events to be signed are damaged; nothing is signed.
         """
         if self.signer is None:
             raise ConfigError("checkpoint needs the signing key; run `tracebound keys init`")
+        self._keep_origin()
         base: MerkleAccumulator | None = None
         reason = "asked for"
         if not full:
@@ -469,6 +489,22 @@ class Ledger:
             incremental=base is not None,
             full_reason=None if base is not None else reason,
         )
+
+    def _keep_origin(self) -> None:
+        """Record the origin in the store the first time it signs, so that the CLI and
+        other processes open this ledger under the name its checkpoints carry.
+
+        Raises:
+            ConfigError: the store already names another origin.
+        """
+        kept = self.store.get_meta(ORIGIN_KEY)
+        if kept is None:
+            self.store.set_meta(ORIGIN_KEY, self.origin)
+        elif kept != self.origin:
+            raise ConfigError(
+                f"this ledger's origin is {kept!r}; refusing to sign checkpoints for "
+                f"{self.origin!r} into it"
+            )
 
     def _signed_base(self) -> MerkleAccumulator:
         """The tree of the log up to its newest signed checkpoint, from the stored nodes.
@@ -587,16 +623,19 @@ class Ledger:
         """An inclusion proof for ``position`` against the newest signed checkpoint.
 
         Raises:
-            CheckpointError: no checkpoint covers the position yet.
+            ConfigError: no checkpoint covers the position yet (not damage: there is
+                nothing to prove against until `checkpoint` signs one).
+            CheckpointError: the newest checkpoint does not check.
+            ProofError: the proof built does not reach the signed root (damage).
         """
         note = self.store.latest_checkpoint()
         if note is None:
-            raise CheckpointError("no checkpoint yet; run `tracebound checkpoint` first")
+            raise ConfigError("no checkpoint yet; run `tracebound checkpoint` first")
         if self.verifier is None:
             raise ConfigError("proving needs the verifier key to read the checkpoint")
         cp = open_checkpoint(note, self.verifier)
         if not 1 <= position <= cp.size:
-            raise CheckpointError(
+            raise ConfigError(
                 f"position {position} is not covered by the newest checkpoint (1..{cp.size}); "
                 "run `tracebound checkpoint`"
             )

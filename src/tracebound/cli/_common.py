@@ -26,6 +26,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from tracebound.errors import (
     ConfigError,
     IntegrityError,
+    SignatureInvalid,
     SigningKeyError,
     StoreNotFound,
     TraceboundError,
@@ -108,10 +109,27 @@ def handled(as_json: bool) -> Iterator[None]:
         yield
     except (StoreNotFound, ConfigError, SigningKeyError) as exc:
         fail(str(exc), code=EXIT_USAGE, as_json=as_json, kind=type(exc).__name__)
+    except SignatureInvalid as exc:
+        # Forged, or checked with the wrong key: only the caller can tell which.
+        fail(
+            f"{exc} (checked with the verifier key from --verifier-key, or --key's .pub; if the "
+            "ledger was signed with another key, pass that one)",
+            code=EXIT_DAMAGED,
+            as_json=as_json,
+            kind=type(exc).__name__,
+        )
     except IntegrityError as exc:
         fail(str(exc), code=EXIT_DAMAGED, as_json=as_json, kind=type(exc).__name__)
     except TraceboundError as exc:
         fail(str(exc), code=EXIT_USAGE, as_json=as_json, kind=type(exc).__name__)
+    except OSError as exc:  # a file named on the command line: missing, a folder, no access
+        where = f": {exc.filename}" if exc.filename else ""
+        fail(
+            f"{exc.strerror or exc}{where}",
+            code=EXIT_USAGE,
+            as_json=as_json,
+            kind=type(exc).__name__,
+        )
 
 
 DEFAULT_KEY_NAME = "tracebound"
@@ -149,21 +167,30 @@ def open_ledger(
     need_signer: bool = False,
 ) -> Ledger:
     """Open the ledger with whatever keys and witness are configured."""
-    backend = open_store(store)
     signer = try_signer(key)
     if need_signer and signer is None:
-        backend.close()
         raise SigningKeyError(
             f"no signing key at {resolve_key_path(key)}; run `tracebound keys init` first"
         )
-    verifier = try_verifier(verifier_key, key) if signer is None else signer.verifier
+    # An explicit --verifier-key is what the caller wants the log checked against, even
+    # on a machine that also holds a signing key: an auditor asking "signed by X?" must
+    # not be answered with "signed by whatever key is here".
+    if verifier_key is not None or signer is None:
+        verifier = try_verifier(verifier_key, key)
+    else:
+        verifier = signer.verifier
+    backend = open_store(store)
     ledger = Ledger(backend, clock=SystemClock(), ids=RandomIds(), signer=signer, verifier=verifier)
-    origin = ledger.origin
-    ledger.witness = FileWitness(
-        witness if witness is not None else default_witness_path(origin),
-        origin=origin,
-        store_dir=store_dir(store),
-    )
+    try:
+        origin = ledger.origin
+        ledger.witness = FileWitness(
+            witness if witness is not None else default_witness_path(origin),
+            origin=origin,
+            store_dir=store_dir(store),
+        )
+    except BaseException:
+        ledger.close()
+        raise
     return ledger
 
 

@@ -37,11 +37,20 @@ from tracebound.cli.project import project_app
 from tracebound.cli.repair import repair
 from tracebound.cli.report import report_app
 from tracebound.cli.runs import register as register_runs
-from tracebound.errors import ConfigError, DamageKind, LedgerDamaged, TraceboundError
+from tracebound.errors import (
+    CheckpointError,
+    ConfigError,
+    DamageKind,
+    LedgerDamaged,
+    ProofError,
+    TraceboundError,
+)
 from tracebound.events.envelope import Event, RecordedEvent
 from tracebound.integrity.chain import GENESIS, chain_hash
+from tracebound.integrity.merkle import EMPTY_ROOT
+from tracebound.integrity.note import Checkpoint
 from tracebound.integrity.verify import link_damage
-from tracebound.ledger import InclusionBundle, verify_bundle
+from tracebound.ledger import ORIGIN_KEY, InclusionBundle, stored_origin, verify_bundle
 from tracebound.store.keyfile import generate_keypair
 from tracebound.store.port import AppendRequest
 from tracebound.store.url import open_store
@@ -127,20 +136,28 @@ def init(
 ) -> None:
     """Create an empty ledger (default ./.tracebound/ledger.db)."""
     with handled(as_json):
+        if origin is not None:
+            try:
+                Checkpoint(origin=origin, size=0, root=EMPTY_ROOT)  # checks the origin line
+            except CheckpointError as exc:
+                raise ConfigError(f"invalid origin {origin!r}: {exc}") from None
         backend = open_store(store, create=True)
         try:
-            existing = backend.get_meta("origin")
+            # A store written through the library may hold checkpoints but no origin
+            # yet: it keeps the one they were signed for, not a new random one.
+            existing = stored_origin(backend)
             name = existing or origin or f"tracebound.local/{RandomIds().new_id()}"
-            if existing is None:
-                backend.set_meta("origin", name)
-            elif origin is not None and origin != existing:
+            if existing is not None and origin is not None and origin != existing:
                 raise ConfigError(f"this ledger's origin is already {existing!r}")
+            created = backend.get_meta(ORIGIN_KEY) is None
+            if created:
+                backend.set_meta(ORIGIN_KEY, name)
         finally:
             backend.close()
     if as_json:
-        emit_json({"ok": True, "store": backend.url, "origin": name, "created": existing is None})
+        emit_json({"ok": True, "store": backend.url, "origin": name, "created": created})
     else:
-        verb = "Created" if existing is None else "Already initialised:"
+        verb = "Created" if created else "Already initialised:"
         console.print(f"{verb} [bold]{backend.url}[/] (origin [cyan]{name}[/])")
         if not resolve_key_path(None).exists():
             console.print("Next: [bold]tracebound keys init[/] to create the signing key.")
@@ -262,11 +279,14 @@ def append(
     validated before anything is written; a bad line writes nothing.
     """
     with handled(as_json):
-        if file is None or str(file) == "-":
-            requests = _read_requests(sys.stdin)
-        else:
-            with file.open(encoding="utf-8") as fh:
-                requests = _read_requests(fh)
+        try:
+            if file is None or str(file) == "-":
+                requests = _read_requests(sys.stdin)
+            else:
+                with file.open(encoding="utf-8") as fh:
+                    requests = _read_requests(fh)
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{file or 'stdin'} is not UTF-8 text: {exc.reason}") from None
         backend = open_store(store)
         recorded: list[RecordedEvent] = []
         try:
@@ -555,16 +575,20 @@ def prove(
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Write an inclusion proof of one event against the newest signed checkpoint."""
+    """Write an inclusion proof of one event against the newest signed checkpoint.
+
+    Exits 2 when no checkpoint covers the position yet (run `tracebound checkpoint`), 1 when
+    the proof does not reach the signed root (damage).
+    """
     with handled(as_json):
         ledger = open_ledger(store, key=key, verifier_key=verifier_key)
         try:
             bundle = ledger.prove(position)
         finally:
             ledger.close()
-    text = json.dumps(bundle.as_dict(), indent=2, sort_keys=True) + "\n"
-    if output is not None:
-        output.write_text(text, encoding="utf-8")
+        text = json.dumps(bundle.as_dict(), indent=2, sort_keys=True) + "\n"
+        if output is not None:
+            output.write_text(text, encoding="utf-8")
     if as_json or output is None:
         sys.stdout.write(text)
     else:
@@ -581,15 +605,23 @@ def verify_proof(
     verifier_key: VerifierOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Check an inclusion proof offline, with only the verifier key (no ledger needed)."""
+    """Check an inclusion proof offline, with only the verifier key (no ledger needed).
+
+    Exits 0 when the proof holds, 1 when it does not (anything that is not a valid proof
+    signed by the key, malformed JSON included), 2 when the file or key cannot be read.
+    """
     with handled(as_json):
         verifier = try_verifier(verifier_key, key)
         if verifier is None:
             raise ConfigError("verify-proof needs --verifier-key (the ledger's public key)")
         try:
-            data = json.loads(file.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
+            text = file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"cannot read proof {file}: {exc}") from exc
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ProofError(f"{file} is not an inclusion proof: not JSON ({exc})") from exc
         bundle = InclusionBundle.from_dict(data)
         cp = verify_bundle(bundle, verifier)
     if as_json:

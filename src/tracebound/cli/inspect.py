@@ -20,9 +20,11 @@ from rich.table import Table
 
 from tracebound.cli._common import (
     EXIT_DAMAGED,
+    EXIT_USAGE,
     console,
     emit_json,
     err_console,
+    fail,
     handled,
     store_dir,
 )
@@ -76,7 +78,7 @@ def _attempts_table(state: AttemptsVerification) -> Table:
 def _inspect_run(run_dir: Path, run_id: str, store: str | None, as_json: bool) -> None:
     with handled(as_json):
         if not (run_dir / ATTEMPTS_FILE).is_file():
-            raise ConfigError(f"no {ATTEMPTS_FILE} in {run_dir}")
+            raise ConfigError(f"no {ATTEMPTS_FILE} in {run_dir}/")
         state = verify_attempts(run_dir, prev_chain_head=_planning_head(store, run_id))
     damage = state.damage
     if as_json:
@@ -138,7 +140,19 @@ def inspect_remediation(
     exists. Exits 1 (after saying where and what to do) when the chain does not verify.
     """
     if attempts is not None:
-        _inspect_run(attempts.parent, target, store, as_json)
+        run_dir = attempts if attempts.is_dir() else attempts.parent
+        if not attempts.exists():
+            fail(
+                f"--attempts: no such file or folder: {attempts}", code=EXIT_USAGE, as_json=as_json
+            )
+        if not attempts.is_dir() and attempts.name != ATTEMPTS_FILE:
+            fail(
+                f"--attempts names {attempts}; give a run's {ATTEMPTS_FILE} (with "
+                "chain_head.bin beside it) or the run's folder",
+                code=EXIT_USAGE,
+                as_json=as_json,
+            )
+        _inspect_run(run_dir, target, store, as_json)
         return True
     if "/" in target or target in ("", ".", ".."):
         return False

@@ -60,7 +60,10 @@ def repair(store: StoreOpt = None, yes: YesOpt = False, as_json: JsonOpt = False
                     "repaired": [],
                 }
                 if not tails:
-                    message = "nothing to repair: no file ends in a torn write"
+                    message = (
+                        "nothing to repair: no file ends in a torn write (repair cuts only "
+                        "torn tails; `tracebound verify` checks for any other damage)"
+                    )
                 elif not yes:
                     result["ok"] = False
                     code = EXIT_DAMAGED

@@ -134,7 +134,8 @@ def generate_keypair(
     if not force and key_path.exists():
         raise SigningKeyError(
             f"a signing key already exists at {key_path}; refusing to overwrite it "
-            "(pass force=True only if every checkpoint it signed may become unverifiable)"
+            "(replace it only if every checkpoint it signed may become unverifiable: "
+            "`tracebound keys init --force`, or force=True in Python)"
         )
     try:
         make_private_dir(key_path.parent)
@@ -209,11 +210,16 @@ def load_verifier(path_or_text: Path | str) -> NoteVerifier:
         except SigningKeyError:
             if "\n" in path_or_text.strip() or "\x00" in path_or_text:
                 raise
-        path = Path(path_or_text).expanduser()
-        if not path.exists():
-            raise SigningKeyError(
-                f"{path_or_text!r} is neither a verifier key '<name>+<hash>+<key>' nor a file"
-            )
+            path = Path(path_or_text).expanduser()
+            if not path.exists():
+                # Text shaped like a key ('name+hash+key') is a key with something wrong in
+                # it: say what, rather than that no file has that name.
+                if path_or_text.strip().count("+") >= 2:
+                    raise
+                raise SigningKeyError(
+                    f"no verifier key file at {path} (a verifier key is a .pub file or "
+                    "the text '<name>+<hash>+<key>')"
+                ) from None
     else:
         path = path_or_text.expanduser()
     return NoteVerifier.parse(_read_small(path, "verifier key"))
