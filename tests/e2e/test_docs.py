@@ -72,3 +72,26 @@ def test_examples_run(tmp_path: Path) -> None:
             capture_output=True, text=True, timeout=120, check=False,
         )  # fmt: skip
         assert proc.returncode == 0, f"{example.name}: {proc.stderr}"
+
+
+def test_the_report_row_names_the_reports_that_draw_charts() -> None:
+    from typer.main import get_command
+
+    from tracebound.cli.app import app
+
+    report = get_command(app).commands["report"]  # type: ignore[attr-defined]
+    charts = {
+        name
+        for name, command in report.commands.items()
+        if any("--chart" in getattr(p, "opts", ()) for p in command.params)
+    }
+    row = next(line for line in TEXT.splitlines() if line.startswith("| `tracebound report "))
+    which = re.search(r"; ([^;]*?) also draws? `--chart", row)
+    assert which is not None, row
+    said = set(re.findall(r"`(\w+)`", which.group(1)))
+    assert charts == said == {"cost", "gates"}, row
+
+
+def test_the_tamper_table_says_what_jsonl_reports_for_a_deleted_middle_event() -> None:
+    row = next(line for line in TEXT.splitlines() if line.startswith("| delete one event in the"))
+    assert "`gap`" in row and "JSONL" in row and "docs/jsonl.md" in row

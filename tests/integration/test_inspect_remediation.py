@@ -113,3 +113,16 @@ def test_streams_are_still_inspected_as_before(run: Kit) -> None:
     data = json.loads(out)
     assert data["ok"] and data["stream_id"] == f"gates/{WF}"
     assert {e["event_type"] for e in data["events"]} >= {"trust_gate_failed", "trust_gate_passed"}
+
+
+def test_attempts_needs_no_stream_argument(run: Kit) -> None:
+    attempts = str(run.run_dir() / "attempts.jsonl")
+    code, out = _inspect(run, "--attempts", attempts, "--json")
+    assert code == 0, out
+    data = json.loads(out)
+    assert data["ok"] and len(data["attempts"]) == 2
+    assert data["planning_head"] is not None  # the run id came from the run's folder name
+    code, out = _inspect(run, "--json")
+    assert code == 2
+    error = json.loads(out)["error"]
+    assert error["kind"] == "UsageError" and "--attempts PATH" in error["message"]

@@ -52,7 +52,10 @@ StoreOpt = Annotated[
         "--store",
         "-s",
         envvar="TRACEBOUND_STORE",
-        help="Store URL (sqlite:///path) or directory. Default: ./.tracebound",
+        help="Store: sqlite:///path/ledger.db, jsonl:///dir, "
+        "postgresql://user@host/db[?schema=name], or a directory (SQLite). "
+        "Default: ./.tracebound",
+        metavar="URL",
         show_default=False,
     ),
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from importlib import metadata
 from pathlib import Path
 from typing import Annotated, Any, TextIO
 
@@ -30,6 +31,8 @@ from tracebound.cli._common import (
     store_dir,
     try_verifier,
 )
+from tracebound.cli._group import RootGroup, UsageError
+from tracebound.cli._tables import fit, hoist_date
 from tracebound.cli.copy import copy
 from tracebound.cli.export import export_app
 from tracebound.cli.inspect import AttemptsOpt, inspect_remediation
@@ -56,8 +59,24 @@ from tracebound.store.port import AppendRequest
 from tracebound.store.url import open_store
 from tracebound.system import RandomIds, SystemClock
 
+
+class _Root(RootGroup):
+    panels = {  # noqa: RUF012 - a class constant
+        "Ledger": (
+            "init", "keys", "append", "log", "tail", "inspect",
+            "checkpoint", "verify", "prove", "verify-proof", "demo",
+        ),
+        "Runs and approvals": (
+            "runs", "approve", "reject", "resume", "replay", "verify-evidence", "metrics",
+        ),
+        "Projections and reports": ("project", "report", "export"),
+        "Moving and repairing": ("copy", "repair"),
+    }  # fmt: skip
+
+
 app = typer.Typer(
     name="tracebound",
+    cls=_Root,
     help="Tamper-evident flight recorder for multi-agent LLM pipelines.\n\n"
     "Events go into an append-only, BLAKE3-chained ledger covered by Ed25519-signed "
     "Merkle checkpoints. `verify` detects tampering, truncation, reordering, forgery and "
@@ -66,6 +85,26 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"tracebound {metadata.version('tracebound')}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    pass
+
+
 keys_app = typer.Typer(
     help="Create and show the Ed25519 checkpoint signing key.", no_args_is_help=True
 )
@@ -106,19 +145,24 @@ def _event_row(e: RecordedEvent) -> dict[str, Any]:
 
 
 def _events_table(events: list[RecordedEvent], title: str) -> Table:
-    table = Table(title=title, show_lines=False)
+    """Events as a table that keeps pos, ver, type and time whole at any terminal width:
+    long stream and workflow ids are cut with an ellipsis, the hash is cropped."""
+    stamps = [e.timestamp.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] for e in events]
+    day, times = hoist_date(stamps)
+    table = Table(title=title if day is None else f"{title}, on {day}", show_lines=False)
     for col in ("pos", "stream", "ver", "type", "workflow", "time (UTC)", "hash"):
-        table.add_column(col, no_wrap=col != "type")
-    for e in events:
+        table.add_column(col, justify="right" if col in {"pos", "ver"} else "left")
+    for e, time_ in zip(events, times, strict=True):
         table.add_row(
             str(e.position),
             e.stream_id,
             str(e.stream_version),
             e.event_type,
             e.workflow_id or "-",
-            e.timestamp.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3],
+            time_,
             e.hash.hex()[:12],
         )
+    fit(table, give={"stream": "ellipsis", "workflow": "ellipsis", "hash": "crop"}, console=console)
     return table
 
 
@@ -357,7 +401,11 @@ def tail(
     interval: Annotated[float, typer.Option(help="Seconds between polls with --follow.")] = 0.5,
     as_json: JsonOpt = False,
 ) -> None:
-    """Show the newest events; with --follow, keep printing as they are appended."""
+    """Show the newest events; with --follow, keep printing as they are appended.
+
+    With --json: one JSON document, {"ok": true, "events": [...]}; with --follow --json,
+    one JSON object per event per line (JSON Lines), printed as events arrive.
+    """
     with handled(as_json):
         backend = open_store(store)
         try:
@@ -395,11 +443,37 @@ def _print_follow(e: RecordedEvent, as_json: bool) -> None:
         )
 
 
+def _stream_to_show(
+    ctx: typer.Context,
+    stream: str | None,
+    *,
+    store: str | None,
+    attempts: Path | None,
+    as_json: bool,
+) -> str | None:
+    """The stream `inspect` is to show, or None when it showed a remediation run instead."""
+    if stream is None and attempts is None:
+        raise UsageError(
+            "Missing argument 'STREAM': give a stream id or a remediation run id, "
+            "or --attempts PATH.",
+            ctx,
+        )
+    if inspect_remediation(stream, store=store, attempts=attempts, as_json=as_json):
+        return None
+    return stream
+
+
 @app.command()
 def inspect(
+    ctx: typer.Context,
     stream: Annotated[
-        str, typer.Argument(help="Stream id, or remediation run id, to show and re-verify.")
-    ],
+        str | None,
+        typer.Argument(
+            help="Stream id, or remediation run id, to show and re-verify. "
+            "Not needed with --attempts.",
+            show_default=False,
+        ),
+    ] = None,
     store: StoreOpt = None,
     attempts: AttemptsOpt = None,
     as_json: JsonOpt = False,
@@ -409,7 +483,8 @@ def inspect(
     A remediation run id (<store>/remediation/<id>/) or --attempts PATH re-verifies that
     run's attempts log from chain_head.bin through every line instead (docs/retry.md).
     """
-    if inspect_remediation(stream, store=store, attempts=attempts, as_json=as_json):
+    stream = _stream_to_show(ctx, stream, store=store, attempts=attempts, as_json=as_json)
+    if stream is None:
         return
     with handled(as_json):
         backend = open_store(store)

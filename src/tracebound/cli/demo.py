@@ -17,6 +17,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from tracebound.cli._tables import fit
 from tracebound.events.catalog import (
     CostIncurred,
     LeafInvoked,
@@ -253,6 +254,7 @@ def _show(console: Console, written: list[Any], result: dict[str, Any], caught: 
         table.add_column(col)
     for e in written:
         table.add_row(str(e.position), e.stream_id, e.event_type, e.hash.hex()[:16])
+    fit(table, give={"stream": "ellipsis", "hash": "crop"}, console=console)
     console.print(table)
     cp = result["checkpoint"]
     console.print(

@@ -28,6 +28,7 @@ from tracebound.cli._common import (
     handled,
     store_dir,
 )
+from tracebound.cli._tables import fit
 from tracebound.errors import ConfigError, StoreNotFound
 from tracebound.pipeline.retry.ledger import (
     ATTEMPTS_FILE,
@@ -57,7 +58,7 @@ def _planning_head(store: str | None, run_id: str) -> bytes | None:
 def _attempts_table(state: AttemptsVerification) -> Table:
     table = Table(title=f"remediation run {state.run_dir.name}", show_lines=False)
     for col in ("#", "attempt", "plan", "gates", "confidence", "score", "chain hash"):
-        table.add_column(col, no_wrap=True)
+        table.add_column(col)
     for record, digest in zip(state.attempts, state.hashes, strict=True):
         trust = record.trust
         verdict = "-"
@@ -72,6 +73,7 @@ def _attempts_table(state: AttemptsVerification) -> Table:
             "-" if trust is None else str(trust.score),
             digest.hex()[:12],
         )
+    fit(table, give={"plan": "ellipsis", "chain hash": "crop"}, console=console)
     return table
 
 
@@ -132,12 +134,13 @@ AttemptsOpt = Annotated[
 
 
 def inspect_remediation(
-    target: str, *, store: str | None, attempts: Path | None, as_json: bool
+    target: str | None, *, store: str | None, attempts: Path | None, as_json: bool
 ) -> bool:
     """Inspect ``target`` as a remediation run if it is one; False leaves it to stream mode.
 
     It is one when ``--attempts`` is given or ``<store>/remediation/<target>/attempts.jsonl``
-    exists. Exits 1 (after saying where and what to do) when the chain does not verify.
+    exists. With ``--attempts``, ``target`` is optional: the run id is then the name of the
+    run's folder. Exits 1 (after saying where and what to do) when the chain does not verify.
     """
     if attempts is not None:
         run_dir = attempts if attempts.is_dir() else attempts.parent
@@ -152,9 +155,9 @@ def inspect_remediation(
                 code=EXIT_USAGE,
                 as_json=as_json,
             )
-        _inspect_run(run_dir, target, store, as_json)
+        _inspect_run(run_dir, target or run_dir.resolve().name, store, as_json)
         return True
-    if "/" in target or target in ("", ".", ".."):
+    if target is None or "/" in target or target in ("", ".", ".."):
         return False
     run_dir = store_dir(store) / "remediation" / target
     if not (run_dir / ATTEMPTS_FILE).is_file():

@@ -27,8 +27,14 @@ from tracebound.cli._common import (
     progress_bar,
     store_dir,
 )
+from tracebound.cli._tables import fit
 from tracebound.errors import ConfigError
-from tracebound.projections.runner import DEFAULT_BATCH, ProjectionRunner, RunReport
+from tracebound.projections.runner import (
+    DEFAULT_BATCH,
+    ProjectionRunner,
+    RunReport,
+    default_projections,
+)
 from tracebound.projections.sqlite_views import VIEWS_FILENAME, SQLiteViews
 from tracebound.store.url import open_store
 
@@ -85,14 +91,23 @@ def open_runner(
     *,
     batch: int = DEFAULT_BATCH,
     update: bool = False,
+    existing: bool = False,
 ) -> Iterator[ProjectionRunner[Any]]:
     """A runner over the store's log and the views (SQLite or PostgreSQL); both closed after.
 
     With ``update``, the views catch up with the log first (what every report does unless
-    told not to). ``Any``: the reports read either kind of views through the same ``select``.
+    told not to). With ``existing``, a SQLite views file that is not there is an error
+    (``ConfigError``) rather than created: a read-only command must not leave one behind.
+    ``Any``: the reports read either kind of views through the same ``select``.
     """
     backend = open_store(store)
     try:
+        path = views_path(store, views)
+        if existing and not _is_postgres(views) and not path.is_file():
+            raise ConfigError(
+                f"no views database at {path}; `tracebound project run` creates it"
+                + ("" if views is None else " (with the same --views)")
+            )
         db = open_views(store, views)
         try:
             runner = ProjectionRunner(backend, db, batch_size=batch)
@@ -158,7 +173,13 @@ def rebuild_cmd(
     views: ViewsOpt = None,
     only: Annotated[
         list[str] | None,
-        typer.Option("--only", help="Rebuild only this projection (repeatable)."),
+        typer.Option(
+            "--only",
+            metavar="NAME",
+            help="Rebuild only this projection (repeatable): "
+            + ", ".join(p.name for p in default_projections())
+            + ".",
+        ),
     ] = None,
     batch: BatchOpt = DEFAULT_BATCH,
     as_json: JsonOpt = False,
@@ -180,14 +201,14 @@ def rebuild_cmd(
 @project_app.command("status")
 def status_cmd(store: StoreOpt = None, views: ViewsOpt = None, as_json: JsonOpt = False) -> None:
     """Each projection's position, lag behind the log, and last failure."""
-    with handled(as_json), open_runner(store, views) as runner:
+    with handled(as_json), open_runner(store, views, existing=True) as runner:
         statuses = runner.status()
     if as_json:
         emit_json({"ok": True, "projections": [s.to_dict() for s in statuses]})
         return
     table = Table(title="projections")
     for col in ("projection", "version", "position", "lag", "failed at", "error"):
-        table.add_column(col, no_wrap=col != "error")
+        table.add_column(col, justify="left" if col in {"projection", "error"} else "right")
     for s in statuses:
         table.add_row(
             s.name,
@@ -197,4 +218,5 @@ def status_cmd(store: StoreOpt = None, views: ViewsOpt = None, as_json: JsonOpt 
             "-" if s.failed_position is None else f"[red]{s.failed_position:,}[/]",
             s.error or "",
         )
+    fit(table, give={"error": "fold"}, console=console)
     console.print(table)

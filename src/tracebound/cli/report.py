@@ -17,6 +17,7 @@ import typer
 from rich.table import Table
 
 from tracebound.cli._common import JsonOpt, StoreOpt, console, emit_json, handled
+from tracebound.cli._tables import fit, hoist_date
 from tracebound.cli.project import ViewsOpt, open_runner
 from tracebound.errors import ConfigError
 from tracebound.projections import reports
@@ -44,12 +45,38 @@ def _money(value: Any) -> str:
 
 
 def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> Table:
+    """A report table: the first column (a name or id) gives way on a narrow terminal."""
+    table = _unfitted(title, columns, rows)
+    fit(table, give={columns[0]: "ellipsis"}, console=console)
+    return table
+
+
+def _unfitted(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> Table:
     table = Table(title=title)
     for i, col in enumerate(columns):
         table.add_column(col, justify="left" if i == 0 else "right")
     for row in rows:
         table.add_row(*("-" if v is None else str(v) for v in row))
     return table
+
+
+_COST_COLUMNS = ("workflow", "tier", "source", "USD", "events")
+_TOKEN_COLUMNS = ("in\nuncached", "in\ncached", "out\nvisible", "out\nreasoning")
+
+
+def _cost_tables(title: str, rows: Sequence[Sequence[Any]]) -> list[Table]:
+    """The cost ledger in one table; on a terminal too narrow for it, the token counts go
+    to a second table, keyed by the same workflow, tier and source."""
+    table = _unfitted(title, _COST_COLUMNS + _TOKEN_COLUMNS, rows)
+    if fit(table, give={"workflow": "ellipsis"}, console=console):
+        return [table]
+    key = len(_COST_COLUMNS)
+    return [
+        _table(title, _COST_COLUMNS, [row[:key] for row in rows]),
+        _table(
+            "tokens", _COST_COLUMNS[:3] + _TOKEN_COLUMNS, [(*row[:3], *row[key:]) for row in rows]
+        ),
+    ]
 
 
 def _pyplot() -> Any:
@@ -131,37 +158,24 @@ def cost_cmd(
             }
         )
         return
-    cols = (
-        "workflow",
-        "tier",
-        "source",
-        "USD",
-        "events",
-        "in uncached",
-        "in cached",
-        "out visible",
-        "out reasoning",
-    )
-    console.print(
-        _table(
-            f"cost ledger: {_money(total)} USD",
-            cols,
-            [
-                (
-                    r["workflow_id"] or "(portfolio)",
-                    r["tier"],
-                    r["source"],
-                    _money(r["amount_usd"]),
-                    r["events"],
-                    r["input_uncached"],
-                    r["input_cached"],
-                    r["output_visible"],
-                    r["output_reasoning"],
-                )
-                for r in rows
-            ],
-        )
-    )
+    for table in _cost_tables(
+        f"cost ledger: {_money(total)} USD",
+        [
+            (
+                r["workflow_id"] or "(portfolio)",
+                r["tier"],
+                r["source"],
+                _money(r["amount_usd"]),
+                r["events"],
+                r["input_uncached"],
+                r["input_cached"],
+                r["output_visible"],
+                r["output_reasoning"],
+            )
+            for r in rows
+        ],
+    ):
+        console.print(table)
     if chart is not None:
         console.print(f"Chart written to [bold]{chart}[/]")
 
@@ -311,13 +325,16 @@ def trail_cmd(
     if as_json:
         emit_json({"ok": True, "workflow_id": workflow, "entries": [e.to_dict() for e in entries]})
         return
-    table = Table(title=f"audit trail of {workflow}")
+    day, times = hoist_date([e.timestamp for e in entries], sep="T")
+    title = f"audit trail of {workflow}" + ("" if day is None else f", on {day}")
+    table = Table(title=title)
     for col in ("time (UTC)", "source", "seq", "event", "detail"):
-        table.add_column(col, no_wrap=col != "detail", overflow="fold")
-    for e in entries:
+        table.add_column(col, justify="right" if col == "seq" else "left")
+    for e, time_ in zip(entries, times, strict=True):
         detail = json.dumps(e.detail, sort_keys=True, default=str) if e.detail is not None else ""
         table.add_row(
-            e.timestamp, e.source, str(e.seq), e.event_type,
+            time_, e.source, str(e.seq), e.event_type,
             detail if len(detail) <= 120 else detail[:117] + "...",
         )  # fmt: skip
+    fit(table, give={"detail": "fold"}, console=console)
     console.print(table)

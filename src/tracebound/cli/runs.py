@@ -38,6 +38,7 @@ from tracebound.cli._common import (
     progress_bar,
     try_verifier,
 )
+from tracebound.cli._tables import fit
 from tracebound.errors import ConfigError, PolicyUnusable
 from tracebound.ids import RunId, StepId
 
@@ -231,7 +232,7 @@ def runs(
         return
     table = Table(title=f"{len(rows)} run(s)")
     for col in ("run", "pipeline", "status", "steps", "waiting at", "started (UTC)"):
-        table.add_column(col, overflow="fold")
+        table.add_column(col, justify="right" if col == "steps" else "left")
     colours = {"completed": "green", "failed": "red", "rejected": "red", "gated": "yellow"}
     for r in rows:
         waiting = ""
@@ -245,8 +246,15 @@ def runs(
             f"[{colour}]{r['status']}[/]",
             str(r["steps"]),
             waiting,
-            r["started"][:19],
+            r["started"][:19].replace("T", " "),
         )
+    # A run id is what approve, reject and resume take: folded onto more lines, never cut.
+    fit(
+        table,
+        give={"run": "fold", "pipeline": "ellipsis", "waiting at": "fold"},
+        prefer="run",
+        console=console,
+    )
     console.print(table)
 
 
@@ -360,6 +368,7 @@ def _steps_table(result: RunResult) -> Table:
         table.add_row(
             s.step_id, s.role, s.status, (s.artifact_hash or "-")[:19], (s.reason or "")[:80]
         )
+    fit(table, give={"step": "ellipsis", "artifact": "crop", "reason": "fold"}, console=console)
     return table
 
 
@@ -487,6 +496,7 @@ def _metrics_table(title: str, groups: dict[str, GroupMetrics]) -> Table:
             str(d["p50_latency_ms"] if d["p50_latency_ms"] is not None else "-"),
             str(d["p95_latency_ms"] if d["p95_latency_ms"] is not None else "-"),
         )  # fmt: skip
+    fit(table, give={"": "ellipsis"}, console=console)
     return table
 
 
@@ -626,6 +636,11 @@ def replay(
             str(s.position), s.step_id, s.parent_step_id or "-", s.role, s.status,
             s.artifact_hash[:19], f"[{colour}]{s.blob}[/]",
         )  # fmt: skip
+    fit(
+        table,
+        give={"step": "ellipsis", "parent": "ellipsis", "artifact": "crop"},
+        console=console,
+    )
     console.print(table)
     console.print(f"[green]chain ok[/]: {report.events} event(s), head {report.head.hex()[:16]}…")
     for f in report.failures:
