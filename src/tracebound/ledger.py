@@ -22,7 +22,7 @@ from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPool
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from multiprocessing import get_context
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 from uuid import UUID
 
 from tracebound.errors import (
@@ -116,6 +116,9 @@ def stored_origin(store: LedgerStore) -> str | None:
         return None
     line = newest.split("\n", 1)[0]
     return line or None
+
+
+_P = TypeVar("_P")
 
 
 class _VerifyAll(Exception):  # a signal inside checkpoint_run, never raised out of it
@@ -444,10 +447,15 @@ class Ledger:
         A checkpoint never vouches for damage. By default it is *incremental*: the log up
         to the newest signed checkpoint is taken from that signature, through the stored
         Merkle nodes, whose frontier must hash to the signed root; only the events after
-        it are read and verified (chain, positions, links into the signed prefix). The
-        cost is that of the new events, not of the log. Damage inside the signed prefix
-        is still found by :meth:`verify`, never vouched for: the new root is built from
-        the signed frontier, not from the prefix as it is stored now.
+        it are read and verified (chain, positions, links into the signed prefix). Each
+        stream they continue is linked to its newest event in the signed prefix, whose
+        record is checked and proven under the signed root (O(log n) reads). The cost is
+        that of the new events, not of the log. Damage inside the signed prefix is still
+        found by :meth:`verify`, and not signed over: the new root is built from the
+        signed frontier, not from the prefix as it is stored now. One limit (ADR 0011):
+        nothing signed says which event is a stream's newest, so an attacker who hides
+        it from the store *while the checkpoint runs* can have a fork signed; `verify`
+        and ``full=True`` report the fork.
 
         ``full=True`` (or no checkpoint yet, or a frontier that does not match) verifies
         the whole log first, as :meth:`verify` does, and rebuilds the stored nodes from it.
@@ -466,15 +474,21 @@ class Ledger:
                 base = self._signed_base()
             except _VerifyAll as why:
                 reason = str(why)
-        if base is None:
+        log: VerifiedLog | None = None
+        if base is not None:
+            try:
+                log = self._verify_after(base, progress)
+            except _VerifyAll as why:
+                base, reason = None, str(why)
+        if log is None:
             report = self.verify(progress=progress)
             if report.damage is not None:
                 raise report.damage
             size, root, first = report.size, bytes.fromhex(report.root), 1
             self.store_nodes(size, root, rebuild=True)
         else:
+            assert base is not None  # a log is verified only after a signed base
             first = base.size + 1
-            log = self._verify_after(base, progress)
             size, root = log.size, log.root
             self.store_nodes(size, root)
         held = None if self.witness is None else self.witness.latest(self.signer.verifier)
@@ -557,19 +571,50 @@ class Ledger:
         return proof
 
     def _verify_after(self, base: MerkleAccumulator, progress: Progress | None) -> VerifiedLog:
-        """Verify the events after ``base`` (the signed prefix) and link them to it."""
+        """Verify the events after ``base`` (the signed prefix) and link them to it.
+
+        Raises:
+            LedgerDamaged: the new events are damaged, or do not link to the signed prefix.
+            _VerifyAll: a stream head in the signed prefix cannot be read, or its stored
+                bytes are not the ones signed; the whole log is verified instead, which
+                says where and what the damage is.
+        """
         signed = base.size
+        signed_root = base.root()
+        tree = self.merkle_tree()  # shared: the proofs of nearby heads share their nodes
 
         def head(stream_id: str, version: int) -> tuple[int, bytes] | None:
-            # The stream's event just before its first new one lies in the signed prefix.
+            # A stream's new events continue its newest event in the signed prefix. Where
+            # that is, the store says (it may lie); what it holds, the signed root says:
+            # the record must hash to its stored hash and that hash sit at its position
+            # under the signed root. Taking the newest signed version, not just v - 1,
+            # makes a forked stream (a second version v) fail to link.
             if version <= 1:
                 return None
-            for e in self.store.read_stream(
-                stream_id, from_version=version - 1, to_version=version - 1
-            ):
-                if e.position <= signed:
-                    return int(e.stream_version), bytes(e.hash)
-            return None
+            try:
+                newest = None
+                for e in self.store.read_stream(stream_id, from_version=version - 1):
+                    if e.position <= signed:
+                        newest = e.position if newest is None else max(newest, e.position)
+                if newest is None:
+                    return None
+                raws = list(self.store.read_raw(start=newest, stop=newest))
+                checked = ChunkVerifier(newest).feed_all(raws)
+                if checked.damage is not None:
+                    raise checked.damage
+                if len(raws) != 1 or raws[0].stream_id != stream_id:
+                    raise LedgerDamaged(
+                        DamageKind.TAMPER, newest, f"not an event of stream {stream_id!r}"
+                    )
+                raw = raws[0]
+                ((leaf, _),) = checked.subtrees
+                proof = inclusion_proof(newest - 1, signed, tree.subtree_root)
+                verify_inclusion(leaf, newest - 1, signed, proof, signed_root)
+            except TraceboundError as exc:
+                raise _VerifyAll(
+                    f"the head of stream {stream_id!r} in the signed log does not check: {exc}"
+                ) from exc
+            return int(raw.stream_version), bytes(raw.hash)
 
         size = self.store.size()
         assembler = LogAssembler(base=base, head=head)
@@ -639,7 +684,10 @@ class Ledger:
                 f"position {position} is not covered by the newest checkpoint (1..{cp.size}); "
                 "run `tracebound checkpoint`"
             )
-        (raw,) = self.store.read_raw(start=position, stop=position)
+        raws = list(self.store.read_raw(start=position, stop=position))
+        if len(raws) != 1:
+            raise LogNodes(self.store).missing(position, position)
+        raw = raws[0]
 
         def bundle_from(tree: StoredTree) -> InclusionBundle:
             return InclusionBundle(
@@ -653,18 +701,33 @@ class Ledger:
                 checkpoint=note,
             )
 
-        bundle = bundle_from(self.merkle_tree())
+        # Never hand out a proof that does not verify.
+        verifier = self.verifier
+        return self.checked_proof(bundle_from, lambda b: verify_bundle(b, verifier))
+
+    def checked_proof(self, build: Callable[[StoredTree], _P], check: Callable[[_P], object]) -> _P:
+        """``build`` proofs from the stored Merkle nodes and ``check`` them against a signed
+        root; should that fail, judge the stored nodes against the log itself.
+
+        If the same proofs built from the leaves pass, the stored nodes are what is wrong
+        (someone changed them): this says so rather than hand out proofs that cost a read
+        of the whole log each. If those fail too, the log is not the one signed.
+
+        Raises:
+            ProofError: the stored nodes disagree with the log, or the log with the
+                signed root (the error from the leaves says which check failed).
+            LedgerDamaged: the log lacks an event the proofs need.
+        """
         try:
-            verify_bundle(bundle, self.verifier)  # never hand out a proof that does not verify
+            proofs = build(self.merkle_tree())
+            check(proofs)
         except ProofError:
-            # Judge the stored nodes against the log itself: if the proof from the leaves
-            # verifies, the nodes are what is wrong (and this says so); if not, the log is.
-            verify_bundle(bundle_from(self.merkle_tree(use_stored=False)), self.verifier)
+            check(build(self.merkle_tree(use_stored=False)))
             raise ProofError(
                 "the stored Merkle nodes disagree with the log (someone changed them); "
                 "`tracebound checkpoint --full` re-verifies the log and stores them again"
             ) from None
-        return bundle
+        return proofs
 
     # -- verification --------------------------------------------------------------------
 

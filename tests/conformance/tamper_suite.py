@@ -496,6 +496,42 @@ class TamperSuite:
         with world.open() as ledger:
             assert ledger.checkpoint(full=True).root.hex() == report.root
 
+    def test_incremental_checkpoint_refuses_new_events_linked_to_a_forged_head(
+        self,
+        filled: Callable[[int], LedgerWorld],
+        attacker: Attacker,
+        small_trees: list[tuple[int, int]],
+    ) -> None:
+        """The attacker changes the stored hash of run-1's newest signed event (position
+        8, under a stored node, so the frontier check does not read it); the application
+        appends to run-1. Linking to the stored hash would sign a log `verify` rejects:
+        the checkpoint proves the head under the signed root, finds it is not the one
+        signed, verifies the whole log and names the damage."""
+        world = filled(10)
+        attacker.edit_column(8, "hash", "5a" * 32)
+        with world.open() as ledger:
+            ledger.record("run-1", [cost(99)])
+            with pytest.raises(LedgerDamaged) as info:
+                ledger.checkpoint()
+            assert ledger.store.checkpoints()[-1][0] == 10  # nothing new was signed
+        assert (info.value.kind, info.value.position) == (DamageKind.TAMPER, 8)
+
+    def test_incremental_checkpoint_names_a_garbled_head_in_the_signed_prefix(
+        self,
+        filled: Callable[[int], LedgerWorld],
+        attacker: Attacker,
+        small_trees: list[tuple[int, int]],
+    ) -> None:
+        """A stream head the new events link to that cannot even be parsed is damage at
+        its position, not an error without one."""
+        world = filled(10)
+        attacker.edit_body(8, '"0.0007"', '"0.0007')
+        with world.open() as ledger:
+            ledger.record("run-1", [cost(99)])
+            with pytest.raises(LedgerDamaged) as info:
+                ledger.checkpoint()
+        assert (info.value.kind, info.value.position) == (DamageKind.MALFORMED, 8)
+
     def test_tampered_merkle_nodes_never_pass(self, filled: Callable[[int], LedgerWorld]) -> None:
         """The stored nodes are in the attacker's hands too: a proof made from a wrong one
         is refused, and a checkpoint verifies the whole log and stores them again."""

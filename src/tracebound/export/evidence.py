@@ -57,6 +57,7 @@ from tracebound.integrity.merkle import (
     leaf_hash,
     verify_inclusion,
 )
+from tracebound.integrity.nodes import StoredTree
 from tracebound.integrity.note import Checkpoint, SignedNote, open_checkpoint, parse_checkpoint
 from tracebound.ledger import Ledger
 from tracebound.pipeline.runner import run_stream
@@ -196,11 +197,17 @@ def build_evidence(ledger: Ledger, blobs: BlobStore, run_id: str) -> dict[str, A
     proofs: list[dict[str, Any]] = []
     if signed is not None:
         cp = signed[1]
-        # One tree for all the run's proofs: they share most of their subtrees.
-        roots = ledger.merkle_tree().subtree_root
-        for raw, _ in records:
-            proof = inclusion_proof(raw.position - 1, cp.size, roots)
-            verify_inclusion(leaf_hash(raw.hash), raw.position - 1, cp.size, proof, cp.root)
+
+        def build(tree: StoredTree) -> list[list[bytes]]:
+            # One tree for all the run's proofs: they share most of their subtrees.
+            return [inclusion_proof(r.position - 1, cp.size, tree.subtree_root) for r, _ in records]
+
+        def check(paths: list[list[bytes]]) -> None:
+            for (raw, _), proof in zip(records, paths, strict=True):
+                verify_inclusion(leaf_hash(raw.hash), raw.position - 1, cp.size, proof, cp.root)
+
+        paths = ledger.checked_proof(build, check)
+        for (raw, _), proof in zip(records, paths, strict=True):
             proofs.append({"position": raw.position, "proof": [h.hex() for h in proof]})
     doc: dict[str, Any] = {
         "format": FORMAT,

@@ -126,10 +126,12 @@ class StoredTree:
         if level == 0:
             return self._source.leaf_hashes(start, start + count)
         stored = self._source.nodes(level, start, start + count)
+        # Checked before any use: the C kernel takes the nodes as one joined buffer, and
+        # a node of the wrong size would shift every node after it.
+        if any(type(h) is not bytes or len(h) != HASH_SIZE for h in stored):
+            raise ProofError(f"a stored Merkle node of level {level} is not {HASH_SIZE} bytes")
         if len(stored) == count:
             return stored
-        if any(len(h) != HASH_SIZE for h in stored):
-            raise ProofError(f"a stored Merkle node of level {level} is not {HASH_SIZE} bytes")
         out = list(stored)
         i, stop = start + len(stored), start + count
         while i < stop:

@@ -40,7 +40,7 @@ class LogNodes:
         else:
             hashes = [r.hash for r in self._store.read_raw(start=first, stop=last)]
         if len(hashes) != stop - start:
-            raise self._missing(first, last)
+            raise self.missing(first, last)
         sha, prefix = hashlib.sha256, _LEAF_PREFIX
         return [sha(prefix + h).digest() for h in hashes]
 
@@ -49,8 +49,9 @@ class LogNodes:
             return []
         return self._nodes.merkle_nodes(level, start, stop)
 
-    def _missing(self, first: int, last: int) -> LedgerDamaged:
-        """Name the first position of ``first..last`` the log does not hold."""
+    def missing(self, first: int, last: int) -> LedgerDamaged:
+        """The damage of a log that lacks a position of ``first..last``: the first one
+        missing, as a gap or, past the log's end, a truncation."""
         expected = first
         for r in self._store.read_raw(start=first, stop=last):
             if r.position != expected:

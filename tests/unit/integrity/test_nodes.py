@@ -160,9 +160,17 @@ def test_missing_nodes_in_the_middle_are_computed_from_below() -> None:
     assert StoredTree(source).subtree_root(0, 256) == root_of(hashes)
 
 
-def test_a_stored_node_of_the_wrong_size_is_refused() -> None:
+@pytest.mark.parametrize("full_run", [False, True])
+@pytest.mark.parametrize("bad", [b"short", b"\x00" * 64, 7, "a" * 32])
+def test_a_stored_node_of_the_wrong_size_is_refused(full_run: bool, bad: object) -> None:
+    """Also when every node asked for is stored: the C kernel joins them into one
+    buffer, where a node of the wrong size would shift every node after it."""
     source = MemorySource(leaves(32))
-    source.stored[1] = {0: b"short"}
+    source.fill(32)
+    if not full_run:
+        source.stored[1] = {0: source.stored[1][0]}
+    source.stored[1][1 if full_run else 0] = bad  # type: ignore[assignment]
+    del source.stored[2]
     with pytest.raises(ProofError, match="not 32 bytes"):
         StoredTree(source).subtree_root(0, 32)
 
