@@ -15,26 +15,43 @@ security-lead``). In one run, on the embedded SQLite default and entirely offlin
 4. a Critic re-runs the project's tests on the patched workspace;
 5. the ledger is checkpointed and verified, the run's evidence file and the attempt anchors
    are written, and a summary is printed.
+
+Without ``--approve-as`` the run stops at step 3 with nothing patched, and prints the two
+commands that finish it: ``tracebound approve`` (as the CODEOWNER) and this script again
+with ``--dir WORKSPACE --resume RUN``, which applies the approved patch and runs the Critic.
+A new run needs a new or empty ``--dir``: a workspace that holds a run is never overwritten.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from tracebound import Ledger, RandomIds, SQLiteStore, SystemClock
+from tracebound.cli._tables import fit
 from tracebound.contract import TPCArtifact
+from tracebound.errors import (
+    ConfigError,
+    ContractError,
+    PolicyUnusable,
+    StoreNotFound,
+    TraceboundError,
+)
+from tracebound.events.catalog import GateRequested
 from tracebound.export.evidence import EvidenceWriter
 from tracebound.ids import RunId, StepId
 from tracebound.integrations.llm import OpenAICompatibleLeaf, ReplayServer, load_exchanges
@@ -58,7 +75,7 @@ from tracebound.pipeline.redaction import Redactor
 from tracebound.pipeline.retry.anchors import AnchorWriter
 from tracebound.pipeline.retry.gates import CommandGate, GateRunner, pytest_gate, secret_scan_gate
 from tracebound.pipeline.retry.loop import LoopResult, RetryLoop
-from tracebound.pipeline.runner import Runner, approve
+from tracebound.pipeline.runner import Runner, RunResult, approve, run_stream
 from tracebound.pipeline.runtime import Pipeline, StepContext
 from tracebound.store.blobs import BlobStore, sha256_digest
 from tracebound.store.keyfile import generate_keypair, load_signer
@@ -141,6 +158,9 @@ class Remediation:
     loop: RetryLoop
     advisory: Advisory
     outcome: LoopResult | None = None
+    # What the gated apply hook really wrote, so the summary never calls a file patched
+    # while the run still waits for its approval.
+    applied: list[str] = field(default_factory=list)
 
     def pipeline(self) -> Pipeline:
         pipe = Pipeline(
@@ -239,12 +259,18 @@ class Remediation:
                 target.unlink()
             else:
                 target.write_text(content, encoding="utf-8")
+            self.applied.append(rel)
 
 
-def build(workspace: Path, server_url: str) -> Remediation:
-    """Wire a fresh workspace: project copy, store, keys and witness outside the store."""
+def build(workspace: Path, server_url: str, *, fresh: bool = True) -> Remediation:
+    """Wire a workspace: project copy, store, keys and witness outside the store.
+
+    ``fresh`` copies the bundled project in (the workspace must not hold one yet); without
+    it the workspace of an earlier run is reopened, to resume that run.
+    """
     project = workspace / "project"
-    shutil.copytree(HERE / "project", project, ignore=shutil.ignore_patterns("vendor"))
+    if fresh:
+        shutil.copytree(HERE / "project", project, ignore=shutil.ignore_patterns("vendor"))
     store = workspace / ".tracebound"
     keys = workspace / "keys"
     key_path = keys / "remediation.key"
@@ -307,14 +333,23 @@ def build(workspace: Path, server_url: str) -> Remediation:
     return Remediation(workspace, project, ledger, blobs, runner, loop, advisory)
 
 
-def run(workspace: Path, *, approve_as: str | None, console: Console | None) -> dict[str, Any]:
-    """Run the whole demo; returns a JSON-able summary."""
+def run(
+    workspace: Path,
+    *,
+    approve_as: str | None,
+    console: Console | None,
+    resume: str | None = None,
+) -> dict[str, Any]:
+    """Run the whole demo, or resume the gated run ``resume``; returns a JSON-able summary."""
     with ReplayServer(load_exchanges(HERE / "llm" / "exchanges.json")) as server:
-        demo = build(workspace, server.url)
+        demo = build(workspace, server.url, fresh=resume is None)
         pipeline = demo.pipeline()
-        result = demo.runner.run(
-            pipeline, {"advisory": demo.advisory.id, "package": "tinytemplate"}
-        )
+        if resume is None:
+            result = demo.runner.run(
+                pipeline, {"advisory": demo.advisory.id, "package": "tinytemplate"}
+            )
+        else:
+            result = demo.runner.resume(pipeline, resume)
         if result.status == "gated" and approve_as is not None:
             assert result.gated_step is not None
             approve(demo.ledger, RunId(result.run_id), StepId(result.gated_step), approve_as,
@@ -324,15 +359,65 @@ def run(workspace: Path, *, approve_as: str | None, console: Console | None) -> 
         demo.ledger.checkpoint()
         report = demo.ledger.verify()
         metrics = compute_metrics(demo.ledger.store.read_log())
-    summary = _summary(demo, result.status, result.run_id, report.as_dict(), metrics.as_dict())
+        waiting = _waiting(demo, result) if result.status == "gated" else None
+    summary = _summary(demo, result, report.as_dict(), metrics.as_dict(), waiting)
     if console is not None:
-        _show(console, demo, summary)
+        _show(console, summary)
     return summary
 
 
+def _tracebound() -> list[str]:
+    """How to call this installation's CLI: the `tracebound` script when the one on PATH is
+    this Python's (an active venv), else this Python with ``-m``, which works either way."""
+    found = shutil.which("tracebound")
+    if found is not None and Path(found).parent == Path(sys.executable).parent:
+        return ["tracebound"]
+    return [sys.executable, "-m", "tracebound"]
+
+
+def _gate_request(ledger: Ledger, run_id: str, step: str) -> GateRequested | None:
+    found = None
+    for event in ledger.store.read_stream(run_stream(run_id)):
+        if isinstance(event.payload, GateRequested) and event.payload.step_id == step:
+            found = event.payload
+    return found
+
+
+def _waiting(demo: Remediation, result: RunResult) -> dict[str, Any]:
+    """What a gated run waits for, and the commands (absolute paths) that finish it."""
+    step = result.gated_step
+    assert step is not None
+    gate = _gate_request(demo.ledger, result.run_id, step)
+    owners = list(gate.owners) if gate else []
+    try:  # the files the approved patch will change: a dry run, nothing is written
+        diff = result.artifact(step.split("~", 1)[0]).diffs[0]
+        files = list(apply_patch(demo.project, diff))
+    except (KeyError, IndexError, ContractError):
+        files = list(gate.paths) if gate else []
+    approver = owners[0].removeprefix("@") if owners else "NAME"
+    approve_cmd = [*_tracebound(), "approve", result.run_id, step, "--as", approver,
+                   "--store", str(demo.workspace / ".tracebound"),
+                   "--codeowners", str(demo.project / "CODEOWNERS")]  # fmt: skip
+    resume_cmd = [sys.executable, str(Path(__file__).absolute()),
+                  "--dir", str(demo.workspace), "--resume", result.run_id]  # fmt: skip
+    return {
+        "step": step,
+        "owners": owners,
+        "gated_paths": list(gate.paths) if gate else [],
+        "files": files,
+        "approve": shlex.join(approve_cmd),
+        "resume": shlex.join(resume_cmd),
+    }
+
+
 def _summary(
-    demo: Remediation, status: str, run_id: str, verify: dict[str, Any], metrics: dict[str, Any]
+    demo: Remediation,
+    result: RunResult,
+    verify: dict[str, Any],
+    metrics: dict[str, Any],
+    waiting: dict[str, Any] | None,
 ) -> dict[str, Any]:
+    status, run_id = result.status, result.run_id
     attempts = demo.outcome.attempts if demo.outcome else []
     anchors = sorted((demo.workspace / ".tracebound" / "fallback" / "anchors").rglob("*.jsonl"))
     evidence = demo.workspace / "artifacts" / "agent-runs" / f"{run_id}.json"
@@ -358,31 +443,35 @@ def _summary(
         ],
         "verify": verify,
         "metrics": metrics["overall"],
+        "waiting_for_approval": waiting,
         "paths": {
             "ledger": str(demo.workspace / ".tracebound" / "ledger.db"),
             "evidence": str(evidence) if evidence.exists() else None,
             "anchors": [str(p) for p in anchors],
-            "patched": [str(demo.project / "requirements.txt"),
-                        str(demo.project / "app" / "greeting.py")],
+            "patched": [str(demo.project / rel) for rel in dict.fromkeys(demo.applied)],
         },
     }  # fmt: skip
 
 
-def _show(console: Console, demo: Remediation, s: dict[str, Any]) -> None:
-    table = Table(title=f"remediation run {s['run_id']}: {s['status']}", expand=True)
-    table.add_column("#", justify="right")
-    table.add_column("planner")
-    table.add_column("patch")
-    table.add_column("gates", ratio=3)
-    table.add_column("USD", justify="right")
-    for a in s["attempts"]:
-        fenced = " (prompt had the fenced summary)" if a["fenced_summary_in_prompt"] else ""
-        gates = "passed" if a["passed"] else (a["failing"][0] if a["failing"] else "refused")
-        more = len(a["failing"]) - 1
-        gates += f" (+{more} more)" if more > 0 else ""
-        table.add_row(str(a["index"] + 1), a["tag"] + fenced, (a["patch_blake3"] or "-")[:12],
-                      gates, a["cost_usd"])  # fmt: skip
-    console.print(table)
+def _shown(argv: Sequence[str]) -> str:
+    """A command as the user can paste it here: paths under this directory made relative."""
+    cwd = Path.cwd()
+    out = []
+    for i, arg in enumerate(argv):
+        path = Path(arg)
+        if not (path.is_absolute() and path.is_relative_to(cwd)):
+            out.append(arg)
+            continue
+        rel = str(path.relative_to(cwd))
+        out.append(f"./{rel}" if i == 0 and "/" not in rel else rel)  # not looked up on PATH
+    return shlex.join(out)
+
+
+def _show(console: Console, s: dict[str, Any]) -> None:
+    if s["attempts"]:
+        console.print(_attempts_table(console, s))
+    else:  # this call only resumed the run; its attempts were shown when it paused
+        console.print(f"remediation run {s['run_id']}: {s['status']}", soft_wrap=True)
     m = s["metrics"]
     console.print(f"cost: {m['cost_usd']} USD; blame: {m['failures']} step failure(s), "
                   f"{m['unresolved_origin']} unresolved, harm rate {m['harm_rate']}")  # fmt: skip
@@ -390,24 +479,107 @@ def _show(console: Console, demo: Remediation, s: dict[str, Any]) -> None:
     console.print(f"ledger verify: {verdict} ({s['verify']['size']} events, signed and witnessed)")
     for name, value in s["paths"].items():
         for item in value if isinstance(value, list) else [value]:
-            console.print(f"  {name}: {item}", soft_wrap=True)
+            if item is not None:
+                console.print(f"  {name}: {item}", soft_wrap=True, markup=False)
+    waiting = s["waiting_for_approval"]
+    if waiting is None:
+        if not s["paths"]["patched"]:
+            console.print(f"nothing patched (run {s['status']})")
+        return
+    console.print(f"[bold yellow]waiting for approval:[/] {escape(', '.join(waiting['files']))} "
+                  "(not patched yet)", soft_wrap=True)  # fmt: skip
+    owners = " or ".join(waiting["owners"]) or "nobody (no CODEOWNER)"
+    gated = ", ".join(waiting["gated_paths"]) or "the change"
+    console.print(f"  step {waiting['step']} is gated on {gated}; {owners} may approve it",
+                  soft_wrap=True)  # fmt: skip
+    # Whole lines, never wrapped by the console: they are meant to be pasted into a shell.
+    console.print("To approve it and finish the run, from this directory:")
+    for key in ("approve", "resume"):
+        command = _shown(shlex.split(waiting[key]))
+        console.print(f"  {command}", soft_wrap=True, markup=False, highlight=False)
+    console.print("(or start a new run with --approve-as to approve it within the run)")
+
+
+def _attempts_table(console: Console, s: dict[str, Any]) -> Table:
+    fenced = any(a["fenced_summary_in_prompt"] for a in s["attempts"])
+    caption = "* its prompt had the fenced summary of the earlier failure(s)" if fenced else None
+    table = Table(title=f"remediation run {s['run_id']}: {s['status']}", caption=caption,
+                  caption_justify="left")  # fmt: skip
+    for name in ("#", "planner", "patch", "gates", "USD"):
+        table.add_column(name, justify="right" if name in {"#", "USD"} else "left")
+    for a in s["attempts"]:
+        mark = " *" if a["fenced_summary_in_prompt"] else ""
+        gates = "passed" if a["passed"] else (a["failing"][0] if a["failing"] else "refused")
+        more = len(a["failing"]) - 1
+        gates += f" (+{more} more)" if more > 0 else ""
+        table.add_row(str(a["index"] + 1), a["tag"] + mark, (a["patch_blake3"] or "-")[:12],
+                      gates, a["cost_usd"])  # fmt: skip
+    # The failing gate is the point of the table: it gets the room, wrapped onto more lines
+    # at 80 columns; the patch hash is cropped; #, planner and USD stay whole.
+    fit(table, give={"patch": "crop", "gates": "fold"}, prefer="gates", console=console)
+    return table
+
+
+def _fail(error: TraceboundError, *, as_json: bool) -> int:
+    """A usage or configuration error, reported as `tracebound` reports it; exit code 2."""
+    message, kind = str(error), type(error).__name__
+    if as_json:
+        failure = {"ok": False, "error": {"kind": kind, "message": message}}
+        sys.stdout.write(json.dumps(failure, indent=2) + "\n")
+    else:
+        sys.stderr.write(f"error: {message}\n")
+    return 2
+
+
+def _workspace(directory: Path | None, *, resume: str | None) -> Path:
+    """The workspace to use (absolute, so the printed commands work from anywhere).
+
+    Raises:
+        ConfigError: it cannot be used, and why.
+    """
+    if directory is None:
+        if resume is not None:
+            raise ConfigError("--resume needs --dir, the workspace of the run that waits")
+        return Path(tempfile.mkdtemp(prefix="tracebound-remediation-"))
+    workspace = directory.expanduser().resolve()
+    if workspace.exists() and not workspace.is_dir():
+        raise ConfigError(f"--dir {directory} is not a directory")
+    if resume is not None:
+        if not (workspace / "project").is_dir() or not (workspace / ".tracebound").is_dir():
+            raise ConfigError(f"--dir {directory} holds no remediation run to resume")
+        return workspace
+    # A new run never writes over an earlier one: its ledger, keys and patched project are
+    # the evidence. An existing empty directory (mktemp -d) is fine.
+    if workspace.exists() and any(workspace.iterdir()):
+        raise ConfigError(
+            f"--dir {directory} is not empty; a new run needs a new or empty directory "
+            "(to finish a run that waits there for approval, add --resume RUN)"
+        )
+    workspace.mkdir(parents=True, exist_ok=True)
+    return workspace
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--dir", type=Path, help="workspace (default: a new temp dir)")
+    parser.add_argument(
+        "--dir", type=Path, help="workspace: new or empty for a new run (default: a new temp dir)"
+    )
     parser.add_argument("--approve-as", help="approve the gated step as this CODEOWNER")
+    parser.add_argument(
+        "--resume",
+        metavar="RUN",
+        help="finish the gated run RUN in --dir once it was approved (or rejected)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     args = parser.parse_args(argv)
-    workspace = args.dir or Path(tempfile.mkdtemp(prefix="tracebound-remediation-"))
-    workspace.mkdir(parents=True, exist_ok=True)
-    summary = run(workspace, approve_as=args.approve_as,
-                  console=None if args.json else Console())  # fmt: skip
+    try:
+        workspace = _workspace(args.dir, resume=args.resume)
+        summary = run(workspace, approve_as=args.approve_as, resume=args.resume,
+                      console=None if args.json else Console())  # fmt: skip
+    except (ConfigError, PolicyUnusable, StoreNotFound) as exc:  # e.g. no such run to resume
+        return _fail(exc, as_json=args.json)
     if args.json:
         sys.stdout.write(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-    elif summary["status"] == "gated":
-        Console().print("Waiting at the gate: approve with --approve-as security-lead "
-                        "(or `tracebound approve`).")  # fmt: skip
     return 0 if summary["ok"] or summary["status"] == "gated" else 1
 
 

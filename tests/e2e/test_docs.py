@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -95,3 +96,59 @@ def test_the_report_row_names_the_reports_that_draw_charts() -> None:
 def test_the_tamper_table_says_what_jsonl_reports_for_a_deleted_middle_event() -> None:
     row = next(line for line in TEXT.splitlines() if line.startswith("| delete one event in the"))
     assert "`gap`" in row and "JSONL" in row and "docs/jsonl.md" in row
+
+
+# -- examples/remediation/README.md --------------------------------------------------------
+
+REMEDIATION = README.parent / "examples" / "remediation" / "README.md"
+
+
+def test_the_remediation_readme_says_what_make_demo_runs() -> None:
+    """It said `tracebound demo` remediates; `make demo` runs remediate.py for that."""
+    text = REMEDIATION.read_text(encoding="utf-8")
+    assert "`remediate.py` remediates" in text and "`tracebound demo` remediates" not in text
+    first = re.findall(r"```bash\n(.*?)```", text, flags=re.S)[0].strip()
+    recipe = (README.parent / "Makefile").read_text(encoding="utf-8").split("\ndemo:", 1)[1]
+    assert first.replace(".venv/bin/", "$(BIN)/") in recipe
+
+
+def test_the_remediation_readme_runs_as_written(tmp_path: Path) -> None:
+    """From a checkout's root without the venv active: every bash block, then the two
+    commands the gated run prints, pasted; the sample of that output is what it prints."""
+    text = REMEDIATION.read_text(encoding="utf-8")
+    (tmp_path / "examples").symlink_to(README.parent / "examples")
+    if sys.prefix != sys.base_prefix:  # the venv the tests run in, as `make demo` makes it
+        (tmp_path / ".venv").symlink_to(sys.prefix)
+    else:
+        python = tmp_path / ".venv" / "bin" / "python"
+        python.parent.mkdir(parents=True)
+        python.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
+        python.chmod(0o755)
+    env = _env(tmp_path)
+    bin_dir = str(Path(sys.executable).parent)
+    env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if p != bin_dir)
+    env["COLUMNS"] = "80"
+
+    def sh(command: str) -> str:
+        proc = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", command], cwd=tmp_path, env=env,
+            capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        assert proc.returncode == 0, (command, proc.stdout, proc.stderr)
+        return proc.stdout
+
+    outputs = [sh(block) for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S)]
+    assert len(outputs) == 2 and "completed" in outputs[0]
+    gated = outputs[1].splitlines()
+    at = next(i for i, line in enumerate(gated) if line.startswith("waiting for approval:"))
+    shown = gated[at : at + 5]
+    if sys.prefix != sys.base_prefix:
+        run = re.search(r"--resume (\S+)", shown[-1])
+        assert run is not None
+        (sample,) = re.findall(r"```text\n(.*?)```", text, flags=re.S)
+        assert [line.replace(run.group(1), "RUN") for line in shown] == sample.splitlines()
+    for command in shown[-2:]:
+        sh(command.strip())
+    assert (tmp_path / "remediation-run" / "project" / "requirements.txt").read_text() == (
+        "tinytemplate==2.0.0\n"
+    )

@@ -1,5 +1,9 @@
 """The reference remediation pipeline (`make demo`), run for real and checked end to end.
 
+The tests after the JSON ones read the demo as a new user does, at 80 columns: a gated run
+that waits and patches nothing, its attempts table, a `--dir` that is not empty, and the
+printed commands that approve and finish the run, pasted into a shell.
+
 Real parts: the bundled project's tests under pytest in a network-less sandbox, offline pip
 installs from the repo's wheels, a SQLite ledger, Ed25519 checkpoints, and the OpenAI
 adapter talking HTTP to recorded responses on loopback (the one allowed fake).
@@ -8,6 +12,8 @@ adapter talking HTTP to recorded responses on loopback (the one allowed fake).
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -38,7 +44,8 @@ def run_demo(workspace: Path, *extra: str) -> dict[str, Any]:
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    return json.loads(proc.stdout)
+    summary: dict[str, Any] = json.loads(proc.stdout)
+    return summary
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +77,7 @@ def test_retry_with_fenced_summary_produces_a_passing_different_patch(
 def test_change_was_gated_then_approved_by_a_codeowner(
     approved: tuple[Path, dict[str, Any]],
 ) -> None:
-    workspace, _ = approved
+    workspace, summary = approved
     payloads = [e.payload for e in events(workspace)]
     (gate,) = [p for p in payloads if isinstance(p, GateRequested)]
     assert "requirements.txt" in gate.paths and gate.owners == ("@security-lead",)
@@ -78,6 +85,11 @@ def test_change_was_gated_then_approved_by_a_codeowner(
     assert (approval.approver, approval.decision) == ("security-lead", "approved")
     assert (workspace / "project" / "requirements.txt").read_text() == "tinytemplate==2.0.0\n"
     assert "render_string" in (workspace / "project" / "app" / "greeting.py").read_text()
+    assert summary["paths"]["patched"] == [
+        str(workspace / "project" / "requirements.txt"),
+        str(workspace / "project" / "app" / "greeting.py"),
+    ]
+    assert summary["waiting_for_approval"] is None
 
 
 def test_every_attempt_closes_with_one_anchor_and_costs_are_recorded(
@@ -118,6 +130,11 @@ def test_without_approval_the_run_waits_and_nothing_is_written(tmp_path: Path) -
     summary = run_demo(tmp_path)
     assert summary["status"] == "gated" and summary["ok"] is False
     assert (tmp_path / "project" / "requirements.txt").read_text() == "tinytemplate==1.4.0\n"
+    # The summary listed both files as patched while the run waited at the gate.
+    assert summary["paths"]["patched"] == []
+    waiting = summary["waiting_for_approval"]
+    assert waiting["files"] == ["requirements.txt", "app/greeting.py"]
+    assert (waiting["step"], waiting["owners"]) == ("execute", ["@security-lead"])
 
 
 def test_a_model_that_repeats_a_failed_patch_is_refused(tmp_path: Path) -> None:
@@ -173,3 +190,133 @@ def test_learning_write_back_names_the_solving_patch(
         ("advisory:TBDEMO-2026-0001", f"patch:{summary['attempts'][1]['patch_blake3']}")
     ]
     assert sum(e == "attempted" for _, e, _ in edges) == 2  # the failure is learned from too
+
+
+# -- what a new user sees (each failed before its fix) --------------------------------------
+
+
+def _env(home: Path, *, venv_on_path: bool) -> dict[str, str]:
+    """A terminal 80 columns wide; the venv's scripts on PATH or not (not activated)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEBOUND_")}
+    env.update(HOME=str(home), COLUMNS="80", TERM="dumb")
+    bin_dir = str(Path(sys.executable).parent)
+    system = [p for p in env.get("PATH", "").split(os.pathsep) if p and p != bin_dir]
+    env["PATH"] = os.pathsep.join([bin_dir, *system] if venv_on_path else system)
+    return env
+
+
+def run_human(cwd: Path, *args: str, venv_on_path: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(DEMO), *args], cwd=cwd, capture_output=True, text=True,
+        env=_env(cwd / "home", venv_on_path=venv_on_path), timeout=300, check=False,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def gated_human(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A run without --approve-as, as a terminal shows it at 80 columns."""
+    cwd = tmp_path_factory.mktemp("gated-human")
+    proc = run_human(cwd, "--dir", "ws")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return cwd, proc.stdout
+
+
+def test_a_gated_run_says_it_waits_and_not_that_it_patched(
+    gated_human: tuple[Path, str],
+) -> None:
+    cwd, out = gated_human
+    assert "waiting for approval: requirements.txt, app/greeting.py (not patched yet)" in out
+    assert "patched:" not in out
+    assert "@security-lead may approve it" in out
+    assert (cwd / "ws" / "project" / "requirements.txt").read_text() == "tinytemplate==1.4.0\n"
+
+
+def _table_rows(out: str) -> list[list[list[str]]]:
+    """The attempts table's body: per row, the lines of its cells (split on the box's bars)."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("┡"))
+    rows: list[list[list[str]]] = []
+    for line in lines[start + 1 :]:
+        if line.startswith("└"):
+            break
+        cells = [c.strip() for c in line.strip("│").split("│")]
+        if cells[0]:
+            rows.append([])
+        rows[-1].append(cells)
+    return rows
+
+
+def test_the_attempts_table_is_readable_at_80_columns(gated_human: tuple[Path, str]) -> None:
+    _, out = gated_human
+    table = out[: out.index("cost:")].splitlines()
+    assert all(len(line) <= 80 for line in table), "\n".join(table)
+    header = next(line for line in table if "planner" in line)
+    assert [c.strip() for c in header.strip("┃").split("┃")] == [
+        "#", "planner", "patch", "gates", "USD"
+    ]  # fmt: skip
+    first, second = _table_rows(out)
+    # #, planner and USD whole on the row's first line; the hash cropped, not gone.
+    assert first[0][:2] == ["1", "AppliedFromRecipe"] and first[0][4] == "0"
+    assert re.fullmatch(r"[0-9a-f]{8,}", first[0][2])
+    assert second[0][:2] == ["2", "AppliedFromLlm *"] and second[0][3:] == ["passed", "0.0033066"]
+    # The failing gate, folded onto more lines, reads in full (it was one "…" per line).
+    gates = "".join(cells[3] for cells in first)
+    assert gates.replace(" ", "") == (
+        "test_failure: tests/test_greeting.py::test_greets_by_name (+1 more)".replace(" ", "")
+    )
+    assert "* its prompt had the fenced summary of the earlier failure(s)" in out
+
+
+@pytest.mark.parametrize("contents", ["an earlier run", "a file"])
+@pytest.mark.parametrize("as_json", [False, True])
+def test_a_dir_that_is_not_empty_is_refused_clearly(
+    tmp_path: Path, contents: str, as_json: bool
+) -> None:
+    workspace = tmp_path / "ws"
+    (workspace / ("project" if contents == "an earlier run" else "")).mkdir(parents=True)
+    (workspace / "notes.txt").write_text("mine\n")
+    proc = run_human(tmp_path, "--dir", "ws", *(["--json"] if as_json else []))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    if as_json:
+        error = json.loads(proc.stdout)["error"]
+        assert error["kind"] == "ConfigError" and "--dir ws is not empty" in error["message"]
+    else:
+        assert proc.stderr.startswith("error: --dir ws is not empty; a new run needs a new or")
+    assert sorted(p.name for p in workspace.iterdir()) == sorted(
+        ["project", "notes.txt"] if contents == "an earlier run" else ["notes.txt"]
+    )
+
+
+def test_resume_needs_the_workspace_of_a_gated_run(tmp_path: Path) -> None:
+    proc = run_human(tmp_path, "--resume", "some-run")
+    assert (proc.returncode, proc.stderr) == (
+        2, "error: --resume needs --dir, the workspace of the run that waits\n"
+    )  # fmt: skip
+    proc = run_human(tmp_path, "--dir", "nothing-here", "--resume", "some-run")
+    assert proc.returncode == 2 and "holds no remediation run to resume" in proc.stderr
+
+
+@pytest.mark.parametrize("venv_on_path", [True, False], ids=["venv-active", "venv-inactive"])
+def test_the_printed_commands_approve_and_finish_the_run(
+    tmp_path: Path, venv_on_path: bool
+) -> None:
+    """Pasted as printed, from the directory the demo ran in, in a shell like the user's."""
+    proc = run_human(tmp_path, "--dir", "ws", venv_on_path=venv_on_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    at = lines.index("To approve it and finish the run, from this directory:")
+    approve, resume = (line.strip() for line in lines[at + 1 : at + 3])
+    assert approve.startswith("tracebound approve " if venv_on_path else f"{sys.executable} -m")
+    assert "--store ws/.tracebound --codeowners ws/project/CODEOWNERS" in approve
+    env = _env(tmp_path / "home", venv_on_path=venv_on_path)
+    for command in (approve, resume):
+        done = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+        assert done.returncode == 0, (command, done.stdout, done.stderr)
+    assert ": completed" in done.stdout and "patched: " in done.stdout
+    project = tmp_path / "ws" / "project"
+    assert (project / "requirements.txt").read_text() == "tinytemplate==2.0.0\n"
+    log = events(tmp_path / "ws")
+    (approval,) = [e.payload for e in log if isinstance(e.payload, ApprovalRecorded)]
+    assert approval.approver == "security-lead"
