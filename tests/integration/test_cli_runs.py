@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import stat
 import subprocess
 import sys
@@ -104,12 +105,15 @@ def test_gated_run_approve_resume_replay_and_evidence(sh: Shell) -> None:
     # Resuming before anyone decided leaves the run waiting (exit 3: incomplete).
     assert sh.tb_json("resume", run, code=3)["status"] == "gated"
 
-    approval = sh.tb_json("approve", run, "execute", "--as", "@alice")
+    where = ("--store", ".tracebound", "--codeowners", "CODEOWNERS")
+    approval = sh.tb_json("approve", run, "execute", "--as", "@alice", *where)
     assert (approval["approver"], approval["decision"]) == ("@alice", "approved")
     assert approval["timestamp"].endswith("+00:00")
     assert sh.tb_json("approve", run, "execute", "--as", "@alice", code=2)["error"]
 
-    done = sh.tb_json("resume", run)
+    # The next command it names, pasted as is, continues the run in the same store.
+    assert approval["next"] == f"tracebound resume {run} {' '.join(where)}"
+    done = sh.tb_json(*shlex.split(approval["next"])[1:])
     assert (done["status"], done["evidence"]) == ("completed", f"artifacts/agent-runs/{run}.json")
     assert [s["status"] for s in done["steps"]][-2:] == ["success", "success"]
     assert sh.tb_json("runs")["runs"][0]["status"] == "completed"
@@ -163,7 +167,8 @@ def test_metrics_check_exit_codes(sh: Shell) -> None:
 
 def test_resume_fails_closed_without_a_policy(sh: Shell) -> None:
     run = sh.start("gated")
-    sh.tb("approve", run, "execute", "--as", "@alice")
+    said = sh.tb("approve", run, "execute", "--as", "@alice").stdout
+    assert f"Next: tracebound resume {run}\n" in said
     (sh.cwd / "tracebound-policy.toml").unlink()
     error = sh.tb_json("resume", run, code=2)["error"]
     assert error["kind"] == "PolicyUnusable" and "tracebound-policy.toml" in error["message"]

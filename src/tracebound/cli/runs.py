@@ -15,6 +15,7 @@ resumed run still waits at a gate; evidence that carries no signature).
 from __future__ import annotations
 
 import importlib
+import shlex
 import sys
 from collections.abc import Iterable
 from decimal import Decimal
@@ -292,12 +293,18 @@ def _decide(
             )
         finally:
             ledger.close()
+    # The same store and CODEOWNERS as this command, so the line works when pasted.
+    nxt = ["tracebound", "resume", run]
+    nxt += [] if store is None else ["--store", store]
+    nxt += [] if codeowners is None else ["--codeowners", str(codeowners)]
+    next_cmd = shlex.join(nxt)
     if as_json:
         emit_json(
             {
                 "ok": True,
                 "run_id": run,
                 "step_id": step,
+                "next": next_cmd,
                 "approver": record.approver,
                 "decision": record.decision,
                 "paths": list(record.paths),
@@ -309,7 +316,7 @@ def _decide(
         f"[bold]{record.decision.capitalize()}[/] {step} of run {run} as {record.approver} "
         f"at {record.timestamp:%Y-%m-%d %H:%M:%S} UTC (paths: {', '.join(record.paths) or '-'})."
     )
-    console.print(f"Next: [bold]tracebound resume {run}[/]")
+    console.print(f"Next: {next_cmd}", soft_wrap=True, markup=False, highlight=False)
 
 
 def _gate(ledger: Ledger, run: str, step: str) -> GateRequested:
