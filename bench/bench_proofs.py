@@ -16,7 +16,9 @@ the same minutes:
   checkpoint hands the witness), both ways.
 * **checkpoint** after appending ``--new`` events (durable, one transaction): incremental
   (the default: only the new events are read) and ``full=True`` (the whole log verified,
-  as every checkpoint did before, and the stored nodes rebuilt).
+  as every checkpoint did before, and the stored nodes rebuilt). Incremental twice: the
+  new events in one new stream, and each continuing another existing stream (every
+  stream's signed head is then proven under the signed root, one inclusion proof each).
 * **storing the nodes** of the whole log from scratch (``drop`` + ``store_nodes``): the
   one-time cost on a ledger written before this change, paid by its next checkpoint.
 """
@@ -32,10 +34,13 @@ from pathlib import Path
 from typing import Any
 
 from bench._common import cost_payload, machine, print_table, write_json
-from bench.bench_verify import _ledger, build
+from bench.bench_verify import STREAMS, _ledger, build
+from tracebound.events.envelope import Event
+from tracebound.ids import StreamId
 from tracebound.integrity.merkle import consistency_proof, inclusion_proof, verify_consistency
 from tracebound.ledger import Ledger, verify_bundle
-from tracebound.store.port import MerkleNodeStore
+from tracebound.store.port import AppendRequest, MerkleNodeStore
+from tracebound.system import RandomIds, SystemClock
 
 
 def _ms(seconds: float) -> float:
@@ -79,6 +84,19 @@ def one_round(ledger: Ledger, rng: random.Random, new: int, n: int) -> dict[str,
     ledger.record("bench-new", payloads)
     incremental, run = _timed(ledger.checkpoint_run)
     assert run.incremental, run.full_reason
+    # The same number of new events, each continuing another of the ledger's streams: a
+    # checkpoint then proves every stream's signed head (one inclusion proof a stream).
+    ids, clock = RandomIds(), SystemClock()
+    requests = [
+        AppendRequest(
+            StreamId(f"run-{i % STREAMS:04d}"),
+            [Event.create(cost_payload(n + i), event_id=ids.new_id(), timestamp=clock.now())],
+        )
+        for i in range(new)
+    ]
+    ledger.store.append_batch(requests)
+    spread, run = _timed(ledger.checkpoint_run)
+    assert run.incremental, run.full_reason
     ledger.record("bench-new", [cost_payload(n + new + i) for i in range(new)])
     full, again = _timed(lambda: ledger.checkpoint_run(full=True))
     assert not again.incremental
@@ -88,6 +106,7 @@ def one_round(ledger: Ledger, rng: random.Random, new: int, n: int) -> dict[str,
         "consistency_stored_ms": _ms(cons_stored),
         "consistency_leaves_ms": _ms(cons_leaves),
         "checkpoint_incremental_ms": _ms(incremental),
+        "checkpoint_incremental_streams_ms": _ms(spread),
         "checkpoint_full_ms": _ms(full),
     }
 
@@ -108,7 +127,7 @@ def run(events: int, new: int, rounds: int, directory: Path, keep: Path | None) 
             )
         )
         rng = random.Random(7)
-        results = [one_round(ledger, rng, new, events + 2 * new * r) for r in range(rounds)]
+        results = [one_round(ledger, rng, new, events + 3 * new * r) for r in range(rounds)]
         size = store.size()
     finally:
         ledger.close()
@@ -129,12 +148,18 @@ def run(events: int, new: int, rounds: int, directory: Path, keep: Path | None) 
 
 def report(results: dict[str, Any]) -> None:
     m = results["median"]
+    spread_label = f"checkpoint after {results['new_per_checkpoint']} new events"
     rows = [
         ["inclusion proof (prove)", m["prove_stored_ms"], m["prove_leaves_ms"]],
         ["consistency proof", m["consistency_stored_ms"], m["consistency_leaves_ms"]],
         [
-            f"checkpoint after {results['new_per_checkpoint']} new events",
+            spread_label,
             m["checkpoint_incremental_ms"],
+            m["checkpoint_full_ms"],
+        ],
+        [
+            f"{spread_label}, continuing {min(results['new_per_checkpoint'], STREAMS)} streams",
+            m["checkpoint_incremental_streams_ms"],
             m["checkpoint_full_ms"],
         ],
     ]

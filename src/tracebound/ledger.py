@@ -587,13 +587,16 @@ class Ledger:
             # A stream's new events continue its newest event in the signed prefix. Where
             # that is, the store says (it may lie); what it holds, the signed root says:
             # the record must hash to its stored hash and that hash sit at its position
-            # under the signed root. Taking the newest signed version, not just v - 1,
-            # makes a forked stream (a second version v) fail to link.
+            # under the signed root. Taking the newest signed version of v - 1 and v, not
+            # just v - 1, makes a fork (a second version v) fail to link. Versions above v
+            # need no read: the signed stream was gap-free, so it also holds a v.
             if version <= 1:
                 return None
             try:
                 newest = None
-                for e in self.store.read_stream(stream_id, from_version=version - 1):
+                for e in self.store.read_stream(
+                    stream_id, from_version=version - 1, to_version=version
+                ):
                     if e.position <= signed:
                         newest = e.position if newest is None else max(newest, e.position)
                 if newest is None:
