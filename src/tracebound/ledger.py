@@ -593,14 +593,16 @@ class Ledger:
             if version <= 1:
                 return None
             try:
-                newest = None
-                for e in self.store.read_stream(
-                    stream_id, from_version=version - 1, to_version=version
-                ):
-                    if e.position <= signed:
-                        newest = e.position if newest is None else max(newest, e.position)
-                if newest is None:
+                found = [
+                    (int(e.stream_version), e.position)
+                    for e in self.store.read_stream(
+                        stream_id, from_version=version - 1, to_version=version
+                    )
+                    if e.position <= signed
+                ]
+                if not found:
                     return None
+                _, newest = max(found)  # a signed version v, where there is one
                 raws = list(self.store.read_raw(start=newest, stop=newest))
                 checked = ChunkVerifier(newest).feed_all(raws)
                 if checked.damage is not None:
