@@ -588,15 +588,16 @@ class Ledger:
             # that is, the store says (it may lie); what it holds, the signed root says:
             # the record must hash to its stored hash and that hash sit at its position
             # under the signed root. Taking the newest signed version of v - 1 and v, not
-            # just v - 1, makes a fork (a second version v) fail to link. Versions above v
-            # need no read: the signed stream was gap-free, so it also holds a v.
-            if version <= 1:
-                return None
+            # just v - 1, makes a fork (a second version v) fail to link; for v = 1 too: a
+            # "new" version 1 of a signed stream is a fork, not a new stream. Versions
+            # above v need no read: the signed stream was gap-free, so it also holds a v.
+            if version < 1:
+                return None  # link_damage reports the version
             try:
                 found = [
                     (int(e.stream_version), e.position)
                     for e in self.store.read_stream(
-                        stream_id, from_version=version - 1, to_version=version
+                        stream_id, from_version=max(version - 1, 1), to_version=version
                     )
                     if e.position <= signed
                 ]
@@ -676,6 +677,7 @@ class Ledger:
             ConfigError: no checkpoint covers the position yet (not damage: there is
                 nothing to prove against until `checkpoint` signs one).
             CheckpointError: the newest checkpoint does not check.
+            LedgerDamaged: the record at ``position`` is missing or damaged.
             ProofError: the proof built does not reach the signed root (damage).
         """
         note = self.store.latest_checkpoint()
@@ -692,6 +694,11 @@ class Ledger:
         raws = list(self.store.read_raw(start=position, stop=position))
         if len(raws) != 1:
             raise LogNodes(self.store).missing(position, position)
+        # The record as verify checks it: its bytes hash to its hash, and the columns the
+        # bundle copies (stream id, previous hash) are the ones those bytes hold.
+        damage = ChunkVerifier(position).feed_all(raws).damage
+        if damage is not None:
+            raise damage
         raw = raws[0]
 
         def bundle_from(tree: StoredTree) -> InclusionBundle:

@@ -66,13 +66,15 @@ def _fork(attacker: SQLiteAttacker, *, copy_of: int, at: int) -> None:
     )
 
 
-def test_a_fork_after_the_signed_prefix_is_not_signed(world: World) -> None:
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_fork_after_the_signed_prefix_is_not_signed(world: World, version: int) -> None:
     """A second run-z version 2 after the signed log links to a genuine version 1, so a
-    check of "the event before it" passes. The checkpoint links new events to the
-    stream's *newest* signed event (version 2), so the fork does not link."""
+    check of "the event before it" passes; a second version 1 links to genesis, as a new
+    stream would. The checkpoint links new events to the stream's newest signed event
+    of versions v - 1 and v, so neither fork links."""
     attacker = _fill(world, _TEN)
     _drop_unique(attacker)
-    _fork(attacker, copy_of=2, at=11)
+    _fork(attacker, copy_of=version, at=11)
     with world.open() as ledger, pytest.raises(LedgerDamaged) as info:
         ledger.checkpoint()
     assert (info.value.kind, info.value.position) == (DamageKind.REORDER, 11)
@@ -117,3 +119,24 @@ def test_a_stored_node_of_the_wrong_size_or_type_is_typed_damage(world: World, v
         assert not run.incremental and run.full_reason is not None
         assert "not 32 bytes" in run.full_reason
         assert verify_bundle(ledger.prove(9), world.signer.verifier).size == 10
+
+
+@pytest.mark.parametrize("column", ["hash", "body"])
+def test_a_null_column_is_damage_not_a_type_error(world: World, column: str) -> None:
+    """With NOT NULL dropped, a NULL hash among the leaves the frontier check reads made
+    checkpoint raise a TypeError, and a NULL body did the same in prove."""
+    attacker = _fill(world, _TEN)
+    ((schema,),) = attacker.rows("SELECT sql FROM sqlite_master WHERE name = 'events'")
+    loose = schema.replace(f"{column:<14} BLOB    NOT NULL", f"{column:<14} BLOB")
+    assert loose != schema
+    attacker.sql("CREATE TABLE saved AS SELECT * FROM events", "DROP TABLE events", loose)
+    attacker.sql("INSERT INTO events SELECT * FROM saved", "DROP TABLE saved")
+    attacker.sql(f"UPDATE events SET {column} = NULL WHERE position = 9")  # not under a node
+    with world.open() as ledger:
+        with pytest.raises(LedgerDamaged) as proving:
+            ledger.prove(9)
+        assert proving.value.position == 9
+        if column == "hash":
+            with pytest.raises(LedgerDamaged) as signing:
+                ledger.checkpoint()
+            assert signing.value.position == 9

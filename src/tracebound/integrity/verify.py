@@ -27,7 +27,7 @@ import orjson
 from blake3 import blake3
 
 from tracebound.canonical import canonical_bytes
-from tracebound.errors import DamageKind, LedgerDamaged
+from tracebound.errors import CanonicalizationError, DamageKind, LedgerDamaged
 from tracebound.events.record import RawRecord
 from tracebound.integrity import _kernel
 from tracebound.integrity.chain import GENESIS
@@ -280,7 +280,13 @@ class ChunkVerifier:
             return False
         try:
             damage = self._check(r)
-        except (TypeError, ValueError, AttributeError, OverflowError) as exc:
+        except (
+            TypeError,
+            ValueError,
+            AttributeError,
+            OverflowError,
+            CanonicalizationError,  # an id column holding a float, a blob, a huge int
+        ) as exc:
             # A column of the wrong type or shape: the store was edited by hand.
             position = r.position if isinstance(r.position, int) else self._expected
             damage = LedgerDamaged(DamageKind.MALFORMED, position, f"unreadable record: {exc}")

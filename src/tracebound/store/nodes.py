@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 
 from tracebound.errors import DamageKind, LedgerDamaged
+from tracebound.integrity.merkle import HASH_SIZE
 from tracebound.integrity.nodes import StoredTree, new_nodes
 from tracebound.store.port import LedgerStore, MerkleNodeStore
 
@@ -41,6 +42,11 @@ class LogNodes:
             hashes = [r.hash for r in self._store.read_raw(start=first, stop=last)]
         if len(hashes) != stop - start:
             raise self.missing(first, last)
+        for i, h in enumerate(hashes):
+            if type(h) is not bytes or len(h) != HASH_SIZE:  # a column edited by hand
+                raise LedgerDamaged(
+                    DamageKind.MALFORMED, first + i, f"the stored hash is not {HASH_SIZE} bytes"
+                )
         sha, prefix = hashlib.sha256, _LEAF_PREFIX
         return [sha(prefix + h).digest() for h in hashes]
 

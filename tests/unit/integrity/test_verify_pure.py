@@ -118,3 +118,15 @@ def test_a_witness_that_disagrees_at_the_same_size_is_a_fork() -> None:
     with pytest.raises(LedgerDamaged) as rewritten:
         check_against_checkpoints(log, [resigned], witnessed)
     assert rewritten.value.kind is DamageKind.TAMPER
+
+
+@pytest.mark.parametrize("column", ["stream_id", "workflow_id"])
+@pytest.mark.parametrize("value", [1.5, 2**60, b"s1"])
+def test_an_id_column_of_the_wrong_type_is_malformed_damage(column: str, value: object) -> None:
+    """A hand-edited column that cannot even be encoded is damage at its position, not an
+    exception out of verify (which would name no position and exit as a usage error)."""
+    records = make_log([1, 2, 1])
+    records[1] = records[1]._replace(**{column: value})
+    damage = ChunkVerifier(1).feed_all(records).damage
+    assert damage is not None
+    assert (damage.kind, damage.position) == (DamageKind.MALFORMED, 2)
