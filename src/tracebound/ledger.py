@@ -22,7 +22,7 @@ from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPool
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from multiprocessing import get_context
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, overload
 from uuid import UUID
 
 from tracebound.errors import (
@@ -119,6 +119,32 @@ def stored_origin(store: LedgerStore) -> str | None:
 
 
 _P = TypeVar("_P")
+
+
+class _Spans(Sequence[tuple[int, int]]):
+    """The chunk spans of positions ``..size``: ``head``, then CHUNK-long spans from
+    ``aligned + 1``, computed when asked. Never a list: a row moved to a huge position
+    makes ``size`` huge, and verify must reach the gap, not build spans up to it."""
+
+    def __init__(self, head: list[tuple[int, int]], aligned: int, size: int) -> None:
+        self._head, self._aligned, self._size = head, aligned, size
+
+    def __len__(self) -> int:
+        return len(self._head) + -(-(self._size - self._aligned) // CHUNK)
+
+    @overload
+    def __getitem__(self, i: int) -> tuple[int, int]: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[tuple[int, int]]: ...
+    def __getitem__(self, i: int | slice) -> Any:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        if i < len(self._head):
+            return self._head[i]
+        start = self._aligned + 1 + (i - len(self._head)) * CHUNK
+        return start, min(start + CHUNK - 1, self._size)
 
 
 class _VerifyAll(Exception):  # a signal inside checkpoint_run, never raised out of it
@@ -811,8 +837,7 @@ class Ledger:
         # the middle (an incremental checkpoint) starts with the aligned pieces up to the
         # next multiple of CHUNK, each its own chunk; from there chunks are CHUNK long.
         aligned = min(-(-(first - 1) // CHUNK) * CHUNK, size)
-        spans = [(a + 1, b) for a, b in aligned_subtrees(first - 1, aligned)]
-        spans += [(s, min(s + CHUNK - 1, size)) for s in range(aligned + 1, size + 1, CHUNK)]
+        spans = _Spans([(a + 1, b) for a, b in aligned_subtrees(first - 1, aligned)], aligned, size)
 
         def local(start: int, stop: int) -> ChunkResult:
             return _verify_span(self.store, start, stop, [s for s in sizes if start <= s <= stop])

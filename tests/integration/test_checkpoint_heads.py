@@ -140,3 +140,18 @@ def test_a_null_column_is_damage_not_a_type_error(world: World, column: str) -> 
             with pytest.raises(LedgerDamaged) as signing:
                 ledger.checkpoint()
             assert signing.value.position == 9
+
+
+def test_a_row_moved_to_a_huge_position_is_a_gap_not_a_hang(world: World) -> None:
+    """`size()` is the highest position: 2**62 made verify and checkpoint build a list of
+    chunk spans up to it (memory without end) before reading anything."""
+    attacker = _fill(world, _TEN)
+    attacker.sql(f"UPDATE events SET position = {2**62} WHERE position = 10")
+    with world.open() as ledger:
+        damage = ledger.verify(workers=1).damage
+        assert damage is not None and (damage.kind, damage.position) == (DamageKind.GAP, 10)
+        again = ledger.verify(workers=2).damage
+        assert again is not None and (again.kind, again.position) == (DamageKind.GAP, 10)
+        with pytest.raises(LedgerDamaged) as info:
+            ledger.checkpoint()
+    assert (info.value.kind, info.value.position) == (DamageKind.GAP, 10)
