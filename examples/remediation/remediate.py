@@ -42,7 +42,6 @@ from rich.markup import escape
 from rich.table import Table
 
 from tracebound import Ledger, RandomIds, SQLiteStore, SystemClock
-from tracebound.cli._tables import fit
 from tracebound.contract import TPCArtifact
 from tracebound.errors import (
     ConfigError,
@@ -469,7 +468,7 @@ def _shown(argv: Sequence[str]) -> str:
 
 def _show(console: Console, s: dict[str, Any]) -> None:
     if s["attempts"]:
-        console.print(_attempts_table(console, s))
+        console.print(_attempts_table(s))
     else:  # this call only resumed the run; its attempts were shown when it paused
         console.print(f"remediation run {s['run_id']}: {s['status']}", soft_wrap=True)
     m = s["metrics"]
@@ -500,13 +499,18 @@ def _show(console: Console, s: dict[str, Any]) -> None:
     console.print("(or start a new run with --approve-as to approve it within the run)")
 
 
-def _attempts_table(console: Console, s: dict[str, Any]) -> Table:
+def _attempts_table(s: dict[str, Any]) -> Table:
     fenced = any(a["fenced_summary_in_prompt"] for a in s["attempts"])
     caption = "* its prompt had the fenced summary of the earlier failure(s)" if fenced else None
     table = Table(title=f"remediation run {s['run_id']}: {s['status']}", caption=caption,
                   caption_justify="left")  # fmt: skip
-    for name in ("#", "planner", "patch", "gates", "USD"):
-        table.add_column(name, justify="right" if name in {"#", "USD"} else "left")
+    # The failing gate is the point of the table: it gets the room, wrapped onto more lines
+    # at 80 columns; the patch hash is cropped; #, planner and USD stay whole.
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("planner", no_wrap=True)
+    table.add_column("patch", overflow="crop", no_wrap=True, min_width=6)
+    table.add_column("gates", overflow="fold", ratio=1)
+    table.add_column("USD", justify="right", no_wrap=True)
     for a in s["attempts"]:
         mark = " *" if a["fenced_summary_in_prompt"] else ""
         gates = "passed" if a["passed"] else (a["failing"][0] if a["failing"] else "refused")
@@ -514,9 +518,6 @@ def _attempts_table(console: Console, s: dict[str, Any]) -> Table:
         gates += f" (+{more} more)" if more > 0 else ""
         table.add_row(str(a["index"] + 1), a["tag"] + mark, (a["patch_blake3"] or "-")[:12],
                       gates, a["cost_usd"])  # fmt: skip
-    # The failing gate is the point of the table: it gets the room, wrapped onto more lines
-    # at 80 columns; the patch hash is cropped; #, planner and USD stay whole.
-    fit(table, give={"patch": "crop", "gates": "fold"}, prefer="gates", console=console)
     return table
 
 
