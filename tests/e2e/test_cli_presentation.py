@@ -164,6 +164,25 @@ def test_help_shows_no_metavar_on_flags_and_upper_case_arguments(path: tuple[str
     assert re.search(r"--help +Show this message", result.output)
 
 
+@pytest.mark.parametrize(
+    "path", ALL_COMMANDS, ids=[" ".join(p) or "tracebound" for p in ALL_COMMANDS]
+)
+def test_help_paragraphs_are_rewrapped_not_broken_where_the_source_broke_them(
+    path: tuple[str, ...],
+) -> None:
+    # Typer keeps a docstring's line breaks after its first paragraph; at 200 columns each
+    # paragraph shorter than the terminal must come out on one line.
+    command = get_command(app)
+    for name in path:
+        command = command.commands[name]  # type: ignore[attr-defined]
+    paragraphs = [" ".join(p.split()) for p in (command.help or "").split("\n\n")]
+    output = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "200"}).output
+    lines = {" ".join(line.split()) for line in output.splitlines()}
+    for paragraph in paragraphs:
+        if paragraph and len(paragraph) < 190:
+            assert paragraph in lines, output
+
+
 def test_arguments_read_as_click_writes_them() -> None:
     runner = CliRunner()
     usage = runner.invoke(app, ["prove", "--help"], env={"COLUMNS": "200"}).output

@@ -13,6 +13,7 @@ stdout and exits 2, like every other error in JSON mode, instead of Click's box 
 
 from __future__ import annotations
 
+import inspect
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
@@ -70,8 +71,23 @@ class _Group(TyperGroup):
         return _tidy_help_option(super().get_help_option(ctx))
 
 
+def _unwrap(text: str | None) -> str | None:
+    """Each paragraph of a docstring on one line, for the console to wrap.
+
+    Typer 0.2x keeps the source's line breaks in every paragraph after the first, and rich
+    then wraps those lines again at the terminal's width: ragged half-lines at 80 columns.
+    A paragraph that starts with Click's no-rewrap marker ``\\b`` is left as it is.
+    """
+    if not text:
+        return text
+    paragraphs = inspect.cleandoc(text).split("\n\n")
+    return "\n\n".join(p if p.startswith("\b") else " ".join(p.split("\n")) for p in paragraphs)
+
+
 def _tidy(command: Command) -> None:
-    """Give flags no type, arguments an upper-case name; the same for every subcommand."""
+    """Give flags no type, arguments an upper-case name, help one line a paragraph; the
+    same for every subcommand."""
+    command.help = _unwrap(command.help)
     if type(command) is TyperCommand:
         command.__class__ = _Command
     elif type(command) is TyperGroup:
