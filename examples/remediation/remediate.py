@@ -166,7 +166,10 @@ class Remediation:
             "remediate-dependency",
             pipeline_type="remediation",
             critical=True,
-            ref="remediate:PIPELINE",
+            # No ref: this pipeline is built around one workspace, its retry loop and the
+            # recorded model server, so nothing could import it by name. It is resumed with
+            # `remediate.py --resume RUN`; `tracebound replay RUN` checks what it recorded.
+            ref=None,
             max_repairs=0,
         )
         advisory, project = self.advisory, self.project

@@ -21,6 +21,7 @@ __all__ = [
     "AttemptRefusedError",
     "AuditChainCorrupted",
     "BudgetExceeded",
+    "BundleFieldMismatch",
     "CanonicalizationError",
     "CheckpointError",
     "ConcurrencyConflict",
@@ -98,6 +99,32 @@ class LedgerAttemptOutOfOrder(IntegrityError):
 
 class ProofError(IntegrityError):
     """A Merkle inclusion or consistency proof does not verify."""
+
+
+def short_repr(value: object, limit: int = 80) -> str:
+    """``repr(value)``, cut to ``limit`` characters: a hostile file may hold megabytes."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class BundleFieldMismatch(ProofError):
+    """An inclusion bundle states a field (``field``) that its hashed record says otherwise.
+
+    The bundle's own copy of a field is not covered by any hash: only the record's is. A
+    bundle whose copy differs was edited (or built for another event), and is refused.
+    """
+
+    def __init__(self, field: str, stated: object, recorded: object) -> None:
+        self.field = field
+        self.stated = stated
+        self.recorded = recorded
+        super().__init__(
+            f"the bundle's {field} is {short_repr(stated)} but its hashed record says "
+            f"{short_repr(recorded)}: the bundle was edited or is for another event"
+        )
+
+    def __reduce__(self) -> tuple[type[BundleFieldMismatch], tuple[str, object, object]]:
+        return (type(self), (self.field, self.stated, self.recorded))
 
 
 class CheckpointError(IntegrityError):

@@ -16,6 +16,7 @@ too, so every use checks them against a signed root.
 from __future__ import annotations
 
 import base64
+import binascii
 import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
@@ -25,7 +26,10 @@ from multiprocessing import get_context
 from typing import Any, Final, TypeVar, overload
 from uuid import UUID
 
+import orjson
+
 from tracebound.errors import (
+    BundleFieldMismatch,
     CheckpointError,
     ConfigError,
     DamageKind,
@@ -33,11 +37,14 @@ from tracebound.errors import (
     ProofError,
     SignatureInvalid,
     TraceboundError,
+    short_repr,
 )
 from tracebound.events.envelope import Event, Payload, RecordedEvent
 from tracebound.integrity.chain import chain_hash
 from tracebound.integrity.keys import NoteSigner, NoteVerifier
 from tracebound.integrity.merkle import (
+    HASH_SIZE,
+    MAX_PROOF_PATH,
     MerkleAccumulator,
     aligned_subtrees,
     consistency_proof,
@@ -47,7 +54,13 @@ from tracebound.integrity.merkle import (
     verify_inclusion,
 )
 from tracebound.integrity.nodes import StoredTree
-from tracebound.integrity.note import Checkpoint, open_checkpoint, sign_checkpoint
+from tracebound.integrity.note import (
+    MAX_TREE_SIZE,
+    Checkpoint,
+    open_checkpoint,
+    sign_checkpoint,
+)
+from tracebound.integrity.strict_json import loads_strict
 from tracebound.integrity.verify import (
     ChunkResult,
     ChunkVerifier,
@@ -202,43 +215,206 @@ class InclusionBundle:
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> InclusionBundle:
-        try:
-            if d.get("format") != "tracebound-inclusion/1":
-                raise ProofError(f"not a tracebound inclusion proof (format={d.get('format')!r})")
-            return cls(
-                position=int(d["position"]),
-                stream_id=str(d["stream_id"]),
-                prev_hash=bytes.fromhex(d["prev_hash"]),
-                hash=bytes.fromhex(d["hash"]),
-                body=base64.b64decode(d["record"], validate=True),
-                tree_size=int(d["tree_size"]),
-                proof=[bytes.fromhex(p) for p in d["proof"]],
-                checkpoint=str(d["checkpoint"]),
+    def from_dict(cls, d: Any) -> InclusionBundle:
+        """Read a bundle from its JSON form (:meth:`as_dict`), strictly.
+
+        Every member must be present, of its JSON type and in its one spelling (integers
+        in range, lower-case hex of 32 bytes, padded base64), and nothing else may be:
+        whatever a bundle states beyond what is hashed and signed, a reader could believe.
+
+        Raises:
+            ProofError: not a bundle, or a member is missing, unknown or malformed; the
+                message names the member.
+        """
+        if not isinstance(d, dict):
+            raise ProofError(
+                f"not a tracebound inclusion proof: a JSON {_json_kind(d)}, not an object"
             )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ProofError(f"malformed inclusion proof: {exc}") from exc
+        if d.get("format") != BUNDLE_FORMAT:
+            raise ProofError(
+                f"not a tracebound inclusion proof (format={short_repr(d.get('format'))}, "
+                f"expected {BUNDLE_FORMAT!r})"
+            )
+        missing = sorted(_BUNDLE_MEMBERS - d.keys())
+        if missing:
+            raise ProofError(f"malformed inclusion proof: no {', '.join(missing)}")
+        unknown = sorted(short_repr(k) for k in d.keys() - _BUNDLE_MEMBERS)
+        if unknown:
+            raise ProofError(
+                f"malformed inclusion proof: unknown member(s) {', '.join(unknown)} (nothing "
+                "outside the signed record and path may ride along)"
+            )
+        proof = d["proof"]
+        if not isinstance(proof, list) or len(proof) > MAX_PROOF_PATH:
+            raise ProofError(
+                f"malformed inclusion proof: proof must be a list of at most {MAX_PROOF_PATH} "
+                "hashes (the depth of the largest tree)"
+            )
+        return cls(
+            position=_bundle_size(d, "position"),
+            stream_id=_bundle_text(d, "stream_id"),
+            prev_hash=_bundle_hex(d["prev_hash"], "prev_hash"),
+            hash=_bundle_hex(d["hash"], "hash"),
+            body=_bundle_base64(d["record"], "record"),
+            tree_size=_bundle_size(d, "tree_size"),
+            proof=[_bundle_hex(p, f"proof[{i}]") for i, p in enumerate(proof)],
+            checkpoint=_bundle_text(d, "checkpoint"),
+        )
+
+    @classmethod
+    def from_json(cls, data: bytes | str) -> InclusionBundle:
+        """Parse a bundle file's bytes: strict JSON (:func:`loads_strict`), then
+        :meth:`from_dict`.
+
+        Raises:
+            ProofError: not UTF-8, not JSON, ambiguous JSON (a key twice), or not a bundle.
+        """
+        try:
+            doc = loads_strict(data)
+        except ValueError as exc:
+            raise ProofError(f"not an inclusion proof: {exc}") from exc
+        return cls.from_dict(doc)
 
 
-def verify_bundle(bundle: InclusionBundle, verifier: NoteVerifier) -> Checkpoint:
-    """Check an inclusion bundle offline: record hash, Merkle path, checkpoint signature.
+BUNDLE_FORMAT: Final = "tracebound-inclusion/1"
+_BUNDLE_MEMBERS: Final = frozenset(
+    {"format", "position", "stream_id", "prev_hash", "hash", "record", "tree_size", "proof",
+     "checkpoint"}
+)  # fmt: skip
+
+
+def _json_kind(value: object) -> str:
+    kinds = {bool: "boolean", int: "number", float: "number", str: "string", list: "array",
+             dict: "object", type(None): "null"}  # fmt: skip
+    return kinds.get(type(value), type(value).__name__)
+
+
+def _bundle_size(d: dict[str, Any], name: str) -> int:
+    value = d[name]
+    if type(value) is not int or not 1 <= value <= MAX_TREE_SIZE:
+        raise ProofError(
+            f"malformed inclusion proof: {name} must be an integer from 1 to 2**64-1, "
+            f"not {short_repr(value)}"
+        )
+    return value
+
+
+def _bundle_text(d: dict[str, Any], name: str) -> str:
+    value = d[name]
+    if not isinstance(value, str):
+        raise ProofError(
+            f"malformed inclusion proof: {name} must be a string, not a JSON {_json_kind(value)}"
+        )
+    return value
+
+
+def _bundle_hex(value: object, name: str) -> bytes:
+    """32 bytes written as 64 lower-case hex digits, and only so (one spelling per hash)."""
+    raw = b""
+    if isinstance(value, str) and len(value) == 2 * HASH_SIZE:
+        try:
+            raw = bytes.fromhex(value)
+        except ValueError:
+            raw = b""
+    if len(raw) != HASH_SIZE or raw.hex() != value:
+        raise ProofError(
+            f"malformed inclusion proof: {name} must be {HASH_SIZE} bytes as lower-case hex, "
+            f"not {short_repr(value)}"
+        )
+    return raw
+
+
+def _bundle_base64(value: object, name: str) -> bytes:
+    """Standard padded base64, only in its canonical spelling."""
+    if isinstance(value, str):
+        try:
+            raw = base64.b64decode(value.encode("ascii"), validate=True)
+        except (binascii.Error, UnicodeEncodeError, ValueError):
+            pass
+        else:
+            if base64.b64encode(raw).decode("ascii") == value:
+                return raw
+    raise ProofError(
+        f"malformed inclusion proof: {name} must be canonical base64 (padded, no spaces)"
+    )
+
+
+def verify_bundle(
+    bundle: InclusionBundle, verifier: NoteVerifier, *, origin: str | None = None
+) -> Checkpoint:
+    """Check an inclusion bundle offline: checkpoint signature, record hash, the fields the
+    bundle states against the record, and the Merkle path to the signed root.
+
+    Args:
+        origin: When given, the checkpoint must name this log; one key may sign several
+            logs (the CLI's default key signs every ledger on the machine).
 
     Raises:
         SignatureInvalid: the checkpoint is not signed by ``verifier``'s key.
-        ProofError: the record or the path does not match the signed root.
+        CheckpointError: the checkpoint is malformed, or is for another origin.
+        BundleFieldMismatch: the bundle's position, stream_id or prev_hash is not the
+            record's (the bundle was edited); ``field`` names which.
+        ProofError: the bundle is malformed, or the record or the path does not match the
+            signed root.
     """
-    checkpoint = open_checkpoint(bundle.checkpoint, verifier)
+    _check_bundle_types(bundle)
+    checkpoint = open_checkpoint(bundle.checkpoint, verifier, origin=origin)
     if checkpoint.size != bundle.tree_size:
         raise ProofError(
             f"the proof is for a tree of {bundle.tree_size} events but the checkpoint "
             f"covers {checkpoint.size}"
         )
+    if not 1 <= bundle.position <= bundle.tree_size:
+        raise ProofError(
+            f"position {bundle.position} is outside the signed tree of {bundle.tree_size} events"
+        )
     if chain_hash(bundle.prev_hash, bundle.body) != bundle.hash:
         raise ProofError("the record's bytes do not hash to the claimed event hash")
+    _check_bundle_fields(bundle)
     verify_inclusion(
         leaf_hash(bundle.hash), bundle.position - 1, bundle.tree_size, bundle.proof, checkpoint.root
     )
     return checkpoint
+
+
+def _check_bundle_types(bundle: InclusionBundle) -> None:
+    """What :meth:`InclusionBundle.from_dict` ensures, for a bundle built in Python."""
+    ok = (
+        type(bundle.position) is int
+        and type(bundle.tree_size) is int
+        and isinstance(bundle.stream_id, str)
+        and isinstance(bundle.checkpoint, str)
+        and isinstance(bundle.body, bytes)
+        and all(
+            isinstance(h, bytes) and len(h) == HASH_SIZE for h in (bundle.prev_hash, bundle.hash)
+        )
+        and isinstance(bundle.proof, list)
+        and len(bundle.proof) <= MAX_PROOF_PATH
+        and all(isinstance(p, bytes) and len(p) == HASH_SIZE for p in bundle.proof)
+    )
+    if not ok:
+        raise ProofError("malformed inclusion bundle: a field has the wrong type or size")
+
+
+def _check_bundle_fields(bundle: InclusionBundle) -> None:
+    """The fields a bundle states beside its record must be the record's own: only the
+    record is hashed, so a copy that differs was edited (a proof of one stream's event
+    relabelled as another's)."""
+    try:
+        record = orjson.loads(bundle.body)
+    except orjson.JSONDecodeError as exc:
+        raise ProofError(f"the hashed record is not JSON: {exc}") from exc
+    if not isinstance(record, dict):
+        raise ProofError("the hashed record is not a JSON object")
+    stated: tuple[tuple[str, object], ...] = (
+        ("position", bundle.position),
+        ("stream_id", bundle.stream_id),
+        ("prev_hash", bundle.prev_hash.hex()),
+    )
+    for name, value in stated:
+        recorded = record.get(name)
+        if type(recorded) is not type(value) or recorded != value:
+            raise BundleFieldMismatch(name, value, recorded)
 
 
 _EVENT_FIELDS: Final = (
@@ -861,11 +1037,11 @@ class Ledger:
         else:
             # spawn, not fork: a forked child would inherit this process's SQLite handles.
             pool = ProcessPoolExecutor(max_workers=helpers, mp_context=get_context("spawn"))
+            # `url` leaves out a PostgreSQL password (it is printed); the workers need it.
+            url: str = getattr(store, "worker_url", store.url)
 
             def submit(a: int, b: int) -> Future[ChunkResult]:
-                return pool.submit(
-                    _verify_chunk, store.url, a, b, [s for s in sizes if a <= s <= b]
-                )
+                return pool.submit(_verify_chunk, url, a, b, [s for s in sizes if a <= s <= b])
 
         try:
             remote: dict[int, Future[ChunkResult]] = {}
@@ -924,7 +1100,8 @@ class Ledger:
         report.size, report.root, report.streams = log.size, log.root.hex(), log.streams
         if checkpoints:
             report.checkpoint_size = max(c.size for c in checkpoints)
-        report.uncovered = log.size - max(report.checkpoint_size or 0, report.witness_size or 0)
+        signed = max(report.checkpoint_size or 0, report.witness_size or 0)
+        report.uncovered = max(0, log.size - signed)  # a store behind its witness: none
         try:
             check_against_checkpoints(log, checkpoints or [], witness)
         except LedgerDamaged as damage:

@@ -390,6 +390,8 @@ class TamperSuite:
         assert attacker.last_position() == 10
         d = damage_of(world)
         assert (d.kind, d.position) == (DamageKind.ROLLBACK, 11)
+        with world.open() as ledger:  # 10 events behind the witness: none "not yet signed"
+            assert ledger.verify(workers=1).uncovered == 0
 
     # -- what verify and checkpoint cover ------------------------------------------------
 

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from tracebound.errors import (
@@ -88,6 +89,14 @@ WitnessOpt = Annotated[
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document for scripts.")]
+OriginOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--origin",
+        help="Require the checkpoint to name this log (one key may sign several logs).",
+        show_default=False,
+    ),
+]
 
 T = TypeVar("T")
 
@@ -101,7 +110,8 @@ def fail(message: str, *, code: int, as_json: bool, kind: str = "error", **extra
     if as_json:
         emit_json({"ok": False, "error": {"kind": kind, "message": message, **extra}})
     else:
-        err_console.print(f"[bold red]error:[/] {message}")
+        # escape: messages quote what files hold ("[/x]" would be read as markup and raise)
+        err_console.print(f"[bold red]error:[/] {escape(message)}")
     raise typer.Exit(code)
 
 
@@ -216,15 +226,17 @@ def progress_bar(label: str, *, enabled: bool) -> Iterator[Callable[[int, int], 
     with Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
-        TextColumn("{task.completed:,}/{task.total:,} events"),
+        # Not "{task.total:,}": the total is None until the first update, and the bar is
+        # drawn once before it (a TypeError on every terminal).
+        TextColumn("{task.fields[count]} events"),
         TimeRemainingColumn(),
         console=err_console,
         transient=True,
         disable=not show,
     ) as bar:
-        task = bar.add_task(label, total=None)
+        task = bar.add_task(label, total=None, count="0")
 
         def update(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
+            bar.update(task, completed=done, total=total, count=f"{done:,}/{total:,}")
 
         yield update

@@ -11,6 +11,7 @@ from typing import Annotated, Any, TextIO
 
 import typer
 from pydantic import ValidationError
+from rich.markup import escape
 from rich.table import Table
 
 from tracebound.cli._common import (
@@ -19,6 +20,7 @@ from tracebound.cli._common import (
     EXIT_OK,
     JsonOpt,
     KeyOpt,
+    OriginOpt,
     StoreOpt,
     VerifierOpt,
     WitnessOpt,
@@ -678,32 +680,35 @@ def verify_proof(
     file: Annotated[Path, typer.Argument(help="Proof file written by `tracebound prove`.")],
     key: KeyOpt = None,
     verifier_key: VerifierOpt = None,
+    origin: OriginOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Check an inclusion proof offline, with only the verifier key (no ledger needed).
 
     Exits 0 when the proof holds, 1 when it does not (anything that is not a valid proof
-    signed by the key, malformed JSON included), 2 when the file or key cannot be read.
+    signed by the key, malformed JSON or a checkpoint of another --origin included), 2 when
+    the file or key cannot be read.
     """
     with handled(as_json):
         verifier = try_verifier(verifier_key, key)
         if verifier is None:
             raise ConfigError("verify-proof needs --verifier-key (the ledger's public key)")
         try:
-            text = file.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"cannot read proof {file}: {exc}") from exc
+            data = file.read_bytes()
+        except OSError as exc:
+            raise ConfigError(f"cannot read proof {file}: {exc.strerror or exc}") from exc
         try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ProofError(f"{file} is not an inclusion proof: not JSON ({exc})") from exc
-        bundle = InclusionBundle.from_dict(data)
-        cp = verify_bundle(bundle, verifier)
+            bundle = InclusionBundle.from_json(data)
+        except ProofError as exc:
+            raise ProofError(f"{file}: {exc}") from exc
+        cp = verify_bundle(bundle, verifier, origin=origin)
     if as_json:
         emit_json(
             {
                 "ok": True,
                 "position": bundle.position,
+                "stream_id": bundle.stream_id,
+                "hash": bundle.hash.hex(),
                 "tree_size": cp.size,
                 "origin": cp.origin,
                 "root": cp.root.hex(),
@@ -711,8 +716,11 @@ def verify_proof(
         )
     else:
         console.print(
-            f"[bold green]OK[/]: position {bundle.position} is in {cp.origin} "
-            f"(signed tree of {cp.size} events)."
+            "[bold green]OK[/]: "
+            + escape(
+                f"position {bundle.position} (stream {bundle.stream_id}) is in {cp.origin} "
+                f"(signed tree of {cp.size} events)."
+            )
         )
 
 

@@ -24,7 +24,7 @@ from tracebound.cli._common import (
     progress_bar,
     try_verifier,
 )
-from tracebound.errors import ConfigError, LedgerDamaged
+from tracebound.errors import ConfigError, LedgerDamaged, TraceboundError
 from tracebound.integrity.keys import NoteVerifier
 from tracebound.integrity.verify import PAGE
 from tracebound.store.copy import CHUNK, CopyDiverged, CopyReport, copy_ledger
@@ -32,6 +32,9 @@ from tracebound.store.port import LedgerStore
 from tracebound.store.url import open_store
 
 __all__ = ["copy"]
+
+EXIT_INTERRUPTED = 130
+"""Ctrl-C, as a shell reports a process SIGINT ended (128 + 2)."""
 
 
 def copy(
@@ -69,6 +72,8 @@ def copy(
     log; 3 when the copy is complete but signatures could not be checked (no key).
     """
     with handled(as_json):
+        if batch % PAGE:  # before the destination is created, not after
+            raise ConfigError(f"--batch must be a multiple of {PAGE}, not {batch}")
         verifier = try_verifier(verifier_key, key)
         src = open_store(source)
         try:
@@ -122,4 +127,17 @@ def _run(
             as_json=as_json,
             kind=type(exc).__name__,
             position=exc.position,
+        )
+    except KeyboardInterrupt:
+        try:  # the session may have died with the statement Ctrl-C cut short
+            level: int | None = dst.size()
+        except TraceboundError:
+            level = None
+        held = "" if level is None else f"; the destination holds {level:,} verified event(s)"
+        fail(
+            f"interrupted{held}: run the same command again to resume",
+            code=EXIT_INTERRUPTED,
+            as_json=as_json,
+            kind="Interrupted",
+            written=level,
         )

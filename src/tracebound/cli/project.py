@@ -36,7 +36,7 @@ from tracebound.projections.runner import (
     default_projections,
 )
 from tracebound.projections.sqlite_views import VIEWS_FILENAME, SQLiteViews
-from tracebound.store.url import open_store
+from tracebound.store.url import open_store, store_path
 
 if TYPE_CHECKING:
     from tracebound.projections.postgres_views import PostgresViews
@@ -53,26 +53,68 @@ ViewsOpt = Annotated[
     typer.Option(
         "--views",
         envvar="TRACEBOUND_VIEWS",
-        help="Views database: a SQLite file, or postgresql://user@host/db?schema=name "
-        "(default schema tracebound_views). Default: views.db beside the ledger.",
+        metavar="FILE|URL",
+        help="Views database: a SQLite file (or sqlite:///path), or "
+        "postgresql://user@host/db?schema=name (default schema tracebound_views). "
+        "Default: views.db beside the ledger.",
         show_default=False,
     ),
 ]
 BatchOpt = Annotated[int, typer.Option("--batch", min=1, help="Events per views transaction.")]
 
 
+_POSTGRES_SCHEMES = frozenset({"postgresql", "postgres"})
+
+
+def _scheme(views: str | Path | None) -> str | None:
+    """The URL scheme of a ``--views`` value (lower case), or None for a plain path.
+
+    Raises:
+        ConfigError: a URL ``urlsplit`` cannot read (a bracket left open, say).
+    """
+    if views is None or "://" not in str(views):
+        return None
+    try:
+        return urlsplit(str(views)).scheme.lower()
+    except ValueError as exc:  # the message does not quote the URL: it may hold a password
+        raise ConfigError(f"invalid --views URL: {exc}") from None
+
+
 def views_path(store: str | None, views: str | Path | None) -> Path:
-    """Where the views database is: ``--views``, else ``views.db`` in the store directory."""
-    return Path(views) if views is not None else store_dir(store) / VIEWS_FILENAME
+    """Where the SQLite views database is: ``--views`` (a path or ``sqlite:///path``), else
+    ``views.db`` in the store directory.
+
+    Raises:
+        ConfigError: ``--views`` is a URL of another scheme. (A ``postgresql://`` URL names
+            no file: see :func:`open_views`.) It is refused rather than taken for a file
+            name, which would create a SQLite file at a path like ``mysql:/host/db``.
+    """
+    if views is None:
+        return store_dir(store) / VIEWS_FILENAME
+    scheme = _scheme(views)
+    if scheme is None:
+        return Path(views)
+    if scheme != "sqlite":
+        raise ConfigError(
+            f"unsupported --views URL scheme {scheme!r}; use a file path, sqlite:///path "
+            "or postgresql://user@host/db?schema=name"
+        )
+    return store_path(str(views))
 
 
 def _is_postgres(views: str | Path | None) -> bool:
-    return views is not None and urlsplit(str(views)).scheme in {"postgresql", "postgres"}
+    return _scheme(views) in _POSTGRES_SCHEMES
 
 
-def open_views(store: str | None, views: str | Path | None) -> SQLiteViews | PostgresViews:
+def open_views(
+    store: str | None, views: str | Path | None, *, existing: bool = False
+) -> SQLiteViews | PostgresViews:
     """The views a ``--views`` value names: a PostgreSQL schema for a ``postgresql://`` URL
-    (psycopg is imported only then), else the SQLite file."""
+    (psycopg is imported only then), else the SQLite file.
+
+    With ``existing``, views that are not there yet are a ``ConfigError`` rather than
+    created: a read-only command must not leave a file or a schema behind.
+    """
     if _is_postgres(views):
         try:
             from tracebound.projections.postgres_views import PostgresViews  # noqa: PLC0415
@@ -80,8 +122,14 @@ def open_views(store: str | None, views: str | Path | None) -> SQLiteViews | Pos
             raise ConfigError(
                 f"postgresql:// views need psycopg: pip install 'tracebound[postgres]' ({exc})"
             ) from exc
-        return PostgresViews(str(views))
-    return SQLiteViews(views_path(store, views))
+        return PostgresViews(str(views), create=not existing)
+    path = views_path(store, views)
+    if existing and not path.is_file():
+        raise ConfigError(
+            f"no views database at {path}; `tracebound project run` creates it"
+            + ("" if views is None else " (with the same --views)")
+        )
+    return SQLiteViews(path)
 
 
 @contextmanager
@@ -92,27 +140,24 @@ def open_runner(
     batch: int = DEFAULT_BATCH,
     update: bool = False,
     existing: bool = False,
+    progress: bool = False,
 ) -> Iterator[ProjectionRunner[Any]]:
     """A runner over the store's log and the views (SQLite or PostgreSQL); both closed after.
 
     With ``update``, the views catch up with the log first (what every report does unless
-    told not to). With ``existing``, a SQLite views file that is not there is an error
-    (``ConfigError``) rather than created: a read-only command must not leave one behind.
+    told not to), with a progress bar on a terminal when ``progress``. With ``existing``,
+    views that are not there (a SQLite file, a PostgreSQL schema) are an error
+    (``ConfigError``) rather than created: a read-only command must not leave them behind.
     ``Any``: the reports read either kind of views through the same ``select``.
     """
     backend = open_store(store)
     try:
-        path = views_path(store, views)
-        if existing and not _is_postgres(views) and not path.is_file():
-            raise ConfigError(
-                f"no views database at {path}; `tracebound project run` creates it"
-                + ("" if views is None else " (with the same --views)")
-            )
-        db = open_views(store, views)
+        db = open_views(store, views, existing=existing)
         try:
             runner = ProjectionRunner(backend, db, batch_size=batch)
             if update:
-                runner.run()
+                _run_with_progress(runner, rebuild=False, show=progress)
+                runner.on_commit = None
             yield runner
         finally:
             db.close()
@@ -122,6 +167,15 @@ def open_runner(
 
 def _report_dict(report: RunReport) -> dict[str, object]:
     return {"ok": True, "applied": report.events, "batches": report.batches, "head": report.head}
+
+
+def _count_commit(report: RunReport, position: int) -> None:
+    """Add a follower's commit to the catch-up's report: the summary a ``--follow`` prints
+    at Ctrl-C is of everything applied, and says where the views are then."""
+    if position > report.head:
+        report.events += position - report.head
+        report.batches += 1
+        report.head = position
 
 
 def _run_with_progress(runner: ProjectionRunner[Any], *, rebuild: bool, show: bool) -> RunReport:
@@ -154,9 +208,9 @@ def run_cmd(
                 console.print(f"Caught up at position {report.head:,}; following (Ctrl-C stops).")
             stop = threading.Event()
             try:
-                runner.on_commit = None
+                runner.on_commit = lambda position: _count_commit(report, position)
                 runner.follow(stop, interval=interval)
-            except KeyboardInterrupt:
+            except KeyboardInterrupt:  # after the last commit; the summary counts it
                 stop.set()
     if as_json:
         emit_json(_report_dict(report))

@@ -7,8 +7,11 @@ gates) draws with matplotlib, an optional extra: ``pip install 'tracebound[chart
 
 from __future__ import annotations
 
+import importlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any
@@ -16,11 +19,12 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from tracebound.cli._common import JsonOpt, StoreOpt, console, emit_json, handled
+from tracebound.cli._common import JsonOpt, StoreOpt, console, emit_json, err_console, handled
 from tracebound.cli._tables import fit, hoist_date
 from tracebound.cli.project import ViewsOpt, open_runner
 from tracebound.errors import ConfigError
 from tracebound.projections import reports
+from tracebound.projections.runner import ProjectionRunner
 from tracebound.projections.trail import parse_langgraph_checkpoints, parse_temporal_history
 
 __all__ = ["report_app"]
@@ -38,6 +42,43 @@ ChartOpt = Annotated[
     typer.Option("--chart", help="Also draw a chart to this .png or .svg file (matplotlib)."),
 ]
 WorkflowOpt = Annotated[str | None, typer.Option("--workflow", "-w", help="Only this workflow.")]
+
+
+@contextmanager
+def _views(
+    store: str | None, views: str | None, *, no_update: bool, as_json: bool
+) -> Iterator[ProjectionRunner[Any]]:
+    """The views a report reads: caught up first (with a progress bar on a terminal), or,
+    with ``--no-update``, as they are, and then they must exist (nothing is created).
+
+    Caught up, a projection that fails on an event makes the report fail. With
+    ``--no-update`` the report reads what is there, and says on stderr which projections
+    stopped at a failure: their rows end before that event.
+    """
+    with open_runner(
+        store, views, update=not no_update, existing=no_update, progress=not as_json
+    ) as runner:
+        if no_update:
+            for s in runner.status():
+                if s.failed_position is not None:
+                    err_console.print(
+                        f"[bold yellow]warning:[/] projection {s.name!r} stopped at position "
+                        f"{s.failed_position:,} ({s.error}); its views end at {s.position:,}"
+                    )
+        yield runner
+
+
+def _require_workflow(views: Any, workflow: str | None, *, no_update: bool) -> None:
+    """A ``--workflow`` that names no workflow in the views is an error, as for ``trail``,
+    not an empty report that reads like one of a workflow that cost nothing."""
+    if workflow is None or reports.workflow_state(views, workflow) is not None:
+        return
+    if reports.cost_rows(views, workflow):  # "" is the portfolio: costs of no workflow
+        return
+    raise ConfigError(
+        f"no events for workflow {workflow!r}"
+        + (" in the views (with --no-update they may be behind the log)" if no_update else "")
+    )
 
 
 def _money(value: Any) -> str:
@@ -91,41 +132,128 @@ def _pyplot() -> Any:
     return plt
 
 
-def _save(fig: Any, path: Path) -> None:
+def _check_suffix(path: Path) -> None:
     if path.suffix.lower() not in {".png", ".svg"}:
         raise ConfigError(f"a chart is written as .png or .svg, not {path.suffix or 'no suffix'}")
+
+
+def _save(fig: Any, path: Path) -> None:
+    _check_suffix(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     # A fixed date in the SVG metadata, so the same views draw the same file.
     fig.savefig(path, metadata={"Date": None} if path.suffix.lower() == ".svg" else None)
 
 
-def cost_chart(rows: Sequence[dict[str, Any]], path: Path) -> None:
-    """Cost over time, one line per role (hourly buckets)."""
+def _nothing_to_draw(ax: Any, message: str) -> None:
+    """An empty chart says so, instead of drawing meaningless axes."""
+    ax.set_axis_off()
+    ax.text(0.5, 0.5, message, ha="center", va="center", fontsize=12, transform=ax.transAxes)
+
+
+_HOUR = timedelta(hours=1)
+_DAY = timedelta(days=1)
+_HOURLY_SPAN = timedelta(days=14)
+"""Up to two weeks of cost is drawn per hour; a longer span per day (a bar per hour of a
+month is too thin to read)."""
+
+
+def cost_chart(rows: Sequence[dict[str, Any]], path: Path, *, workflow: str | None = None) -> None:
+    """Cost over time by role: a bar per hour (per day over two weeks), stacked by role.
+
+    Stacked bars on a time axis, not a line per role on a text axis: roles that spent the
+    same amount stay visible, an hour with no cost shows as a gap rather than being left
+    out, and the axis labels stay readable however long the span.
+    """
     plt = _pyplot()
-    hours = sorted({r["hour"] for r in rows})
-    roles = sorted({r["role"] for r in rows})
-    fig, ax = plt.subplots(figsize=(8, 4))
-    for role in roles:
-        by_hour = {r["hour"]: Decimal(r["amount_usd"]) for r in rows if r["role"] == role}
-        ax.plot(hours, [float(by_hour.get(h, 0)) for h in hours], marker="o", label=role)
-    ax.set_title("Cost over time by role")
-    ax.set_xlabel("hour (UTC)")
-    ax.set_ylabel("USD")
-    ax.legend()
-    fig.autofmt_xdate()
+    mdates: Any = importlib.import_module("matplotlib.dates")  # untyped; with the extra
+
+    _check_suffix(path)
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    scope = "all workflows" if workflow is None else f"workflow {workflow}"
+    if not rows:
+        ax.set_title(f"Cost over time by role ({scope})")
+        _nothing_to_draw(ax, "no cost recorded")
+    else:
+        hours = {r["hour"]: datetime.strptime(r["hour"], "%Y-%m-%dT%H") for r in rows}
+        first, last = min(hours.values()), max(hours.values())
+        step = _HOUR if last - first <= _HOURLY_SPAN else _DAY
+
+        def bucket(hour: str) -> datetime:
+            at = hours[hour]
+            return at if step == _HOUR else at.replace(hour=0)
+
+        amounts: dict[str, dict[datetime, Decimal]] = {}
+        for r in rows:
+            by_time = amounts.setdefault(r["role"], {})
+            at = bucket(r["hour"])
+            by_time[at] = by_time.get(at, Decimal(0)) + Decimal(r["amount_usd"])
+        slots = [first if step == _HOUR else first.replace(hour=0)]
+        while slots[-1] + step <= last:
+            slots.append(slots[-1] + step)
+        # The biggest spender at the bottom; ties by name, so the same views draw the same.
+        roles = sorted(amounts, key=lambda role: (-sum(amounts[role].values()), role))
+        bottom = [0.0] * len(slots)
+        width = step.total_seconds() / 86_400 * 0.9  # matplotlib's date unit is a day
+        for role in roles:
+            heights = [float(amounts[role].get(t, 0)) for t in slots]
+            ax.bar(slots, heights, width=width, bottom=bottom, align="edge", label=role)
+            bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
+        total = sum((Decimal(r["amount_usd"]) for r in rows), Decimal(0))
+        ax.set_title(f"Cost over time by role ({scope}): {format(total, 'f')} USD")
+        ax.set_xlabel("hour (UTC)" if step == _HOUR else "day (UTC)")
+        ax.set_ylabel(f"USD per {'hour' if step == _HOUR else 'day'}")
+        locator = mdates.AutoDateLocator(minticks=3, maxticks=10)
+        ax.xaxis.set_major_locator(locator)
+        ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
+        ax.set_xlim(slots[0] - step * 0.5, slots[-1] + step * 1.5)
+        ax.set_ylim(0, max(bottom) * 1.1 or 1)
+        ax.ticklabel_format(axis="y", style="plain", useOffset=False)
+        ax.legend(title="role", loc="upper left", bbox_to_anchor=(1.01, 1))  # off the bars
     fig.tight_layout()
     _save(fig, path)
     plt.close(fig)
 
 
+_MAX_CAUSES = 25
+_MAX_LABEL = 50
+
+
+def _short(label: str) -> str:
+    """A long cause (a test id, say) cut in the middle: its start and its end both tell."""
+    if len(label) <= _MAX_LABEL:
+        return label
+    keep = (_MAX_LABEL - 1) // 2
+    return f"{label[:keep]}…{label[-keep:]}"
+
+
 def causes_chart(causes: Sequence[tuple[str, int]], path: Path) -> None:
-    """Retry causes as a horizontal bar chart, most frequent on top."""
+    """Retry causes as a horizontal bar chart, most frequent on top: the top 25, and a note
+    of how many more there are (a bar of their sum would dwarf the rest)."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(8, max(2.0, 0.4 * len(causes) + 1)))
-    labels = [c for c, _ in reversed(causes)]
-    ax.barh(labels, [n for _, n in reversed(causes)])
-    ax.set_title("Retry causes (failing signals)")
-    ax.set_xlabel("retries")
+    ticker: Any = importlib.import_module("matplotlib.ticker")  # untyped; with the extra
+
+    _check_suffix(path)
+    shown, rest = list(causes[:_MAX_CAUSES]), causes[_MAX_CAUSES:]
+    fig, ax = plt.subplots(figsize=(10, max(2.5, 0.35 * len(shown) + 1.4)))
+    title = "Retry causes (failing signals)"
+    if rest:
+        title += f": the {len(shown)} most frequent of {len(causes)}"
+    ax.set_title(title)
+    if not shown:
+        _nothing_to_draw(ax, "no retries recorded")
+    else:
+        labels = [_short(c) for c, _ in reversed(shown)]
+        counts = [n for _, n in reversed(shown)]
+        bars = ax.barh(range(len(shown)), counts)
+        ax.set_yticks(range(len(shown)), labels)
+        ax.bar_label(bars, padding=3)
+        ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
+        ax.set_xlim(0, max(counts) * 1.15)
+        xlabel = "retries"
+        if rest:
+            more = sum(n for _, n in rest)
+            xlabel += f"  ({len(rest)} other causes: {more} retries, not drawn)"
+        ax.set_xlabel(xlabel)
     fig.tight_layout()
     _save(fig, path)
     plt.close(fig)
@@ -141,11 +269,12 @@ def cost_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """The cost ledger by workflow, tier and source, with the token breakdown."""
-    with handled(as_json), open_runner(store, views, update=not no_update) as runner:
+    with handled(as_json), _views(store, views, no_update=no_update, as_json=as_json) as runner:
+        _require_workflow(runner.views, workflow, no_update=no_update)
         rows = reports.cost_rows(runner.views, workflow)
-        over_time = reports.cost_over_time(runner.views)
+        over_time = reports.cost_over_time(runner.views, workflow, runner.store)
         if chart is not None:
-            cost_chart(over_time, chart)
+            cost_chart(over_time, chart, workflow=workflow)
     total = sum((r["amount_usd"] for r in rows), Decimal(0))
     if as_json:
         emit_json(
@@ -189,7 +318,8 @@ def roi_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Cost per merged PR, merge and modification rates, and their diagnostics."""
-    with handled(as_json), open_runner(store, views, update=not no_update) as runner:
+    with handled(as_json), _views(store, views, no_update=no_update, as_json=as_json) as runner:
+        _require_workflow(runner.views, workflow, no_update=no_update)
         summary = reports.roi_report(runner.views, workflow)
     data = summary.to_dict()
     if as_json:
@@ -206,7 +336,7 @@ def plugins_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Per plugin: workflows, merge rate, fallback rate and cost per PR."""
-    with handled(as_json), open_runner(store, views, update=not no_update) as runner:
+    with handled(as_json), _views(store, views, no_update=no_update, as_json=as_json) as runner:
         stats = reports.plugin_report(runner.views)
     if as_json:
         emit_json({"ok": True, "plugins": [s.to_dict() for s in stats]})
@@ -239,7 +369,7 @@ def gates_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Trust gates: verdicts, score histograms, failing signals and retry causes."""
-    with handled(as_json), open_runner(store, views, update=not no_update) as runner:
+    with handled(as_json), _views(store, views, no_update=no_update, as_json=as_json) as runner:
         data = reports.gate_report(runner.views)
         if chart is not None:
             causes_chart(data["retry_causes"], chart)
@@ -289,6 +419,17 @@ def _engine_rows(workflow: str, temporal: Path | None, langgraph: Path | None) -
     return rows
 
 
+def _detail_text(detail: Any) -> str:
+    """A trail entry's detail for the table: the payload without its ``kind`` (the event
+    column has it) and without empty fields, so the 120 characters go to what was recorded.
+    ``--json`` keeps the whole payload."""
+    if detail is None:
+        return ""
+    if isinstance(detail, dict):
+        detail = {k: v for k, v in detail.items() if k != "kind" and v is not None}
+    return json.dumps(detail, sort_keys=True, default=str)
+
+
 @report_app.command("trail")
 def trail_cmd(
     workflow: Annotated[str, typer.Argument(help="The workflow whose trail to show.")],
@@ -314,7 +455,7 @@ def trail_cmd(
     Order: (timestamp, source rank, sequence), the engine before the ledger at the same
     instant; see docs/projections.md.
     """
-    with handled(as_json), open_runner(store, views, update=not no_update) as runner:
+    with handled(as_json), _views(store, views, no_update=no_update, as_json=as_json) as runner:
         engine = _engine_rows(workflow, temporal, langgraph)
         if save_history and engine:
             runner.views.import_engine_history(engine)
@@ -331,7 +472,7 @@ def trail_cmd(
     for col in ("time (UTC)", "source", "seq", "event", "detail"):
         table.add_column(col, justify="right" if col == "seq" else "left")
     for e, time_ in zip(entries, times, strict=True):
-        detail = json.dumps(e.detail, sort_keys=True, default=str) if e.detail is not None else ""
+        detail = _detail_text(e.detail)
         table.add_row(
             time_, e.source, str(e.seq), e.event_type,
             detail if len(detail) <= 120 else detail[:117] + "...",

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from tracebound.cli._common import (
@@ -30,6 +31,7 @@ from tracebound.cli._common import (
     EXIT_INCOMPLETE,
     JsonOpt,
     KeyOpt,
+    OriginOpt,
     StoreOpt,
     VerifierOpt,
     WitnessOpt,
@@ -241,12 +243,14 @@ def runs(
             waiting = f"{r['waiting_at']} ({' '.join(r['owners']) or 'no owner'})"
             waiting += f", {r['decision']}: resume it" if r["decision"] else ""
         colour = colours.get(r["status"], "white")
+        # Run ids, names and reasons are recorded data, not markup: escaped, a "[/x]" in one
+        # cannot crash the table and a "[green]" cannot restyle it.
         table.add_row(
-            r["run_id"],
-            r["pipeline"],
-            f"[{colour}]{r['status']}[/]",
+            escape(r["run_id"]),
+            escape(r["pipeline"]),
+            f"[{colour}]{escape(r['status'])}[/]",
             str(r["steps"]),
-            waiting,
+            escape(waiting),
             r["started"][:19].replace("T", " "),
         )
     # A run id is what approve, reject and resume take: folded onto more lines, never cut.
@@ -313,8 +317,9 @@ def _decide(
         )
         return
     console.print(
-        f"[bold]{record.decision.capitalize()}[/] {step} of run {run} as {record.approver} "
-        f"at {record.timestamp:%Y-%m-%d %H:%M:%S} UTC (paths: {', '.join(record.paths) or '-'})."
+        f"[bold]{record.decision.capitalize()}[/] {escape(step)} of run {escape(run)} as "
+        f"{escape(record.approver)} at {record.timestamp:%Y-%m-%d %H:%M:%S} UTC "
+        f"(paths: {escape(', '.join(record.paths) or '-')})."
     )
     console.print(f"Next: {next_cmd}", soft_wrap=True, markup=False, highlight=False)
 
@@ -368,12 +373,16 @@ def reject_cmd(
 
 
 def _steps_table(result: RunResult) -> Table:
-    table = Table(title=f"run {result.run_id}: {result.status}")
+    table = Table(title=f"run {escape(result.run_id)}: {result.status}")
     for col in ("step", "role", "status", "artifact", "reason"):
         table.add_column(col)
     for s in result.steps:
         table.add_row(
-            s.step_id, s.role, s.status, (s.artifact_hash or "-")[:19], (s.reason or "")[:80]
+            escape(s.step_id),
+            s.role,
+            s.status,
+            (s.artifact_hash or "-")[:19],
+            escape((s.reason or "")[:80]),
         )
     fit(table, give={"step": "ellipsis", "artifact": "crop", "reason": "fold"}, console=console)
     return table
@@ -449,11 +458,13 @@ def resume(
         raise typer.Exit(code)
     console.print(_steps_table(result))
     if result.status == "gated":
-        console.print(f"[yellow]Still waiting[/] at {result.gated_step}: approve it first.")
+        console.print(
+            f"[yellow]Still waiting[/] at {escape(result.gated_step or '')}: approve it first."
+        )
     elif result.status != "completed":
-        console.print(f"[red]{result.status}[/]: {result.reason or ''}")
+        console.print(f"[red]{result.status}[/]: {escape(result.reason or '')}")
     if evidence:
-        console.print(f"Evidence: [bold]{evidence}[/]")
+        console.print(f"Evidence: [bold]{escape(evidence)}[/]")
     raise typer.Exit(code)
 
 
@@ -498,7 +509,7 @@ def _metrics_table(title: str, groups: dict[str, GroupMetrics]) -> Table:
     for name, g in sorted(groups.items()):
         d = _group(g)
         table.add_row(
-            name, str(g.outputs), str(g.failures), d["repair_rate"] or "-", d["harm_rate"],
+            escape(name), str(g.outputs), str(g.failures), d["repair_rate"] or "-", d["harm_rate"],
             str(g.unresolved), d["cost_est_per_step_usd"] or "-",
             str(d["p50_latency_ms"] if d["p50_latency_ms"] is not None else "-"),
             str(d["p95_latency_ms"] if d["p95_latency_ms"] is not None else "-"),
@@ -566,7 +577,7 @@ def metrics(
         console.print(_metrics_table("by role", m.by_role))
         console.print(_metrics_table("by pipeline type", m.by_pipeline_type))
         for v in violations:
-            console.print(f"[bold red]SLO violation[/]: {v.describe()}")
+            console.print(f"[bold red]SLO violation[/]: {escape(v.describe())}")
         if not violations:
             console.print("[green]No SLO violations[/] in critical pipelines.")
     if failed:
@@ -634,14 +645,14 @@ def replay(
         out["rerun"] = None if again is None else again.as_dict()
         emit_json(out)
         raise typer.Exit(EXIT_DAMAGED if failed else 0)
-    table = Table(title=f"run {run} ({report.pipeline}): {report.status}")
+    table = Table(title=escape(f"run {run} ({report.pipeline}): {report.status}"))
     for col in ("pos", "step", "parent", "role", "status", "artifact", "blob"):
         table.add_column(col)
     for s in report.steps:
         colour = "green" if s.blob == "ok" else "red"
         table.add_row(
-            str(s.position), s.step_id, s.parent_step_id or "-", s.role, s.status,
-            s.artifact_hash[:19], f"[{colour}]{s.blob}[/]",
+            str(s.position), escape(s.step_id), escape(s.parent_step_id or "-"), s.role,
+            s.status, s.artifact_hash[:19], f"[{colour}]{escape(s.blob)}[/]",
         )  # fmt: skip
     fit(
         table,
@@ -651,14 +662,17 @@ def replay(
     console.print(table)
     console.print(f"[green]chain ok[/]: {report.events} event(s), head {report.head.hex()[:16]}…")
     for f in report.failures:
-        console.print(f"[bold red]{f.kind}[/] {f.what} of {f.step_id or 'the run'}: {f.detail}")
+        console.print(
+            f"[bold red]{escape(f.kind)}[/] "
+            + escape(f"{f.what} of {f.step_id or 'the run'}: {f.detail}")
+        )
     if again is not None:
         if again.divergence is None:
             console.print(
                 f"[green]rerun identical[/]: {len(again.rerun)} step(s), {again.rerun_status}"
             )
         else:
-            console.print(f"[bold red]rerun diverges[/] at {again.divergence.describe()}")
+            console.print(f"[bold red]rerun diverges[/] at {escape(again.divergence.describe())}")
     raise typer.Exit(EXIT_DAMAGED if failed else 0)
 
 
@@ -669,6 +683,7 @@ def verify_evidence_cmd(
     file: Annotated[Path, typer.Argument(help="Evidence file (artifacts/agent-runs/<run>.json).")],
     key: KeyOpt = None,
     verifier_key: VerifierOpt = None,
+    origin: OriginOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Check a run's evidence file offline, with only the verifier key (no ledger needed).
@@ -686,7 +701,7 @@ def verify_evidence_cmd(
                 "verify-evidence needs --verifier-key (the ledger's public key): without it "
                 "nothing in the file can be trusted"
             )
-        report = verify_evidence(file, verifier, require_signed=False)
+        report = verify_evidence(file, verifier, require_signed=False, origin=origin)
     code = 0 if report.signed else EXIT_INCOMPLETE
     if as_json:
         out = report.as_dict()
@@ -695,13 +710,17 @@ def verify_evidence_cmd(
         raise typer.Exit(code)
     if report.signed:
         console.print(
-            f"[bold green]OK[/]: run {report.run_id} ({report.pipeline}, {report.status}): "
-            f"{report.events} event(s) and {report.artifacts} digest(s), in {report.origin} "
-            f"(signed tree of {report.tree_size})."
+            "[bold green]OK[/]: "
+            + escape(
+                f"run {report.run_id} ({report.pipeline}, {report.status}): "
+                f"{report.events} event(s) and {report.artifacts} digest(s), in {report.origin} "
+                f"(signed tree of {report.tree_size})."
+            )
         )
     else:
         console.print(
-            f"[yellow]UNSIGNED[/]: run {report.run_id}'s records chain correctly, but no "
+            f"[yellow]UNSIGNED[/]: run {escape(str(report.run_id))}'s records chain correctly, "
+            "but no "
             "signed checkpoint vouches for them (run `tracebound keys init`, then resume or "
             "re-export)."
         )

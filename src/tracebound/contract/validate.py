@@ -410,6 +410,10 @@ def _check(name: Literal["tpc", "envelope", "arl"], model: type[_M], data: Mappi
             # Nested past the interpreter's limit, or a cycle through a value that is not
             # plain JSON (a tuple inside a list inside the tuple): no contract document is.
             raise ValidationFailed("$", "is nested too deeply, or contains itself") from None
+        except (ArithmeticError, TypeError, ValueError):
+            # A value that is not plain JSON and that the reference cannot even compare,
+            # e.g. Decimal("NaN") in an array it checks for duplicates (uniqueItems sorts).
+            raise ValidationFailed("$", "holds a value that is not plain JSON") from None
         if error is not None:
             parts, reason = _schema_reason(error)
             raise ValidationFailed(_path(parts), reason)

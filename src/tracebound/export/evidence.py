@@ -53,12 +53,14 @@ from tracebound.events.record import RawRecord
 from tracebound.integrity.chain import GENESIS, chain_hash
 from tracebound.integrity.keys import NoteVerifier
 from tracebound.integrity.merkle import (
+    MAX_PROOF_PATH,
     inclusion_proof,
     leaf_hash,
     verify_inclusion,
 )
 from tracebound.integrity.nodes import StoredTree
 from tracebound.integrity.note import Checkpoint, SignedNote, open_checkpoint, parse_checkpoint
+from tracebound.integrity.strict_json import loads_strict
 from tracebound.ledger import Ledger
 from tracebound.pipeline.runner import run_stream
 from tracebound.replay.rebuild import read_run_records
@@ -80,6 +82,17 @@ __all__ = [
 ]
 
 FORMAT: Final = "tracebound-evidence/1"
+# The members each part of an evidence file has: exactly these. The integrity hash is not a
+# signature, so anything else in the file ("approved_by": ...) would be vouched for by nobody.
+_DOC_MEMBERS: Final = frozenset(
+    {"format", "run_id", "stream_id", "pipeline", "pipeline_type", "critical", "status",
+     "events", "artifacts", "checkpoint", "tree_size", "proofs", "integrity"}
+)  # fmt: skip
+_EVENT_MEMBERS: Final = frozenset(
+    {"position", "stream_version", "event_type", "prev_hash", "hash", "body"}
+)
+_ARTIFACT_MEMBERS: Final = frozenset({"kind", "step_id", "digest", "present"})
+_PROOF_MEMBERS: Final = frozenset({"position", "proof"})
 DEFAULT_EVIDENCE_DIR: Final = Path("artifacts") / "agent-runs"
 _INTEGRITY: Final = {"algorithm": "sha256", "over": "RFC 8785 canonical JSON of every other member"}
 
@@ -294,9 +307,9 @@ def _load(source: Path | str | Mapping[str, Any]) -> dict[str, Any]:
     except OSError as exc:
         raise ConfigError(f"cannot read evidence {source}: {exc}") from exc
     try:
-        doc = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        raise EvidenceInvalid("format", f"not JSON: {exc}") from exc
+        doc = loads_strict(data)
+    except ValueError as exc:  # not UTF-8, not JSON, or a key twice in one object
+        raise EvidenceInvalid("format", str(exc)) from exc
     if not isinstance(doc, dict):
         raise EvidenceInvalid("format", "not a JSON object")
     return doc
@@ -307,6 +320,20 @@ def _field(obj: Mapping[str, Any], key: str, kind: type | tuple[type, ...], part
     if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
         raise EvidenceInvalid(part, f"{key!r} is missing or of the wrong type")
     return value
+
+
+def _members(obj: Any, allowed: frozenset[str], part: str, what: str) -> None:
+    """``obj`` is an object with no member outside ``allowed`` (missing ones are reported
+    by the checks that read them)."""
+    if not isinstance(obj, Mapping):
+        raise EvidenceInvalid(part, f"{what} is not a JSON object")
+    unknown = sorted(repr(k)[:60] for k in obj.keys() - allowed)
+    if unknown:
+        raise EvidenceInvalid(
+            part,
+            f"{what} has unknown member(s) {', '.join(unknown)}: nothing the signed records "
+            "do not vouch for may ride along",
+        )
 
 
 def _hex(value: Any, part: str, what: str, size: int = 32) -> bytes:
@@ -330,6 +357,7 @@ class _Record:
 
 def _check_record(item: Any, stream: str) -> _Record:
     """One record: its bytes hash to its hash, and its fields agree with those bytes."""
+    _members(item, _EVENT_MEMBERS, "record", "an entry of 'events'")
     position = _field(item, "position", int, "record")
     where = f"record at position {position}"
     version = _field(item, "stream_version", int, "record")
@@ -385,16 +413,30 @@ def _check_chain(records: list[_Record], doc: Mapping[str, Any], run_id: str) ->
     last = records[tail - 1].body["payload"]
     if first.get("kind") != "run_started" or first.get("run_id") != run_id:
         raise EvidenceInvalid("chain", f"the stream does not open with run {run_id}'s start")
-    if first.get("pipeline") != doc.get("pipeline"):
-        raise EvidenceInvalid("record", "the pipeline named does not match run_started")
+    for name in ("pipeline", "pipeline_type", "critical"):
+        said, recorded = doc.get(name), first.get(name)
+        if type(said) is not type(recorded) or said != recorded:
+            raise EvidenceInvalid(
+                "record", f"the {name} named ({said!r:.60}) does not match run_started's"
+            )
     status = doc.get("status")
-    if status not in {"running", "completed", "failed", "gated", "rejected"}:
-        raise EvidenceInvalid("format", f"unknown run status {status!r}")
-    if status != "running" and (last.get("kind") != "run_finished" or last.get("status") != status):
+    if not isinstance(status, str) or status not in _STATUSES:
+        raise EvidenceInvalid("format", f"unknown run status {status!r:.60}")
+    if status == "running":
+        # As written: "running" only while the run has never finished (a gated run that
+        # was resumed ends with a second run_finished, and says how that one ended).
+        if any(r.body["payload"].get("kind") == "run_finished" for r in records):
+            raise EvidenceInvalid(
+                "chain", "the run is said to be running, but its stream records it finishing"
+            )
+    elif last.get("kind") != "run_finished" or last.get("status") != status:
         raise EvidenceInvalid(
             "chain", f"the stream does not end with the run finishing as {status!r}: truncated"
         )
-    return str(status)
+    return status
+
+
+_STATUSES: Final = frozenset({"running", "completed", "failed", "gated", "rejected"})
 
 
 def _check_digests(records: list[_Record], listed: Any) -> int:
@@ -403,11 +445,18 @@ def _check_digests(records: list[_Record], listed: Any) -> int:
         raise EvidenceInvalid("digests", "'artifacts' is not a list")
     have: set[tuple[str, str | None, str]] = set()
     for item in listed:
+        _members(item, _ARTIFACT_MEMBERS, "digests", "an entry of 'artifacts'")
         kind = _field(item, "kind", str, "digests")
         digest = _field(item, "digest", str, "digests")
         step = item.get("step_id")
-        if not isinstance(item.get("present"), bool) or not (step is None or isinstance(step, str)):
+        if (
+            not isinstance(item.get("present"), bool)
+            or "step_id" not in item  # null for the run's inputs, but always said
+            or not (step is None or isinstance(step, str))
+        ):
             raise EvidenceInvalid("digests", f"malformed entry for {digest}")
+        if (kind, step, digest) in have:
+            raise EvidenceInvalid("digests", f"the {kind} digest {digest} is listed twice")
         have.add((kind, step, digest))
     need: set[tuple[str, str | None, str]] = set()
     for r in records:
@@ -431,11 +480,11 @@ def _check_digests(records: list[_Record], listed: Any) -> int:
 
 
 def _check_proofs(
-    records: list[_Record], doc: Mapping[str, Any], verifier: NoteVerifier
+    records: list[_Record], doc: Mapping[str, Any], verifier: NoteVerifier, origin: str | None
 ) -> Checkpoint:
     note = _field(doc, "checkpoint", str, "checkpoint")
     try:
-        cp = open_checkpoint(note, verifier)
+        cp = open_checkpoint(note, verifier, origin=origin)
     except CheckpointError as exc:  # SignatureInvalid included
         raise EvidenceInvalid("checkpoint", str(exc)) from exc
     if doc.get("tree_size") != cp.size:
@@ -445,8 +494,11 @@ def _check_proofs(
         raise EvidenceInvalid("proof", "'proofs' is not a list")
     by_position: dict[int, list[bytes]] = {}
     for item in proofs:
+        _members(item, _PROOF_MEMBERS, "proof", "an entry of 'proofs'")
         pos = _field(item, "position", int, "proof")
         path = _field(item, "proof", list, "proof")
+        if len(path) > MAX_PROOF_PATH:
+            raise EvidenceInvalid("proof", f"the proof of position {pos} is too long")
         by_position[pos] = [_hex(h, "proof", f"proof of position {pos}") for h in path]
     if set(by_position) != {r.position for r in records} or len(proofs) != len(records):
         raise EvidenceInvalid("proof", "there is not exactly one proof per event")
@@ -465,6 +517,7 @@ def verify_evidence(
     verifier: NoteVerifier,
     *,
     require_signed: bool = True,
+    origin: str | None = None,
 ) -> EvidenceReport:
     """Check an evidence file offline: no ledger, no blobs, only the verifier key.
 
@@ -476,6 +529,7 @@ def verify_evidence(
         require_signed: refuse evidence without a checkpoint (written before any signing
             key existed). With False, such evidence passes every other check and the
             report says ``signed=False``.
+        origin: When given, the checkpoint must name this log (one key may sign several).
 
     Raises:
         EvidenceInvalid: a check failed; ``part`` names which.
@@ -484,6 +538,7 @@ def verify_evidence(
     doc = _load(source)
     if doc.get("format") != FORMAT:
         raise EvidenceInvalid("format", f"not a tracebound evidence file ({FORMAT})")
+    _members(doc, _DOC_MEMBERS, "format", "the evidence file")
     integrity = _field(doc, "integrity", dict, "integrity")
     try:
         expected = integrity_hash(doc)
@@ -501,7 +556,7 @@ def verify_evidence(
     artifacts = _check_digests(records, doc.get("artifacts"))
     cp: Checkpoint | None = None
     if doc.get("checkpoint") is not None:
-        cp = _check_proofs(records, doc, verifier)
+        cp = _check_proofs(records, doc, verifier, origin)
     elif require_signed:
         raise EvidenceInvalid("checkpoint", "the evidence carries no signed checkpoint")
     elif doc.get("proofs") or doc.get("tree_size") is not None:

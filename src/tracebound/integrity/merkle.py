@@ -30,6 +30,7 @@ from tracebound.errors import ProofError
 __all__ = [
     "EMPTY_ROOT",
     "HASH_SIZE",
+    "MAX_PROOF_PATH",
     "MerkleAccumulator",
     "SubtreeRoot",
     "aligned_subtrees",
@@ -48,6 +49,10 @@ __all__ = [
 
 HASH_SIZE = 32
 """Bytes in every hash this module handles (SHA-256)."""
+
+MAX_PROOF_PATH = 64
+"""Hashes in the longest inclusion path: the depth of a tree of 2**64 leaves. Readers of
+proof files refuse longer paths before hashing anything."""
 
 _LEAF_PREFIX = b"\x00"
 _NODE_PREFIX = b"\x01"

@@ -3,6 +3,10 @@
 GitHub's rules: one pattern and its owners per line, ``#`` comments, gitignore-style
 patterns, and the LAST matching line wins. An approver must own every touched path; a
 path no line matches has no owner, so nobody can approve it (fail closed).
+
+A gate that names no path (an ``exec:`` action, a scope the policy does not allow) is the
+repository's as a whole: only its default owners, those of the last catch-all line
+(``*``, ``**`` or ``/**``), may approve it. Without such a line nobody can.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 from tracebound.errors import PolicyError, PolicyUnusable
 from tracebound.pipeline.policy import glob_match
@@ -19,6 +24,9 @@ __all__ = ["CodeOwners", "NotAnOwner"]
 
 class NotAnOwner(PolicyError):
     """The named approver does not own every path the gated step touches."""
+
+
+_CATCH_ALL: Final = frozenset({"*", "**", "/**"})
 
 
 def _norm(owner: str) -> str:
@@ -60,14 +68,39 @@ class CodeOwners:
                 owners = names
         return owners
 
+    def default_owners(self) -> tuple[str, ...]:
+        """The repository's owners: the last catch-all line's, or () if there is none."""
+        owners: tuple[str, ...] = ()
+        for pattern, names in self.rules:
+            if pattern in _CATCH_ALL:
+                owners = names
+        return owners
+
     def owners_for(self, paths: Iterable[str]) -> tuple[str, ...]:
-        """Everyone who owns at least one of ``paths``."""
-        return tuple(dict.fromkeys(o for p in paths for o in self.owners_of(p)))
+        """Everyone who owns at least one of ``paths``; the default owners for none."""
+        wanted = tuple(paths)
+        if not wanted:
+            return self.default_owners()
+        return tuple(dict.fromkeys(o for p in wanted for o in self.owners_of(p)))
 
     def check_approver(self, approver: str, paths: Iterable[str]) -> None:
-        """Raise NotAnOwner unless ``approver`` owns every path."""
+        """Raise NotAnOwner unless ``approver`` owns every path.
+
+        With no path at all, ``approver`` must be a default owner: "every path of none"
+        would otherwise let anyone approve a gate such as an ``exec:`` action.
+        """
         who = _norm(approver)
-        missing = [p for p in paths if who not in {_norm(o) for o in self.owners_of(p)}]
+        wanted = tuple(paths)
+        if not wanted:
+            default = self.default_owners()
+            if who not in {_norm(o) for o in default}:
+                raise NotAnOwner(
+                    f"{approver} may not approve a gate that names no path: only the "
+                    "default owners (a catch-all `*` line) may; "
+                    f"owners: {' '.join(default) or 'nobody'}"
+                )
+            return
+        missing = [p for p in wanted if who not in {_norm(o) for o in self.owners_of(p)}]
         if missing:
             raise NotAnOwner(
                 f"{approver} is not a CODEOWNER of {', '.join(missing)}; owners: "

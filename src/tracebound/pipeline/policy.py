@@ -29,6 +29,7 @@ not ignored; an empty rule set is an error. The only way to gate nothing is to s
 
 from __future__ import annotations
 
+import posixpath
 import re
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -51,11 +52,22 @@ __all__ = [
     "UntrustedExecution",
     "WriteAccess",
     "glob_match",
+    "normalise_path",
     "request_from_artifact",
 ]
 
 ROLES: Final = ("Planner", "Executor", "Critic", "Reviewer", "Router")
-_DIFF_PATH: Final = re.compile(r"^(?:\+\+\+|---) (?:[ab]/)?(?P<path>\S+)", re.M)
+# Every header line of a unified or git diff that names a path: a rename, copy or mode
+# change touches a file without any "+++" line. The path runs to a tab (a timestamp follows
+# it in non-git diffs) or the line's end; git quotes paths with unusual characters.
+_DIFF_PATH: Final = re.compile(
+    r"^(?:\+\+\+ |--- |rename from |rename to |copy from |copy to )(?P<path>[^\t\n]+)", re.M
+)
+_GIT_HEADER: Final = re.compile(
+    r'^diff --git (?P<a>"(?:[^"\\]|\\.)*"|\S+) (?P<b>"(?:[^"\\]|\\.)*"|\S+)\s*$', re.M
+)
+_QUOTED_ESCAPES: Final = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13}
+OUTSIDE_ROOT: Final = "path_outside_root"
 
 
 def glob_match(pattern: str, path: str) -> bool:
@@ -107,6 +119,62 @@ class StepRequest:
     scopes: tuple[str, ...] = ()
 
 
+def _unquote(path: str) -> str:
+    """A git C-quoted path (``"b/caf\\303\\251 x.txt"``) as text; others unchanged."""
+    if len(path) < 2 or not (path.startswith('"') and path.endswith('"')):
+        return path
+    out = bytearray()
+    body, i = path[1:-1], 0
+    while i < len(body):
+        ch = body[i]
+        if ch == "\\" and i + 1 < len(body):
+            nxt = body[i + 1]
+            octal = re.match(r"[0-7]{1,3}", body[i + 1 :])
+            if octal:
+                out.append(int(octal.group(0), 8) & 0xFF)
+                i += 1 + len(octal.group(0))
+                continue
+            out += (
+                bytes([_QUOTED_ESCAPES[nxt]])
+                if nxt in _QUOTED_ESCAPES
+                else nxt.encode("utf-8", "surrogatepass")
+            )
+            i += 2
+            continue
+        out += ch.encode("utf-8", "surrogatepass")
+        i += 1
+    return out.decode("utf-8", "replace")
+
+
+def normalise_path(path: str) -> str:
+    """The one spelling of a touched path that policies and CODEOWNERS are matched against.
+
+    ``./.github/x``, ``src/../.github/x``, ``.github\\x`` and ``/.github//x`` all name
+    ``.github/x``; matching the raw spelling would let any of them slip past a
+    ``.github/**`` rule. A path that climbs above the root keeps its leading ``..``
+    (:meth:`Policy.evaluate` gates it whatever the rules say).
+    """
+    cleaned = path.strip().replace("\\", "/").lstrip("/")
+    normal = posixpath.normpath(cleaned) if cleaned else ""
+    return "" if normal == "." else normal
+
+
+def _diff_paths(diff: str) -> list[str]:
+    raw: list[str] = []
+    for m in _GIT_HEADER.finditer(diff):
+        raw += [m.group("a"), m.group("b")]
+    raw += [m.group("path").rstrip() for m in _DIFF_PATH.finditer(diff)]
+    out = []
+    for item in raw:
+        path = _unquote(item.strip())
+        if path == "/dev/null":
+            continue
+        if path[:2] in {"a/", "b/"}:
+            path = path[2:]
+        out.append(normalise_path(path))
+    return [p for p in out if p]
+
+
 def request_from_artifact(
     role: str, artifact: TPCArtifact, scopes: Sequence[str] = ()
 ) -> StepRequest:
@@ -114,13 +182,11 @@ def request_from_artifact(
     paths: list[str] = []
     commands: list[str] = []
     for diff in artifact.diffs:
-        paths += [
-            m.group("path") for m in _DIFF_PATH.finditer(diff) if m.group("path") != "/dev/null"
-        ]
+        paths += _diff_paths(diff)
     for action in artifact.actions:
         kind, _, rest = action.partition(":")
         if kind.strip() == "write" and rest.strip():
-            paths.append(rest.strip())
+            paths.append(normalise_path(rest.strip()) or rest.strip())
         elif kind.strip() == "exec" and rest.strip():
             commands.append(rest.strip())
     requested = set(scopes)
@@ -156,7 +222,15 @@ class SensitivePaths:
     patterns: tuple[str, ...]
 
     def gate_reasons(self, request: StepRequest) -> list[GateReason]:
-        hits = tuple(p for p in request.paths if any(glob_match(g, p) for g in self.patterns))
+        # Case-insensitively as well: on macOS and Windows `.GITHUB/workflows/x` *is*
+        # `.github/workflows/x`. Gating a few more paths is the safe side to err on.
+        hits = tuple(
+            p
+            for p in request.paths
+            if any(
+                glob_match(g, p) or glob_match(g.casefold(), p.casefold()) for g in self.patterns
+            )
+        )
         if not hits:
             return []
         return [GateReason("sensitive_paths", "touches policy-sensitive files", hits)]
@@ -214,6 +288,9 @@ class Policy:
     def evaluate(self, request: StepRequest) -> list[GateReason]:
         """Reasons to gate the request; a scope outside ``allowed`` is itself a reason."""
         reasons = list(self.rule.gate_reasons(request))
+        climbing = tuple(p for p in request.paths if p == ".." or p.startswith("../"))
+        if climbing:  # whatever the rules say: a write outside the root waits for a human
+            reasons.append(GateReason(OUTSIDE_ROOT, "touches paths outside the root", climbing))
         outside = sorted(set(request.scopes) - set(self.allowed_scopes))
         if outside:
             reasons.append(GateReason("allowed_scopes", f"asks for scopes not allowed: {outside}"))

@@ -29,10 +29,11 @@ import hmac
 import json
 import re
 import threading
+import unicodedata
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Final, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -297,11 +298,13 @@ class Redactor:
                 for key, item in value.items()
             }
         if isinstance(value, list | tuple):
+            # ``{"api_key": ["…", "…"]}``: each item is as much the key's value as a lone
+            # string would be (a nested dict's own keys replace the hint below it).
             items = [
                 self._walk(
                     item,
                     f"{path}[{index}]",
-                    key_hint=None,
+                    key_hint=key_hint,
                     depth=depth + 1,
                     found=found,
                     counter=counter,
@@ -458,13 +461,67 @@ def _trim(text: str, start: int, end: int) -> tuple[int, int]:
     return start, end
 
 
-def _hits(text: str, key_hint: str | None) -> list[_Hit]:
+# Characters a reader (or FenceWrapper.sanitize, on the way into a prompt) drops or folds
+# away: format characters (zero-width, bidi, soft hyphen, word joiner, tags) and variation
+# selectors. NFKC and the look-alike table below cover fullwidth and homoglyph spellings.
+_INVISIBLE = re.compile(
+    "[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f"
+    "\u202a-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff9-\ufffb"
+    "\U000e0000-\U000e0fff]"
+)
+# The Cyrillic and Greek letters that pass for Latin ones (the fence folds the same).
+CONFUSABLES: Final = str.maketrans(
+    "аАвВеЕкКмМнНоОрРсСтТуУхХіІјЈѕЅԁԛԝӏɡαΑβΒεΕηΗιΙκΚμΜνΝοΟρΡτΤυΥχΧζΖ",
+    "aABBeEkKmMHHoOpPcCtTyYxXiIjJsSdqwlgaABBeEnHiIkKuMvNoOpPtTuYxXzZ",
+)
+
+
+def _disguise_view(text: str) -> tuple[str, list[int]] | None:
+    """``text`` as a reader sees it, with each character's index in ``text``; None when
+    that is ``text`` itself (always for ASCII, so most text pays one ``isascii``).
+
+    An access key with a zero-width joiner in it, a token in fullwidth letters or with a
+    Cyrillic look-alike slips past every detector, yet reads as (and, once the fence has
+    normalised it, *is*) the secret; the detectors run on this view too and their spans are
+    mapped back, so the whole disguised span becomes the marker.
+    """
+    if text.isascii():
+        return None
+    chars: list[str] = []
+    index: list[int] = []
+    changed = False
+    for i, ch in enumerate(text):
+        if ch.isascii():
+            chars.append(ch)
+            index.append(i)
+            continue
+        if _INVISIBLE.match(ch):
+            changed = True
+            continue
+        seen = unicodedata.normalize("NFKC", ch).translate(CONFUSABLES)
+        changed = changed or seen != ch
+        chars.extend(seen)
+        index.extend([i] * len(seen))
+    return ("".join(chars), index) if changed else None
+
+
+def _detect(text: str) -> list[tuple[int, int, Detector]]:
     # Most text holds no detector's hint; one prefilter scan then replaces thirty-one.
-    raw: list[tuple[int, int, Detector]] = (
-        [(start, end, detector) for detector in DETECTORS for start, end in detector.find(text)]
-        if may_match(text)
-        else []
-    )
+    if not may_match(text):
+        return []
+    return [(start, end, detector) for detector in DETECTORS for start, end in detector.find(text)]
+
+
+def _hits(text: str, key_hint: str | None) -> list[_Hit]:
+    raw = _detect(text)
+    view = _disguise_view(text)
+    if view is not None:
+        seen, index = view
+        raw.extend(
+            (index[start], index[end - 1] + 1, detector)
+            for start, end, detector in _detect(seen)
+            if end > start
+        )
     if key_hint is not None:
         raw.extend(_key_hint_hits(text, key_hint))
     if not raw:

@@ -61,7 +61,7 @@ from tracebound.pipeline.codeowners import CodeOwners
 from tracebound.pipeline.critic import Finding, check_constraints
 from tracebound.pipeline.metrics import compute_metrics, slo_violations
 from tracebound.pipeline.policy import Policy, request_from_artifact
-from tracebound.pipeline.redaction import Redactor
+from tracebound.pipeline.redaction import Redaction, Redactor
 from tracebound.pipeline.runtime import Pipeline, RoleName, StepContext, StepSpec
 from tracebound.pipeline.validations import ValidationInput, ValidationRegistry
 from tracebound.store.blobs import BlobStore
@@ -146,6 +146,7 @@ class _StepRun:
     ran: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     unchecked: tuple[str, ...] = ()
+    redactions: tuple[Redaction, ...] = ()  # what redacting the step's artifact took out
 
     @property
     def handoff(self) -> HandoffEnvelope | None:
@@ -271,8 +272,13 @@ class Runner:
                         return run.result
                 i += 1
         except _Abort as abort:
-            self._finish(run, "failed", run.result.steps[-1].step_id, str(abort.error))
-            raise abort.error from None
+            # A field name can be the artifact's own key (keys are not redacted), so the
+            # error is redacted as a whole before it is recorded or raised.
+            error = ValidationFailed(
+                self._scrub(abort.error.field), self._scrub(abort.error.reason)
+            )
+            self._finish(run, "failed", run.result.steps[-1].step_id, str(error))
+            raise error from None
         self._finish(run, "completed")
         return run.result
 
@@ -334,9 +340,12 @@ class Runner:
             return sr.outcome
         artifact, redaction_reason = self._accept(sr, raw)  # 3
         self._validate(sr, artifact)  # 4
-        findings = (*findings, *ctx.reported)  # 5, the Critic's own half
+        # 5, the Critic's own half; its words go to the ledger (blame) and to repair notes
+        findings = (*findings, *(replace(f, reason=self._scrub(f.reason)) for f in ctx.reported))
         if ctx.route is not None:
             chosen, alternatives, why = ctx.route
+            chosen, why = self._scrub(chosen), self._scrub(why)
+            alternatives = [self._scrub(a) for a in alternatives]
             self._emit(run, RouteChosen(run_id=run.run_id, step_id=sr.step_id, chosen=chosen,
                                         alternatives=tuple(alternatives), reason=why))  # fmt: skip
         if self._gate(sr, artifact, redaction_reason):  # 6
@@ -447,7 +456,7 @@ class Runner:
             if inspect.isawaitable(raw):
                 raw = await raw
         except Exception as exc:  # noqa: BLE001 - a step is user code; its failure is data
-            self._record_error(sr, f"{type(exc).__name__}: {exc}", origin=sr.step_id)
+            self._record_error(sr, _describe(exc), origin=sr.step_id)
             return None
         data = raw.model_dump(mode="json") if isinstance(raw, TPCArtifact) else raw
         if isinstance(data, Mapping):
@@ -458,8 +467,11 @@ class Runner:
 
     def _accept(self, sr: _StepRun, data: Mapping[str, Any]) -> tuple[TPCArtifact, str | None]:
         """Redact, validate against the TPC contract, and store by digest."""
-        redaction = self.redactor.redact({str(k): v for k, v in data.items()})
         try:
+            # Inside the try: a value the redactor refuses (bytes, a set, nesting past
+            # MAX_DEPTH) is a contract violation too, recorded and blamed like one, not a
+            # crash that leaves the run without a StepRecorded or RunFinished.
+            redaction = self.redactor.redact({str(k): v for k, v in data.items()})
             artifact = _validated(redaction.value, sr.spec.role)
         except ValidationFailed as exc:
             self._record_error(sr, f"TPC artifact: {exc}", origin=sr.step_id)
@@ -467,6 +479,7 @@ class Runner:
         stored = self.blobs.put(canonical_bytes(artifact.model_dump(mode="json")))
         sr.outcome.artifact, sr.outcome.artifact_hash = artifact, stored.digest
         sr.run.contract_checked.add(id(artifact))
+        sr.redactions = redaction.redactions
         reasons = sorted({r.redaction_reason for r in redaction.redactions})
         return artifact, "; ".join(reasons) or None
 
@@ -475,15 +488,16 @@ class Runner:
         if sr.spec.role != "Executor" or sr.handoff is None:
             return
         for name in sr.handoff.required_validations:
-            inp = ValidationInput(artifact, self.workspace, self.redactor)
+            inp = ValidationInput(artifact, self.workspace, self.redactor, sr.redactions)
             result = self.validations.run(name, inp)
+            detail = None if result.detail is None else self._scrub(result.detail)
             sr.ran.append(name)
             digest = self.blobs.put(result.output).digest if result.output else None
             self._emit(sr.run, ValidationRecorded(
                 run_id=sr.run.run_id, step_id=sr.step_id, name=name,
                 check="command" if result.check == "command" else "validator",
                 passed=result.passed, exit_code=result.exit_code,
-                duration_ms=result.duration_ms, output_digest=digest, detail=result.detail,
+                duration_ms=result.duration_ms, output_digest=digest, detail=detail,
             ))  # fmt: skip
             if not result.passed:
                 sr.failed.append(name)
@@ -521,7 +535,7 @@ class Runner:
             sr.spec.apply(replace(ctx, step_id=sr.outcome.step_id, scopes=sr.scopes), artifact)
         except Exception as exc:  # noqa: BLE001 - an apply hook is user code
             sr.outcome.status, sr.outcome.error_origin = "error", sr.outcome.step_id
-            sr.outcome.reason = f"apply failed: {type(exc).__name__}: {exc}"
+            sr.outcome.reason = self._scrub(f"apply failed: {_describe(exc)}")
 
     def _after_gate(self, sr: _StepRun, ctx: StepContext, gated: StepOutcome) -> StepOutcome:
         """The gated step, approved: run its apply hook with the lifted scopes and record it."""
@@ -610,6 +624,11 @@ class Runner:
 
     # -- recording ---------------------------------------------------------------------
 
+    def _scrub(self, text: str) -> str:
+        """Redact free text (an exception message, a Critic's or Router's words, a
+        validator's detail) before it can reach an event, a blob or a caller."""
+        return self.redactor.redact_text(text).value
+
     def _emit(self, run: _Run, payload: Payload) -> RecordedEvent:
         (recorded,) = self.ledger.record(run_stream(run.run_id), [payload], workflow_id=run.run_id)
         if self.on_event is not None:
@@ -619,7 +638,10 @@ class Runner:
     def _record_error(self, sr: _StepRun, reason: str, *, origin: StepId | None) -> StepOutcome:
         """A step that produced no valid artifact: its error record is the artifact."""
         outcome = sr.outcome
-        error_doc = {"step": outcome.step_id, "error": self.redactor.redact_text(reason).value}
+        # Redacted once, here: the reason goes to the error blob, the StepOutcome, the
+        # BlameAssigned and RunFinished events, and the CLI's output.
+        reason = self._scrub(reason)
+        error_doc = {"step": outcome.step_id, "error": reason}
         outcome.artifact_hash = self.blobs.put(canonical_bytes(error_doc)).digest
         outcome.status, outcome.error_origin, outcome.reason = "error", origin, reason
         outcome.latency_ms = _ms(sr.started, self.ledger.clock.now())
@@ -802,6 +824,15 @@ def _validated(data: Mapping[str, Any], role: str) -> TPCArtifact:
 def replace_detected(blame: BlameAssigned, detected_by: StepId) -> BlameAssigned:
     """The same blame, credited to the step that detected it."""
     return blame.model_copy(update={"detected_by": detected_by})
+
+
+def _describe(exc: BaseException) -> str:
+    """``Type: message`` for a failure in user code, even when its ``__str__`` raises."""
+    try:
+        message = str(exc)
+    except Exception:  # noqa: BLE001 - a broken __str__ must not turn a step failure into a crash
+        message = "<the exception's message could not be read>"
+    return f"{type(exc).__name__}: {message}"
 
 
 def _ms(start: datetime, end: datetime) -> int:

@@ -17,6 +17,7 @@ in the blob store, and only its digest is recorded.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 import time
@@ -27,7 +28,7 @@ from typing import Final
 
 from tracebound.contract import TPCArtifact, validate_tpc
 from tracebound.errors import ConfigError, ValidationFailed
-from tracebound.pipeline.redaction import Redactor
+from tracebound.pipeline.redaction import Redaction, Redactor
 
 __all__ = [
     "CommandCheck",
@@ -43,11 +44,17 @@ MAX_OUTPUT: Final = 64 * 1024  # bytes of command output kept (redacted) per val
 
 @dataclass(frozen=True)
 class ValidationInput:
-    """What a validator sees: the step's artifact and where the step worked."""
+    """What a validator sees: the step's artifact and where the step worked.
+
+    The runner redacts an artifact before anything sees it, so ``artifact`` holds markers
+    where the step wrote secrets; ``redactions`` says what was taken out (and where), so a
+    secret scan can still fail a step whose output carried one.
+    """
 
     artifact: TPCArtifact
     workspace: Path | None
     redactor: Redactor
+    redactions: tuple[Redaction, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -83,11 +90,17 @@ def _schema(inp: ValidationInput) -> tuple[bool, str | None]:
     return True, None
 
 
+_SCANNED_PATHS: Final = re.compile(r"^\$\.(?:outputs|diffs)(?:$|[.\[])")
+
+
 def _secrets(inp: ValidationInput) -> tuple[bool, str | None]:
     text = "\n".join((inp.artifact.outputs.summary, *inp.artifact.diffs))
-    found = inp.redactor.redact_text(text).redactions
-    if found:
-        return False, "secrets in output: " + ", ".join(sorted({r.detector for r in found}))
+    detectors = {r.detector for r in inp.redactor.redact_text(text).redactions}
+    # What the runner already redacted out of the outputs and diffs counts too: otherwise
+    # this check would only ever see markers, and could never fail.
+    detectors |= {r.detector for r in inp.redactions if _SCANNED_PATHS.match(r.path or "")}
+    if detectors:
+        return False, "secrets in output: " + ", ".join(sorted(detectors))
     return True, None
 
 
@@ -123,7 +136,12 @@ class ValidationRegistry:
         return sorted({*self._validators, *self._commands})
 
     def run(self, name: str, inp: ValidationInput) -> ValidationOutcome:
-        """Run one required validation; never raises for a failing check."""
+        """Run one required validation; never raises for a failing check.
+
+        A validator that raises, or returns something other than ``(bool, str | None)``,
+        has failed (fail closed); its exception message is not kept, as it may quote the
+        data it choked on.
+        """
         start = time.monotonic()
         if name in self._commands:
             return _run_command(name, self._commands[name], inp, start)
@@ -136,7 +154,28 @@ class ValidationRegistry:
                 duration_ms=0,
                 detail=f"no validator or command is registered as {name!r} (fail closed)",
             )
-        passed, detail = validator(inp)
+        try:
+            # Typed as object: a validator is user code and may return anything.
+            returned: object = validator(inp)
+        except Exception as exc:  # noqa: BLE001 - a validator is user code; its crash is a failure
+            return ValidationOutcome(
+                name,
+                "validator",
+                passed=False,
+                duration_ms=_ms(start),
+                detail=f"the validator raised {type(exc).__name__} (fail closed)",
+            )
+        passed, detail = (
+            returned if isinstance(returned, tuple) and len(returned) == 2 else (None, None)
+        )
+        if not isinstance(passed, bool) or not (detail is None or isinstance(detail, str)):
+            return ValidationOutcome(
+                name,
+                "validator",
+                passed=False,
+                duration_ms=_ms(start),
+                detail="the validator did not return (bool, str | None) (fail closed)",
+            )
         return ValidationOutcome(
             name, "validator", passed=passed, duration_ms=_ms(start), detail=detail
         )

@@ -70,9 +70,12 @@ class PostgresViews:
     Args:
         url: ``postgresql://user@host:port/db?schema=name``; ``schema`` defaults to
             ``tracebound_views``. The schema may sit in the ledger's own database.
+        create: create the schema and its position table if they are not there (the
+            default). With ``False`` (a read-only command), views that are not there are a
+            :class:`~tracebound.errors.ConfigError` and nothing is created.
     """
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, create: bool = True) -> None:
         dsn, schema = parse_url(url)
         if not any(k == "schema" for k, _ in parse_qsl(urlsplit(url).query)):
             schema = DEFAULT_VIEWS_SCHEMA  # never the ledger's own default schema
@@ -86,10 +89,24 @@ class PostgresViews:
             self._conn: _Conn = psycopg.connect(dsn, autocommit=True, application_name="tracebound")
             set_json_loads(orjson.loads, self._conn)
             try:
+                if not create:
+                    self._require_existing()
                 self._set_up()
             except BaseException:
                 self._conn.close()
                 raise
+
+    def _require_existing(self) -> None:
+        """Refuse views that were never created: no position table in the schema."""
+        found = self._conn.execute(
+            "SELECT to_regclass(%s)",
+            (sql.Identifier(self.schema, "projection_positions").as_string(self._conn),),
+        ).fetchone()
+        if found is None or found[0] is None:
+            raise ConfigError(
+                f"no views in schema {self.schema!r}; `tracebound project run` creates them "
+                "(with the same --views)"
+            )
 
     def _set_up(self) -> None:
         """Create the schema, the position table and the engine history, once; refuse a

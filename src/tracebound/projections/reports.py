@@ -6,12 +6,13 @@ stay in the ledger under the chain) and returns plain data that renders as a tab
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
-from tracebound.projections.base import Row, Table
-from tracebound.projections.cost import COST_BY_ROLE, COST_LEDGER
+from tracebound.errors import ContractError
+from tracebound.projections.base import EventRecord, Row, Table
+from tracebound.projections.cost import COST_BY_ROLE, COST_LEDGER, UNATTRIBUTED
 from tracebound.projections.fold import WORKFLOW_STATE, WorkflowState
 from tracebound.projections.gates import GATE_CAUSES, GATE_SCORES, GATE_STATS, ranked
 from tracebound.projections.learning import KG_EDGES, KG_NODES
@@ -83,9 +84,42 @@ def cost_rows(views: SQLiteViews, workflow_id: str | None = None) -> list[Row]:
     return views.select(COST_LEDGER, where=where)
 
 
-def cost_over_time(views: SQLiteViews) -> list[Row]:
-    """Cost by hour and role, oldest first."""
-    return views.select(COST_BY_ROLE, order_by=("hour", "role"))
+def cost_over_time(
+    views: SQLiteViews, workflow_id: str | None = None, store: LogStore | None = None
+) -> list[Row]:
+    """Cost by hour and role, oldest first: of every workflow, or of one.
+
+    The ``cost_by_role`` view sums over workflows. One workflow's is summed here, the way
+    the view sums, from the workflow's ``cost_incurred`` events: their positions from its
+    audit trail, their payloads from the ledger (``store``, required then).
+    """
+    if workflow_id is None:
+        return views.select(COST_BY_ROLE, order_by=("hour", "role"))
+    if store is None:
+        raise ContractError("one workflow's cost over time is read from the ledger: pass store")
+    positions = [
+        e.position
+        for e in ledger_entries(views.select(AUDIT_TRAIL, where={"workflow_id": workflow_id}))
+        if e.event_type == "cost_incurred" and e.position is not None
+    ]
+    acc: dict[tuple[str, str], Row] = {}
+    for record in _ledger_records(store, positions):
+        p = record["payload"]
+        hour, role = record["timestamp"][:13], p.get("role") or UNATTRIBUTED
+        row = acc.setdefault(
+            (hour, role), {"hour": hour, "role": role, "amount_usd": Decimal(0), "events": 0}
+        )
+        row["amount_usd"] += Decimal(p["amount_usd"])
+        row["events"] += 1
+    return [acc[k] for k in sorted(acc)]
+
+
+def _ledger_records(store: LogStore, positions: Iterable[int]) -> Iterator[EventRecord]:
+    """The records at these positions (each read and decoded alone), in the given order."""
+    decoder = RecordDecoder()
+    for position in positions:
+        for raw in store.read_raw(start=position, stop=position):
+            yield decoder.decode_raw(raw)
 
 
 def roi_report(views: SQLiteViews, workflow_id: str | None = None) -> RoiSummary:

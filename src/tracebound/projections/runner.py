@@ -123,12 +123,23 @@ class RunReport:
     failures: list[ProjectionFailure] = field(default_factory=list)
 
 
-def _failure_error(failure: ProjectionFailure, cause: BaseException) -> TraceboundError:
-    """The typed error a failed run raises; the class follows the cause's branch."""
+def _failure_error(
+    failure: ProjectionFailure,
+    cause: BaseException,
+    others: Sequence[ProjectionFailure] = (),
+) -> TraceboundError:
+    """The typed error a failed run raises; the class follows the cause's branch.
+
+    It names the first failure, and the other projections that stopped in the same run
+    (each stands before its own failed event; ``status()`` has their errors)."""
     message = (
         f"projection {failure.name!r} stopped at position {failure.position} "
         f"(it stands at {failure.position - 1}): {failure.error}"
     )
+    if others:
+        message += "; also stopped: " + ", ".join(
+            f"{f.name!r} at position {f.position}" for f in others
+        )
     if isinstance(cause, StorageError):
         return StorageError(message)
     if isinstance(cause, IntegrityError):
@@ -355,7 +366,10 @@ class ProjectionRunner(Generic[ViewsT]):
         wanted = set(names) if names is not None else {p.name for p in self.projections}
         unknown = wanted - {p.name for p in self.projections}
         if unknown:
-            raise ContractError(f"no such projection: {', '.join(sorted(unknown))}")
+            raise ContractError(
+                f"no such projection: {', '.join(sorted(unknown))} "
+                f"(the projections are {', '.join(p.name for p in self.projections)})"
+            )
         for p in self.projections:
             if p.name in wanted:
                 self.views.reset(p)
@@ -449,7 +463,8 @@ class ProjectionRunner(Generic[ViewsT]):
         report.failures = [f for f, _ in failed.values()]
         if failed:
             first, cause = min(failed.values(), key=lambda fc: fc[0].position)
-            raise _failure_error(first, cause) from cause
+            others = [f for f, _ in failed.values() if f is not first]
+            raise _failure_error(first, cause, others) from cause
         return report
 
     def _catch_up(

@@ -44,6 +44,7 @@ from tracebound.errors import (
 )
 from tracebound.events.record import RawRecord
 from tracebound.integrity.keys import NoteVerifier
+from tracebound.integrity.nodes import StoredTree
 from tracebound.integrity.note import Checkpoint, SignedNote, open_checkpoint, parse_checkpoint
 from tracebound.integrity.verify import (
     PAGE,
@@ -51,7 +52,8 @@ from tracebound.integrity.verify import (
     LogAssembler,
     check_against_checkpoints,
 )
-from tracebound.store.port import ImportStore, LedgerStore
+from tracebound.store.nodes import LogNodes, store_nodes
+from tracebound.store.port import ImportStore, LedgerStore, MerkleNodeStore
 
 __all__ = ["CHUNK", "ORIGIN_KEY", "CopyDiverged", "CopyReport", "copy_ledger"]
 
@@ -132,10 +134,16 @@ def _open_notes(
             else:
                 cp = parse_checkpoint(SignedNote.parse(note).text)
         except (SignatureInvalid, CheckpointError) as exc:
+            key = (
+                " against the verifier key given (if the source was signed with another key, "
+                "pass that one)"
+                if verifier is not None
+                else ""
+            )
             raise LedgerDamaged(
                 DamageKind.FORGED_SIGNATURE,
                 size,
-                f"the source's checkpoint for size {size} does not verify: {exc}",
+                f"the source's checkpoint for size {size} does not verify{key}: {exc}",
             ) from exc
         if cp.size != size or (origin is not None and cp.origin != origin):
             raise LedgerDamaged(
@@ -271,7 +279,15 @@ def copy_ledger(
     report.origin = origin
     held_origin = destination.get_meta(ORIGIN_KEY)
     if held_origin is not None and held_origin != origin:
-        raise CopyDiverged(None, f"its origin is {held_origin!r}, the source's {origin!r}")
+        hint = ""
+        if destination.size() == 0 and not destination.checkpoints():
+            # The usual way here: `tracebound init` on the destination first, which gives it
+            # an origin of its own. The copy creates the destination itself.
+            hint = (
+                "; it is an empty ledger (made by `tracebound init`?): copy into a store "
+                "that does not exist yet, it is created with the source's origin"
+            )
+        raise CopyDiverged(None, f"its origin is {held_origin!r}, the source's {origin!r}{hint}")
 
     notes = source.checkpoints()
     checkpoints = _open_notes(notes, verifier, origin)
@@ -317,4 +333,19 @@ def copy_ledger(
         save_notes()
     report.size, report.root = log.size, log.root.hex()
     report.checkpoints = [s for s, _ in notes]
+    _store_nodes(destination, log.size, log.root)
     return report
+
+
+def _store_nodes(destination: LedgerStore, size: int, root: bytes) -> None:
+    """Give the copy its stored Merkle nodes (ADR 0011), as a checkpoint would.
+
+    Without them every `prove` on the copy reads the whole log, and the first checkpoint
+    hashes it, until a checkpoint stores them. They are derived data: built from the hashes
+    just compared with the source's, and kept only if they give the verified root.
+    """
+    if not isinstance(destination, MerkleNodeStore) or not size:
+        return
+    store_nodes(destination, size)
+    if StoredTree(LogNodes(destination)).subtree_root(0, size) != root:
+        destination.drop_merkle_nodes()  # never wrong nodes; a checkpoint rebuilds them

@@ -1156,7 +1156,6 @@ class JsonlStore(ChainedAppends):
 
     def _cut(self, tail: TornTail, now: datetime) -> Repair:
         path = self.path / tail.file
-        kept = self.path / f"{tail.file}.torn-{tail.offset}"
         digest = hashlib.sha256()
         chunks: list[bytes] = []
         with open(path, "rb") as f:  # noqa: PTH123
@@ -1165,10 +1164,15 @@ class JsonlStore(ChainedAppends):
                 digest.update(block)
                 chunks.append(block)
         data = b"".join(chunks)
-        if kept.exists():
-            if hashlib.sha256(kept.read_bytes()).hexdigest() != digest.hexdigest():
-                raise StorageError(f"{kept} exists with other bytes; move it away first")
-        else:
+        # <file>.torn-<offset>; a later crash torn at the same offset (the same append
+        # retried) keeps its bytes in <file>.torn-<offset>.2, .3, …. A name that already
+        # holds these very bytes is a repair that crashed before truncating: reused.
+        kept = self.path / f"{tail.file}.torn-{tail.offset}"
+        n = 1
+        while kept.exists() and hashlib.sha256(kept.read_bytes()).digest() != digest.digest():
+            n += 1
+            kept = self.path / f"{tail.file}.torn-{tail.offset}.{n}"
+        if not kept.exists():
             fd = os.open(kept, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             try:
                 _write_all(fd, data)

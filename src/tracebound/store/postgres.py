@@ -43,13 +43,14 @@ Every ``psycopg.Error`` is translated into :class:`~tracebound.errors.StorageErr
 from __future__ import annotations
 
 import os
+import re
 import threading
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from time import monotonic
 from typing import TYPE_CHECKING, Any, Final, Self
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from blake3 import blake3
@@ -219,9 +220,13 @@ def parse_url(url: str) -> tuple[str, str]:
     (default ``tracebound``); every other query parameter is libpq's and stays in the DSN.
     ``postgres://`` is accepted too, as libpq accepts it.
     """
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # "Invalid IPv6 URL": a bracket left open
+        raise ConfigError(f"invalid PostgreSQL URL: {exc}") from None
     if parts.scheme not in {"postgresql", "postgres"}:
-        raise ConfigError(f"not a postgresql:// URL: {url!r}")
+        # Not the URL itself: it may hold a password.
+        raise ConfigError(f"not a postgresql:// URL (scheme {parts.scheme!r})")
     query = parse_qsl(parts.query, keep_blank_values=True)
     schemas = [v for k, v in query if k == "schema"]
     if len(schemas) > 1:
@@ -231,15 +236,45 @@ def parse_url(url: str) -> tuple[str, str]:
     return dsn, schemas[0] if schemas else DEFAULT_SCHEMA
 
 
-def _display_url(conninfo: str, schema: str) -> str:
+# password=… in a key=value connection string, quoted or not.
+_CONNINFO_PASSWORD: Final = re.compile(r"\bpassword\s*=\s*(?:'((?:[^'\\]|\\.)*)'|(\S+))")
+
+
+def _passwords(dsn: str) -> list[str]:
+    """The password a DSN holds, as written and percent-decoded: to scrub from messages.
+
+    Works on a DSN libpq refuses to parse too (that is when its message may quote it).
+    """
+    found: list[str] = []
+    with suppress(ValueError):
+        parts = urlsplit(dsn)
+        if parts.scheme in {"postgresql", "postgres"}:
+            if parts.password:
+                found.append(parts.password)
+            found += [v for k, v in parse_qsl(parts.query) if k == "password"]
+    found += [m.group(2) or m.group(1) for m in _CONNINFO_PASSWORD.finditer(dsn)]
+    return sorted({f for p in found for f in (p, unquote(p)) if f}, key=len, reverse=True)
+
+
+def _scrub(text: str, passwords: Sequence[str]) -> str:
+    """``text`` with every password replaced by ``***``."""
+    for secret in passwords:
+        text = text.replace(secret, "***")
+    return text
+
+
+def _display_url(conninfo: str, schema: str, *, with_password: bool = False) -> str:
     """A ``postgresql://`` URL that reopens this store, without the password.
 
-    The URL is shown to people (``tracebound init`` prints it) and handed to verify's worker
-    processes; a password given in the DSN is left out, so those connect with libpq's own
-    sources (``PGPASSWORD``, ``~/.pgpass``) or trust/peer authentication.
+    The URL is shown to people (``tracebound init`` prints it), so a password given in the
+    DSN is left out; those who reopen it connect with libpq's own sources (``PGPASSWORD``,
+    ``~/.pgpass``) or trust/peer authentication. ``with_password`` keeps it, for
+    :attr:`PostgresStore.worker_url` only.
     """
     params = {k: str(v) for k, v in conninfo_to_dict(conninfo).items() if v is not None}
-    params.pop("password", None)
+    password = params.pop("password", None)
+    if with_password and password is not None:
+        params["password"] = password
     user = params.pop("user", "")
     dbname = params.pop("dbname", "")
     host = params.get("host", "")
@@ -404,14 +439,21 @@ class PostgresStore(ChainedAppends):
     ) -> None:
         if not schema or len(schema.encode()) > _MAX_IDENTIFIER or "\x00" in schema:
             raise ConfigError(f"schema must be 1-{_MAX_IDENTIFIER} bytes, not {schema!r}")
+        self._passwords = _passwords(dsn)
         try:
             conninfo_to_dict(dsn)
         except psycopg.Error as exc:
-            raise ConfigError(f"invalid PostgreSQL connection string: {exc}") from exc
+            # libpq quotes the token it could not parse, which may be the password; the
+            # original error is not chained for the same reason.
+            message = _scrub(str(exc).strip(), self._passwords)
+            raise ConfigError(f"invalid PostgreSQL connection string: {message}") from None
         self._dsn = dsn
         self.schema = schema
         self.channel = _channel(schema)
         self.url = _display_url(dsn, schema)
+        # Verify's worker processes reopen the store from this: it keeps the password, and
+        # reaches them through a pipe, never a command line. Never print it.
+        self.worker_url = _display_url(dsn, schema, with_password=True)
         self._notify = notify
         self._lock_timeout = lock_timeout
         self._connect_timeout = connect_timeout
@@ -444,12 +486,19 @@ class PostgresStore(ChainedAppends):
 
     def _connect(self) -> _Conn:
         """A new autocommit session with the settings every tracebound session needs."""
-        conn: _Conn = psycopg.connect(
-            self._dsn,
-            autocommit=True,
-            connect_timeout=max(1, round(self._connect_timeout)),
-            application_name="tracebound",
-        )
+        try:
+            conn: _Conn = psycopg.connect(
+                self._dsn,
+                autocommit=True,
+                connect_timeout=max(1, round(self._connect_timeout)),
+                application_name="tracebound",
+            )
+        except psycopg.Error as exc:
+            text = str(exc)
+            clean = _scrub(text, self._passwords)
+            if clean != text:  # a message that quotes the password is raised without it
+                raise type(exc)(clean) from None
+            raise
         try:
             conn.execute("SET synchronous_commit TO on")
             if self._lock_timeout is not None:

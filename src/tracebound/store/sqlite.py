@@ -15,6 +15,7 @@ the store only formats a short suffix, hashes and inserts (see `events/record.py
 from __future__ import annotations
 
 import importlib
+import os
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
@@ -309,6 +310,24 @@ class _WriterState:
             self.db.exec("ROLLBACK")
 
 
+def _create_private(path: Path) -> None:
+    """Create the empty database file owner-only (0600), before SQLite opens it.
+
+    SQLite would create it 0644 (less the umask), world-readable in any directory that is
+    not tracebound's own 0700 one; its -wal and -shm files copy the database file's mode.
+    """
+    try:
+        fd = os.open(
+            path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600
+        )
+    except FileExistsError:  # another process is creating it: it sets the mode
+        return
+    try:
+        os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+
+
 class SQLiteStore(ChainedAppends):
     """A ledger in one SQLite file. Safe to share between threads and processes.
 
@@ -342,6 +361,7 @@ class SQLiteStore(ChainedAppends):
             if not create:
                 raise StoreNotFound(f"no ledger at {p}; run `tracebound init` first")
             p.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            _create_private(p)
         self.path = p
         self.url = f"sqlite:///{p}"
         self._synchronous = synchronous.upper()

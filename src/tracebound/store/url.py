@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Final
-from urllib.parse import unquote, urlsplit
+from urllib.parse import SplitResult, unquote, urlsplit
 
 from tracebound.errors import ConfigError
 from tracebound.store.jsonl import JsonlStore
@@ -24,6 +24,19 @@ DEFAULT_STORE_DIR: Final = Path(".tracebound")
 _POSTGRES_SCHEMES: Final = frozenset({"postgresql", "postgres"})
 
 
+def _split(url: str) -> SplitResult:
+    """``urlsplit``, with its ValueError (a bracket left open) as a ConfigError.
+
+    The message does not quote the URL: it may hold a password. (The port is not checked
+    here: ``postgresql://h1:5432,h2:5433/db`` is libpq's multi-host form.)
+    """
+    try:
+        return urlsplit(url)
+    except ValueError as exc:
+        scheme = url.split(":", 1)[0]
+        raise ConfigError(f"invalid {scheme} URL: {exc}") from None
+
+
 def store_path(url: str | Path | None) -> Path:
     """The filesystem location a SQLite or JSONL URL or path names (for key/witness placement)."""
     if url is None:
@@ -31,7 +44,7 @@ def store_path(url: str | Path | None) -> Path:
     text = str(url)
     if "://" not in text:
         return Path(text)
-    parts = urlsplit(text)
+    parts = _split(text)
     if parts.scheme not in {"sqlite", "jsonl"}:
         raise ConfigError(f"{parts.scheme!r} URLs do not name a local path")
     # sqlite:///rel/path -> "rel/path"; sqlite:////abs/path -> "/abs/path" (SQLAlchemy's form)
@@ -51,7 +64,7 @@ def open_store(url: str | Path | None = None, *, create: bool = False) -> Ledger
         StoreNotFound: there is no store there and ``create`` is false.
     """
     if url is not None and "://" in str(url):
-        scheme = urlsplit(str(url)).scheme
+        scheme = _split(str(url)).scheme
         if scheme in _POSTGRES_SCHEMES:
             return _open_postgres(str(url), create=create)
         if scheme == "jsonl":

@@ -42,6 +42,7 @@ from blake3 import blake3
 from pydantic import BaseModel, ConfigDict, Field
 
 from tracebound.errors import ValidationFailed
+from tracebound.pipeline.redaction import CONFUSABLES
 from tracebound.pipeline.retry.models import MAX_SUMMARY_BYTES, AttemptSummary, FailingSignal
 from tracebound.sources import IdSource
 
@@ -66,11 +67,8 @@ _LABEL = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
 
 _LINE_BREAKS = re.compile(r"\r\n|[\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 _VARIATION = re.compile(r"[\ufe00-\ufe0f\U000e0100-\U000e01ef]")
-# Latin look-alikes in Cyrillic and Greek: enough to fold the confusables attackers use.
-_CONFUSABLES: Final = str.maketrans(
-    "аАвВеЕкКмМнНоОрРсСтТуУхХіІјЈѕЅԁԛԝӏɡαΑβΒεΕηΗιΙκΚμΜνΝοΟρΡτΤυΥχΧζΖ",
-    "aABBeEkKmMHHoOpPcCtTyYxXiIjJsSdqwlgaABBeEnHiIkKuMvNoOpPtTuYxXzZ",
-)
+# Latin look-alikes in Cyrillic and Greek: the redactor folds the same ones.
+_CONFUSABLES: Final = CONFUSABLES
 _LATIN_OR_CONFUSABLE = re.compile(r"[^\W\d_]+", re.UNICODE)
 
 

@@ -83,7 +83,7 @@ from tracebound.ledger import Ledger
 from tracebound.pipeline.fallback.budget import Budget, PricingTable
 from tracebound.pipeline.fallback.eventlog import AttemptEventLog
 from tracebound.pipeline.fallback.fence import FenceWrapper, SanitizedText, merge_reports
-from tracebound.pipeline.fallback.leaf import LeafCallFailed, LeafResponse, LLMLeaf
+from tracebound.pipeline.fallback.leaf import LeafResponse, LLMLeaf
 from tracebound.pipeline.fallback.models import (
     WORKFLOW_ID_PATTERN,
     AnchorHook,
@@ -363,7 +363,11 @@ class FallbackTier:
             response = leaf.complete(
                 frame.prompt, model=frame.model, max_tokens=self._budget.max_output_tokens
             )
-        except LeafCallFailed as exc:
+        except Exception as exc:  # noqa: BLE001 - any leaf failure is a refusal, not a crash
+            # Adapters translate their SDK's errors into LeafCallFailed; a leaf that does
+            # not (a custom one, a bug) must still not leave the attempt without its anchor
+            # and its budget reservation unreconciled. Only the type is kept: a message may
+            # quote the prompt or a credential.
             frame.extras["phase4.leaf_error"] = type(exc).__name__
             response = None
         if response is not None:

@@ -1,0 +1,68 @@
+"""JSON as an offline verifier must read it: one meaning per file, or a refusal.
+
+A proof or evidence file is read by tracebound and, often, by a person with another tool
+(``jq``, a browser, a Go or JavaScript program). Where JSON parsers disagree, a forger can
+show the verifier one value and the reader another. So the files are parsed strictly:
+
+* UTF-8 only (no byte order mark), no lone surrogates, no ``NaN``/``Infinity``;
+* no object with the same key twice (parsers keep the first or the last, or refuse);
+* nesting at most as deep as orjson allows.
+
+Every refusal is a :class:`ValueError` whose message says what is wrong; callers turn it
+into their own typed error (``ProofError``, ``EvidenceInvalid``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import orjson
+
+__all__ = ["loads_strict"]
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def loads_strict(data: bytes | str) -> Any:
+    """Parse ``data`` as strict JSON (see the module docstring).
+
+    Raises:
+        ValueError: not UTF-8, not JSON, or ambiguous JSON; the message says which.
+    """
+    if isinstance(data, bytes | bytearray | memoryview):
+        try:
+            bytes(data).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(
+                f"not UTF-8 text: byte 0x{exc.object[exc.start]:02x} at offset {exc.start}"
+            ) from None
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"not JSON: {exc}") from exc
+    try:
+        # orjson keeps the last of two equal keys without a word; the standard parser
+        # can say so. It only runs on what orjson accepted, so its laxer parts never apply.
+        json.loads(data, object_pairs_hook=_no_duplicates)
+    except _DuplicateKey as exc:
+        key = exc.key if len(exc.key) <= 80 else exc.key[:77] + "..."
+        raise ValueError(f"ambiguous JSON: the key {key!r} appears twice in one object") from None
+    except RecursionError:
+        raise ValueError("not JSON this tool reads: nested too deeply") from None
+    except ValueError as exc:  # orjson accepted it; be safe all the same
+        raise ValueError(f"not JSON: {exc}") from exc
+    return value

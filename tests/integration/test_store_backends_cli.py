@@ -1,0 +1,348 @@
+"""Storage backends as a new user meets them: SQLite, PostgreSQL and JSONL through the CLI.
+
+Each test pins a problem found by following README.md, docs/postgresql.md and docs/jsonl.md
+as written: a progress bar that crashed every command on a terminal, a URL that ended in a
+traceback, a password echoed in an error, `verify` failing on a URL with a password, a
+world-readable SQLite file, a second torn tail at the same offset that repair refused, and
+`copy` leaving a destination behind for a bad option or saying nothing useful on Ctrl-C or
+after `init`.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+from rich.console import Console
+from typer.testing import CliRunner
+
+import tracebound.ledger
+from tests.integration.conftest import cost
+from tests.pg import PgServer
+from tracebound.cli import _common
+from tracebound.cli import copy as copy_cli
+from tracebound.cli.app import app
+from tracebound.errors import ConfigError, StorageError
+from tracebound.integrity.keys import NoteSigner
+from tracebound.ledger import Ledger
+from tracebound.sources import FixedClock, SequentialIds
+from tracebound.store.jsonl import JsonlStore
+from tracebound.store.port import MerkleNodeStore
+from tracebound.store.sqlite import SQLiteStore
+from tracebound.store.url import open_store
+
+ORIGIN = "tracebound.test/review-store"
+SIGNER = NoteSigner("tb-review", bytes(range(32)))
+EVENT = {
+    "stream_id": "run-1",
+    "payload": {"kind": "cost_incurred", "tier": "direct", "amount_usd": "0.01", "source": "x"},
+}
+
+
+def cli(*args: str, input: str | None = None) -> Any:
+    return CliRunner().invoke(app, list(args), input=input)
+
+
+def json_out(result: Any) -> dict[str, Any]:
+    out: dict[str, Any] = json.loads(result.stdout)
+    return out
+
+
+def sign_ledger(url: str, n: int) -> None:
+    """``n`` events over three streams, signed at the end."""
+    store = open_store(url, create=True)
+    store.set_meta("origin", ORIGIN)
+    with Ledger(
+        store, clock=FixedClock(), ids=SequentialIds(), signer=SIGNER, origin=ORIGIN
+    ) as led:
+        for i in range(0, n, 500):
+            for j in range(i, min(i + 500, n)):
+                led.record(f"s{j % 3}", [cost(j)])
+        led.checkpoint()
+
+
+# -- progress bars --------------------------------------------------------------------------
+
+
+def test_progress_bar_draws_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every long command (verify, copy, append, checkpoint) draws this bar on a terminal.
+
+    Its first frame is drawn before any total is known, and "{task.total:,}" of None raised
+    TypeError: every such command ended in a traceback on a real terminal (CliRunner and
+    pipes are no terminal, so no test saw it).
+    """
+    screen = io.StringIO()
+    terminal = Console(file=screen, force_terminal=True, width=100)
+    monkeypatch.setattr(_common, "err_console", terminal)
+    monkeypatch.delenv("CI", raising=False)
+    with _common.progress_bar("copying", enabled=True) as update:
+        update(4096, 90_000)
+        update(90_000, 90_000)
+    assert "90,000/90,000 events" in screen.getvalue()
+
+
+# -- URLs and passwords ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["postgresql://app:s3cret-pw@[::1/ledgers", "sqlite://[oops/x", "jsonl://[oops/x"],
+)
+def test_an_unparsable_url_is_a_usage_error_not_a_traceback(url: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        open_store(url)
+    assert "s3cret-pw" not in str(caught.value)
+    result = cli("log", "--store", url, "--json")
+    assert result.exit_code == 2, result.output
+    error = json_out(result)["error"]
+    assert error["kind"] == "ConfigError"
+    assert "invalid" in error["message"]
+    assert "s3cret-pw" not in result.output
+
+
+def test_a_password_is_not_echoed_when_libpq_cannot_parse_the_url() -> None:
+    """libpq quotes the token it cannot parse; here that token is the password."""
+    url = "postgresql://app:s3cret%ZZpw@db.invalid/ledgers"
+    result = cli("log", "--store", url, "--json")
+    assert result.exit_code == 2, result.output
+    error = json_out(result)["error"]
+    assert error["kind"] == "ConfigError"
+    assert "percent-encoded" in error["message"]
+    assert "s3cret" not in result.output
+    with pytest.raises(ConfigError) as caught:
+        open_store(url)
+    assert caught.value.__cause__ is None  # the original, which quotes it, is not chained
+    assert "s3cret" not in str(caught.value)
+
+
+PW_ROLE = "tb_review_pw"
+PW = "s3cret-Pw"
+
+
+@pytest.fixture
+def password_role(postgres_server: PgServer, postgres_dsn: str) -> Iterator[str]:
+    """A role that must give its password (the session's server trusts everyone else).
+
+    Yields a store URL with the password in it, over TCP.
+    """
+    hba = postgres_server.datadir / "pg_hba.conf"
+    before = hba.read_text(encoding="utf-8")
+    rules = f"local all {PW_ROLE} scram-sha-256\nhost all {PW_ROLE} 127.0.0.1/32 scram-sha-256\n"
+    hba.write_text(rules + before, encoding="utf-8")
+    dbname = postgres_dsn.rsplit("dbname=", 1)[1]
+    with psycopg.connect(postgres_server.dsn(), autocommit=True) as admin:
+        admin.execute(
+            sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(PW_ROLE))  # an earlier run
+        )
+        admin.execute(
+            sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
+                sql.Identifier(PW_ROLE), sql.Literal(PW)
+            )
+        )
+        admin.execute(
+            sql.SQL("GRANT ALL ON DATABASE {} TO {}").format(
+                sql.Identifier(dbname), sql.Identifier(PW_ROLE)
+            )
+        )
+        admin.execute("SELECT pg_reload_conf()")
+    try:
+        yield f"postgresql://{PW_ROLE}:{PW}@127.0.0.1:{postgres_server.port}/{dbname}?schema=pw"
+    finally:
+        hba.write_text(before, encoding="utf-8")
+        with psycopg.connect(postgres_dsn, autocommit=True) as admin:  # where it owns things
+            admin.execute("SELECT pg_reload_conf()")
+            admin.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(PW_ROLE)))
+            admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(PW_ROLE)))
+
+
+@pytest.mark.postgres
+def test_verify_workers_connect_with_the_password_the_url_gives(
+    password_role: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`tracebound verify --store postgresql://user:password@…` uses CPU-count worker
+    processes; they reopened the store from its printable URL, without the password, and
+    failed with "fe_sendauth: no password supplied"."""
+    url = password_role
+    monkeypatch.delenv("PGPASSWORD", raising=False)
+    monkeypatch.setenv("PGPASSFILE", os.devnull)
+    wrong = url.replace(PW, "wrong-pw")
+    with pytest.raises(StorageError) as caught:
+        open_store(wrong, create=True)
+    assert "wrong-pw" not in str(caught.value)
+    sign_ledger(url, 5000)
+    monkeypatch.setattr(tracebound.ledger, "CHUNK", 2048)  # several chunks, so workers run
+    store = open_store(url)
+    assert PW not in store.url
+    try:
+        report = Ledger(
+            store, clock=FixedClock(), ids=SequentialIds(), verifier=SIGNER.verifier
+        ).verify(workers=2)
+    finally:
+        store.close()
+    assert report.damage is None, report.damage
+    assert report.size == 5000
+    assert report.checks["merkle"] == "ok"
+
+
+# -- file modes -------------------------------------------------------------------------------
+
+
+def test_a_new_sqlite_ledger_file_is_owner_only(tmp_path: Path) -> None:
+    """`--store sqlite:///shared/ledger.db` in a directory that is not tracebound's own:
+    SQLite made the file 0644 (less the umask), world-readable, and -wal/-shm copy it."""
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    old = os.umask(0o022)
+    try:
+        store = SQLiteStore(shared / "ledger.db")
+        try:
+            store.append("run-1", [])  # nothing, but the WAL exists once the db is open
+        finally:
+            store.close()
+    finally:
+        os.umask(old)
+    for path in shared.iterdir():
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+
+
+# -- JSONL repair -----------------------------------------------------------------------------
+
+
+def _tear(log: Path) -> None:
+    with log.open("r+b") as f:
+        f.truncate(log.stat().st_size - 10)
+
+
+def test_a_second_torn_tail_at_the_same_offset_is_repaired_too(tmp_path: Path) -> None:
+    """Crash, repair, the same append retried, crash again: the tail is torn at the same
+    offset. Repair refused ("exists with other bytes; move it away first", exit 2)."""
+    url = f"jsonl:///{tmp_path / 'j'}"
+    assert cli("init", "--store", url, "--origin", ORIGIN).exit_code == 0
+    line = json.dumps(EVENT) + "\n"
+    assert cli("append", "--store", url, input=line).exit_code == 0
+    log = tmp_path / "j" / "log.jsonl"
+    offset = log.stat().st_size
+    kept: list[str] = []
+    for attempt in range(2):
+        extra = {**EVENT, "correlation_id": f"retry-{attempt}"}
+        assert cli("append", "--store", url, input=json.dumps(extra) + "\n").exit_code == 0
+        _tear(log)
+        shown = cli("repair", "--store", url, "--json")
+        assert shown.exit_code == 1
+        assert json_out(shown)["torn"][0]["offset"] == offset
+        assert log.stat().st_size > offset  # only shown, not cut
+        done = cli("repair", "--store", url, "--yes", "--json")
+        assert done.exit_code == 0, done.output
+        kept.append(json_out(done)["repaired"][0]["kept"])
+        assert log.stat().st_size == offset
+    assert kept == [f"log.jsonl.torn-{offset}", f"log.jsonl.torn-{offset}.2"]
+    for name in kept:
+        assert stat.S_IMODE((tmp_path / "j" / name).stat().st_mode) == 0o600
+    assert (tmp_path / "j" / kept[0]).read_bytes() != (tmp_path / "j" / kept[1]).read_bytes()
+    store = JsonlStore(tmp_path / "j", create=False)
+    try:
+        notes = store.repairs()
+        assert [n["kept"] for n in notes] == kept
+        assert store.size() == 1
+    finally:
+        store.close()
+
+
+# -- copy -------------------------------------------------------------------------------------
+
+
+def test_copy_with_a_bad_batch_creates_no_destination(tmp_path: Path) -> None:
+    src = f"sqlite:///{tmp_path / 'src.db'}"
+    sign_ledger(src, 10)
+    dst = tmp_path / "dst"
+    result = cli("copy", src, f"jsonl:///{dst}", "--batch", "3000", "--json")
+    assert result.exit_code == 2, result.output
+    assert "multiple of 2048" in json_out(result)["error"]["message"]
+    assert not dst.exists()
+
+
+def test_copy_into_a_destination_made_by_init_says_why_it_is_refused(tmp_path: Path) -> None:
+    src = f"sqlite:///{tmp_path / 'src.db'}"
+    sign_ledger(src, 10)
+    dst = f"jsonl:///{tmp_path / 'dst'}"
+    assert cli("init", "--store", dst).exit_code == 0  # a random origin of its own
+    result = cli("copy", src, dst, "--verifier-key", SIGNER.verifier.format(), "--json")
+    assert result.exit_code == 1, result.output
+    error = json_out(result)["error"]
+    assert error["kind"] == "CopyDiverged"
+    assert "empty ledger" in error["message"]
+    assert "tracebound init" in error["message"]
+
+
+def test_ctrl_c_mid_copy_says_how_far_it_got_and_how_to_resume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    src = f"sqlite:///{tmp_path / 'src.db'}"
+    sign_ledger(src, 5000)
+    dst = f"sqlite:///{tmp_path / 'dst.db'}"
+    real = copy_cli.copy_ledger
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        def progress(done: int, total: int) -> None:
+            if done >= 2048:
+                raise KeyboardInterrupt
+
+        return real(*args, **{**kwargs, "progress": progress})
+
+    monkeypatch.setattr(copy_cli, "copy_ledger", interrupted)
+    key = SIGNER.verifier.format()
+    result = cli("copy", src, dst, "--verifier-key", key, "--batch", "2048", "--json")
+    assert result.exit_code == 130, result.output
+    error = json_out(result)["error"]
+    assert error["kind"] == "Interrupted"
+    assert error["written"] == 2048
+    assert "run the same command again" in error["message"]
+    monkeypatch.setattr(copy_cli, "copy_ledger", real)
+    resumed = cli("copy", src, dst, "--verifier-key", key, "--json")
+    assert resumed.exit_code == 0, resumed.output
+    assert json_out(resumed)["resumed_from"] == 2048
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "jsonl"])
+def test_a_copy_gets_its_stored_merkle_nodes(tmp_path: Path, kind: str) -> None:
+    """Without them every `prove` on a copy read the whole log (ADR 0011's milliseconds
+    only came back after a first checkpoint on the copy)."""
+    src = f"sqlite:///{tmp_path / 'src.db'}"
+    sign_ledger(src, 5000)
+    dst = f"{kind}:///{tmp_path / 'dst'}"
+    key = SIGNER.verifier.format()
+    assert cli("copy", src, dst, "--verifier-key", key, "--batch", "2048").exit_code == 0
+    source, copy = open_store(src), open_store(dst)
+    try:
+        assert isinstance(source, MerkleNodeStore)
+        assert isinstance(copy, MerkleNodeStore)
+        for level in range(1, 13):
+            assert copy.merkle_node_count(level) == source.merkle_node_count(level)
+            count = copy.merkle_node_count(level)
+            assert copy.merkle_nodes(level, 0, count) == source.merkle_nodes(level, 0, count)
+        assert copy.merkle_node_count(1) > 0
+        ledger = Ledger(copy, clock=FixedClock(), ids=SequentialIds(), verifier=SIGNER.verifier)
+        bundle = ledger.prove(4321)
+        assert bundle.position == 4321
+    finally:
+        source.close()
+        copy.close()
+
+
+def test_copy_checked_with_another_key_says_to_pass_the_right_one(tmp_path: Path) -> None:
+    src = f"sqlite:///{tmp_path / 'src.db'}"
+    sign_ledger(src, 10)
+    other = NoteSigner("tb-review", bytes(range(1, 33))).verifier.format()
+    result = cli("copy", src, f"jsonl:///{tmp_path / 'dst'}", "--verifier-key", other, "--json")
+    assert result.exit_code == 1, result.output
+    error = json_out(result)["error"]
+    assert error["damage"] == "forged-signature"
+    assert "if the source was signed with another key, pass that one" in error["message"]
