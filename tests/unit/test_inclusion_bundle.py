@@ -30,7 +30,13 @@ from tracebound.errors import (
     TraceboundError,
 )
 from tracebound.events.catalog import CostIncurred, CostSource
-from tracebound.integrity.merkle import HASH_SIZE, verify_consistency, verify_inclusion
+from tracebound.integrity.chain import chain_hash
+from tracebound.integrity.merkle import (
+    HASH_SIZE,
+    leaf_hash,
+    verify_consistency,
+    verify_inclusion,
+)
 from tracebound.integrity.note import Checkpoint, SignedNote, parse_checkpoint, sign_checkpoint
 from tracebound.integrity.strict_json import loads_strict
 from tracebound.ledger import InclusionBundle, verify_bundle
@@ -110,34 +116,28 @@ def test_a_bundle_whose_position_is_not_the_records_is_refused(ledger: Ledger) -
     assert info.value.field == "position"
 
 
+def _one_leaf_bundle(body: dict[str, Any], prev: bytes, position: int) -> InclusionBundle:
+    """A bundle for a one-event tree holding ``body``, signed by the test key."""
+    raw = json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
+    h = chain_hash(prev, raw)
+    note = sign_checkpoint(Checkpoint(ORIGIN, 1, leaf_hash(h)), SIGNER)
+    return InclusionBundle(
+        position=position, stream_id="run-0", prev_hash=prev, hash=h, body=raw, tree_size=1,
+        proof=[], checkpoint=note,
+    )  # fmt: skip
+
+
 def test_a_record_whose_prev_hash_field_disagrees_is_refused(good: dict[str, Any]) -> None:
     """A record hashed with one prev_hash but naming another inside: a leaf no honest
     ledger writes. It is signed here by the test key, so only the field check catches it."""
     body = json.loads(base64.b64decode(good["record"]))
     body["prev_hash"] = "11" * 32
-    raw = json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
-    from tracebound.integrity.chain import chain_hash
-    from tracebound.integrity.merkle import leaf_hash
-
     prev = bytes.fromhex(good["prev_hash"])
-    h = chain_hash(prev, raw)
-    note = sign_checkpoint(Checkpoint(ORIGIN, 1, leaf_hash(h)), SIGNER)
-    bundle = InclusionBundle(
-        position=3, stream_id="run-0", prev_hash=prev, hash=h, body=raw, tree_size=1,
-        proof=[], checkpoint=note,
-    )  # fmt: skip
     with pytest.raises(ProofError):  # position 3 is outside a tree of 1
-        verify_bundle(bundle, VERIFIER)
+        verify_bundle(_one_leaf_bundle(body, prev, 3), VERIFIER)
     body["position"] = 1
-    raw = json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
-    h = chain_hash(prev, raw)
-    note = sign_checkpoint(Checkpoint(ORIGIN, 1, leaf_hash(h)), SIGNER)
-    bundle = InclusionBundle(
-        position=1, stream_id="run-0", prev_hash=prev, hash=h, body=raw, tree_size=1,
-        proof=[], checkpoint=note,
-    )  # fmt: skip
     with pytest.raises(BundleFieldMismatch) as info:
-        verify_bundle(bundle, VERIFIER)
+        verify_bundle(_one_leaf_bundle(body, prev, 1), VERIFIER)
     assert info.value.field == "prev_hash"
 
 
