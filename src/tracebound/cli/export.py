@@ -28,7 +28,12 @@ from tracebound.cli._common import (
     store_dir,
 )
 from tracebound.errors import ConfigError
-from tracebound.pipeline.retry.anchors import AnchorWriter, anchor_dataset, write_dataset
+from tracebound.pipeline.retry.anchors import (
+    AnchorWriter,
+    anchor_dataset,
+    require_parquet,
+    write_dataset,
+)
 
 __all__ = ["export_app"]
 
@@ -66,8 +71,12 @@ def export_anchors(
     cover the last anchor and the signing key is available.
     """
     with handled(as_json):
-        if fmt is Format.parquet and out is None:
-            raise ConfigError("--format parquet needs --out FILE")
+        if fmt is Format.parquet:
+            if out is None:
+                raise ConfigError("--format parquet needs --out FILE")
+            require_parquet()  # before a checkpoint is signed for an export that cannot happen
+        if out is not None and not out.parent.is_dir():
+            raise ConfigError(f"--out {out}: there is no folder {out.parent}")
         ledger = open_ledger(store, key=key, verifier_key=verifier_key)
         try:
             projection = AnchorWriter(store_dir(store))
@@ -83,9 +92,12 @@ def export_anchors(
             sys.stdout.flush()
             return
         tmp = out.with_name(f".{out.name}.tmp")
-        with tmp.open("wb") as fh:
-            write_dataset(rows, "parquet" if fmt is Format.parquet else "jsonl", fh)
-        tmp.replace(out)
+        try:
+            with tmp.open("wb") as fh:
+                write_dataset(rows, "parquet" if fmt is Format.parquet else "jsonl", fh)
+            tmp.replace(out)
+        finally:
+            tmp.unlink(missing_ok=True)  # only left there when the export failed
     if as_json:
         emit_json({"ok": True, "rows": len(rows), "format": fmt.value, "out": str(out)})
     else:

@@ -16,10 +16,9 @@ Presence rules, chosen so that one entry has one JSON spelling (it is hashed):
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Self, TypeAlias
+from typing import Annotated, Any, Literal, Self, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-from pydantic.json_schema import SkipJsonSchema
 
 from tracebound.contract._types import (
     ArtifactDigest,
@@ -29,6 +28,7 @@ from tracebound.contract._types import (
     TextSet,
     invariant,
 )
+from tracebound.errors import short_repr
 from tracebound.events.anchor import Count, UtcDateTime
 from tracebound.events.catalog import CostEstimate, Role, StepStatus
 from tracebound.events.catalog import Validations as _CatalogValidations
@@ -52,6 +52,17 @@ def _is_none(value: object) -> bool:
     return value is None
 
 
+def _never_null(schema: dict[str, Any]) -> None:
+    """Leave ``null`` out of an optional field's JSON Schema: absent is how "none" is said.
+
+    (Rather than ``X | SkipJsonSchema[None]``, which makes pydantic validate a union and put
+    the member's name in an error's location: ``approval.Approval.timestamp``.)
+    """
+    options = schema.pop("anyOf", None)
+    if options is not None:
+        schema.update(*(option for option in options if option != {"type": "null"}))
+
+
 class Validations(_CatalogValidations):
     """Which validations ran, which of those failed, and which are still pending.
 
@@ -66,12 +77,13 @@ class Validations(_CatalogValidations):
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
-        not_ran = [name for name in self.failed if name not in self.ran]
+        ran = set(self.ran)  # a set: each list may be long, and a tuple is searched item by item
+        not_ran = [name for name in self.failed if name not in ran]
         if not_ran:
-            raise invariant("failed", f"lists validations that did not run: {not_ran}")
-        both = [name for name in self.pending if name in self.ran]
+            raise invariant("failed", f"lists validations that did not run: {short_repr(not_ran)}")
+        both = [name for name in self.pending if name in ran]
         if both:
-            raise invariant("pending", f"lists validations that already ran: {both}")
+            raise invariant("pending", f"lists validations that already ran: {short_repr(both)}")
         return self
 
 
@@ -98,16 +110,22 @@ class ARLEntry(BaseModel):
     timestamp_end: UtcDateTime
     duration_ms: Count
     artifact_hash: ArtifactDigest
-    payload_pointer: Annotated[Text | SkipJsonSchema[None], Field(exclude_if=_is_none)] = None
+    payload_pointer: Annotated[
+        Text | None, Field(exclude_if=_is_none, json_schema_extra=_never_null)
+    ] = None
     status: StepStatus
     error_origin: StepIdField | None
     cost_est: CostEstimate
     latency_ms: Count
     validations: Validations
     storage: Storage
-    approval: Annotated[Approval | SkipJsonSchema[None], Field(exclude_if=_is_none)] = None
+    approval: Annotated[
+        Approval | None, Field(exclude_if=_is_none, json_schema_extra=_never_null)
+    ] = None
     scopes_granted: TextSet
-    redaction_reason: Annotated[Text | SkipJsonSchema[None], Field(exclude_if=_is_none)] = None
+    redaction_reason: Annotated[
+        Text | None, Field(exclude_if=_is_none, json_schema_extra=_never_null)
+    ] = None
 
     @model_validator(mode="after")
     def _lineage_and_time(self) -> Self:

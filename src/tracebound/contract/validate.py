@@ -13,7 +13,11 @@ Format checking is on, with tracebound's own ``date-time`` checker: jsonschema c
 what else happens to be installed.
 
 The JSON Schema pass has two validators (ADR 0008). ``jsonschema`` is the reference: it
-decides what is invalid and explains it (``best_match``). A compiled ``jsonschema-rs``
+decides what is invalid and explains it (``best_match``). Two of its keywords are replaced:
+``pattern`` reads ``$`` as the end of the text, as ECMA 262 does (Python's also matches
+before a final newline), and ``uniqueItems`` is linear (jsonschema compares every pair of
+items that do not sort). A ``$ref`` is only ever looked up in the two packaged schemas;
+nothing is fetched. A compiled ``jsonschema-rs``
 validator is asked "valid?" first, and is trusted only when it says yes; on no, on an
 error, or for a value that is not plain JSON, the reference runs exactly as before. The
 fast path is built to be at least as strict as the reference (its schema copy spells
@@ -26,6 +30,7 @@ artifact is checked about 30 times faster.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable, Mapping
 from datetime import datetime
@@ -35,12 +40,14 @@ from typing import Any, Final, Literal, TypeVar
 
 import jsonschema_rs
 from jsonschema import Draft202012Validator, FormatChecker  # type: ignore[import-untyped]  # jsonschema has no py.typed
+from jsonschema import validators as jsonschema_validators
 from jsonschema.exceptions import SchemaError as BadSchema  # type: ignore[import-untyped]  # jsonschema has no py.typed
 from jsonschema.exceptions import ValidationError as SchemaError
 from jsonschema.exceptions import best_match
 from pydantic import BaseModel
 from pydantic import ValidationError as ModelError
 from referencing import Registry, Resource
+from referencing.exceptions import Unresolvable
 
 from tracebound.contract._types import INVARIANT_ERROR, PATTERN_REASONS
 from tracebound.contract.arl import ARLEntry
@@ -108,6 +115,93 @@ def _format_checker() -> Any:
 
 
 @cache
+def _reference_pattern(pattern: str) -> re.Pattern[str]:
+    """``pattern`` compiled with every ``$`` (outside a class, unescaped) read as ``\\Z``.
+
+    Python's ``$`` also matches before a final newline; ECMA 262's, which JSON Schema
+    names, and jsonschema-rs's do not. So ``"0.02\\n"`` would pass the money pattern in
+    the reference, and the model (a Decimal) would quietly drop the newline.
+    """
+    out: list[str] = []
+    in_class = False
+    i = 0
+    while i < len(pattern):
+        char = pattern[i]
+        if char == "\\":
+            out.append(pattern[i : i + 2])
+            i += 2
+            continue
+        if char == "[" and not in_class:
+            in_class = True
+            start, i = i, i + 1
+            i += pattern.startswith("^", i)
+            i += pattern.startswith("]", i)  # a leading ']' is a member, not the end
+            out.append(pattern[start:i])
+            continue
+        if char == "]" and in_class:
+            in_class = False
+        out.append("\\Z" if char == "$" and not in_class else char)
+        i += 1
+    return re.compile("".join(out))
+
+
+def _pattern_keyword(validator: Any, pattern: str, instance: Any, schema: Any) -> Any:
+    if validator.is_type(instance, "string") and not _reference_pattern(pattern).search(instance):
+        yield SchemaError(f"does not match {pattern!r}")
+
+
+_JSON_KEY_SCALARS: Final = {str: "s", int: "n", float: "n", bool: "b", type(None): "z"}
+
+
+def _json_key(value: object) -> object:
+    """A hashable stand-in for plain JSON ``value``, equal exactly when jsonschema's
+    ``equal`` says the values are (``1 == 1.0``, ``True != 1``, key order ignored).
+
+    Raises:
+        TypeError: ``value`` is not plain JSON, or is a NaN (equal only to itself there).
+    """
+    kind = type(value)
+    if kind is dict:
+        assert isinstance(value, dict)
+        if not all(type(key) is str for key in value):
+            raise TypeError("a key that is not a string")
+        return ("d", frozenset((key, _json_key(item)) for key, item in value.items()))
+    if kind is list:
+        assert isinstance(value, list)
+        return ("l", tuple(_json_key(item) for item in value))
+    if kind not in _JSON_KEY_SCALARS or (isinstance(value, float) and math.isnan(value)):
+        raise TypeError("not plain JSON")
+    return (_JSON_KEY_SCALARS[kind], value)
+
+
+_UNIQUE_ITEMS: Final = Draft202012Validator.VALIDATORS["uniqueItems"]
+
+
+def _unique_items(validator: Any, unique: bool, instance: Any, schema: Any) -> Any:
+    """``uniqueItems`` in linear time for plain JSON.
+
+    jsonschema sorts the items, and when they do not sort (objects, or a string and a
+    number) compares every pair: 20 000 small objects took over a minute. Anything that is
+    not plain JSON still gets jsonschema's own check.
+    """
+    if not (unique and validator.is_type(instance, "array")):
+        return
+    try:
+        keys = [_json_key(item) for item in instance]
+    except TypeError:
+        yield from _UNIQUE_ITEMS(validator, unique, instance, schema)
+        return
+    if len(set(keys)) != len(keys):
+        yield SchemaError("has non-unique elements")
+
+
+_Reference: Final = jsonschema_validators.extend(
+    Draft202012Validator, {"pattern": _pattern_keyword, "uniqueItems": _unique_items}
+)
+"""Draft 2020-12 as jsonschema implements it, but for ``$`` and the speed of ``uniqueItems``."""
+
+
+@cache
 def _validator(name: str) -> Any:
     """The reference validator: it alone decides that a document is invalid, and why."""
     tpc, arl = load_schema("tpc"), load_schema("arl")
@@ -119,7 +213,7 @@ def _validator(name: str) -> Any:
         Draft202012Validator.check_schema(schema)
     except BadSchema as exc:
         raise ContractError(f"the {name!r} contract schema is not valid: {exc.message}") from exc
-    return Draft202012Validator(schema, registry=registry, format_checker=_format_checker())
+    return _Reference(schema, registry=registry, format_checker=_format_checker())
 
 
 # --- the fast path ---------------------------------------------------------------------------
@@ -137,8 +231,8 @@ def _rust_pattern(pattern: str) -> str:
     """``pattern`` rewritten so that jsonschema-rs matches what Python's ``re`` matches.
 
     ``\\s`` and ``\\S`` become explicit classes; escaped punctuation and every other character
-    mean the same in both engines, except ``$``, which Python also matches before a final
-    newline: there jsonschema-rs is stricter, which is safe (the reference then decides).
+    mean the same in both engines (``$`` too: the reference reads it as the end of the text,
+    see :func:`_reference_pattern`).
     Any other escape (``\\d``, ``\\w``, ``\\b``, ...) differs between the engines somewhere,
     so it is refused rather than guessed at: whoever adds one to a schema must teach this
     function (and its test) what it means.
@@ -357,6 +451,9 @@ def _schema_reason(error: SchemaError) -> tuple[list[Any], str]:
         return [*path, missing], "is required"
     if kind == "additionalProperties":
         allowed = set(error.schema.get("properties", {}))
+        odd = [name for name in instance if not isinstance(name, str)]
+        if odd:  # only a Python caller can build one; sorted() would raise on it
+            return path, f"has a key that is not a string ({type(odd[0]).__name__})"
         extra = next(name for name in sorted(instance) if name not in allowed)
         return [*path, extra], "is not an allowed field"
     simple: dict[str, Callable[[], str]] = {
@@ -414,6 +511,12 @@ def _check(name: Literal["tpc", "envelope", "arl"], model: type[_M], data: Mappi
             # A value that is not plain JSON and that the reference cannot even compare,
             # e.g. Decimal("NaN") in an array it checks for duplicates (uniqueItems sorts).
             raise ValidationFailed("$", "holds a value that is not plain JSON") from None
+        except Unresolvable as exc:
+            # A $ref in our own packaged schema names nothing the registry holds (nothing is
+            # ever fetched): the contract is broken, not the document.
+            raise ContractError(
+                f"the {name!r} contract schema has a $ref that cannot be resolved: {exc}"
+            ) from exc
         if error is not None:
             parts, reason = _schema_reason(error)
             raise ValidationFailed(_path(parts), reason)

@@ -143,7 +143,11 @@ exactly, so an oversized count fails here rather than at the ledger's write.
 
 
 def _to_utc(value: datetime) -> datetime:
-    return value.astimezone(UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        # e.g. 9999-12-31T23:59:59-05:00; pydantic lets only a ValueError become its error.
+        raise ValueError("is out of range: it falls outside years 1..9999 in UTC") from None
 
 
 UtcDateTime: TypeAlias = Annotated[

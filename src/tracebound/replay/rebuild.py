@@ -7,6 +7,9 @@ trusts neither:
 * every record of the run is read back as stored bytes and re-hashed, and each must link
   to the one before it (BLAKE3 chain, from genesis): a damaged stream raises
   :class:`~tracebound.errors.LedgerDamaged`, because nothing built on it could be trusted;
+* the log must be at least as long as its newest checkpoint and its witness's: a run cut
+  short at the end of the log still chains from genesis, and only the signed length tells
+  it from a run that stopped there (TRUNCATION or ROLLBACK);
 * every blob a record names (the inputs, each step's artifact, each validation's output)
   is fetched and its SHA-256 compared with the digest the record holds;
 * every accepted artifact is validated against the TPC contract again (the schema may
@@ -31,6 +34,7 @@ from tracebound.errors import (
     IntegrityError,
     LedgerDamaged,
     StorageError,
+    TraceboundError,
     ValidationFailed,
 )
 from tracebound.events.catalog import (
@@ -55,6 +59,7 @@ __all__ = [
     "ChecksumFailure",
     "ReplayReport",
     "ReplayedStep",
+    "check_not_truncated",
     "read_run_records",
     "replay_run",
 ]
@@ -193,10 +198,15 @@ def read_run_records(store: LedgerStore, run_id: str) -> list[tuple[RawRecord, R
     Raises:
         ConfigError: there is no such run.
         LedgerDamaged: a record does not hash to its stored hash, does not link to the one
-            before it, or is not where the index says.
+            before it, is not where the index says, or no longer decodes.
     """
     stream = run_stream(run_id)
-    positions = [e.position for e in store.read_stream(stream)]
+    try:
+        positions = [e.position for e in store.read_stream(stream)]
+    except LedgerDamaged:
+        raise
+    except (IntegrityError, ValidationFailed) as exc:
+        raise _undecodable(store, stream, exc) from exc
     if not positions:
         raise ConfigError(f"no run {run_id!r} in this ledger")
     raws: list[RawRecord] = []
@@ -216,7 +226,12 @@ def read_run_records(store: LedgerStore, run_id: str) -> list[tuple[RawRecord, R
             raise LedgerDamaged(
                 DamageKind.TAMPER, raw.position, "the record's bytes do not hash to its hash"
             )
-        event = decode_record(raw.body, raw.hash)
+        try:
+            event = decode_record(raw.body, raw.hash)
+        except (IntegrityError, ValidationFailed) as exc:
+            raise LedgerDamaged(
+                DamageKind.MALFORMED, raw.position, f"the record cannot be decoded: {exc}"
+            ) from exc
         if (event.stream_id, event.stream_version, event.position) != (
             stream,
             raw.stream_version,
@@ -228,6 +243,60 @@ def read_run_records(store: LedgerStore, run_id: str) -> list[tuple[RawRecord, R
         version, head = raw.stream_version, raw.hash
         out.append((raw, event))
     return out
+
+
+def _undecodable(store: LedgerStore, stream: str, exc: Exception) -> LedgerDamaged:
+    """The damage behind a run record that no longer decodes, at its position when found.
+
+    Only on this failure path is the log scanned: the first record of ``stream`` whose
+    bytes do not hash to its stored hash is where someone edited it.
+    """
+    for raw in store.read_raw():
+        if raw.stream_id == stream and chain_hash(raw.prev_hash, raw.body) != raw.hash:
+            return LedgerDamaged(
+                DamageKind.TAMPER,
+                raw.position,
+                f"the record's bytes do not hash to its hash and no longer decode ({exc})",
+            )
+    return LedgerDamaged(
+        DamageKind.MALFORMED, None, f"a record of {stream!r} cannot be decoded: {exc}"
+    )
+
+
+def check_not_truncated(ledger: Ledger | LedgerStore) -> None:
+    """Refuse a store shorter than a checkpoint it holds, or than its witness's checkpoint.
+
+    A run cut short at the end of the log still chains from genesis, so this is what tells
+    it from a run that simply stopped there. It is the length part of ``tracebound verify``
+    (which also finds gaps and edits elsewhere in the log), cheap enough for every replay.
+
+    Raises:
+        LedgerDamaged: TRUNCATION (a stored checkpoint covers more events than the log
+            holds) or ROLLBACK (the witness remembers a longer log than the store has).
+    """
+    store = ledger.store if isinstance(ledger, Ledger) else ledger
+    size = store.size()
+    newest = max((covered for covered, _note in store.checkpoints()), default=0)
+    if newest > size:
+        raise LedgerDamaged(
+            DamageKind.TRUNCATION,
+            size + 1,
+            f"a checkpoint covers {newest} events but the log ends at {size}: events "
+            f"{size + 1}..{newest} were removed; `tracebound verify` checks the whole log",
+        )
+    if not isinstance(ledger, Ledger) or ledger.witness is None or ledger.verifier is None:
+        return
+    try:
+        held = ledger.witness.latest(ledger.verifier)
+    except TraceboundError:
+        return  # an unreadable witness is `verify`'s to report; the store is what replays
+    if held is not None and held.size > size:
+        raise LedgerDamaged(
+            DamageKind.ROLLBACK,
+            size + 1,
+            f"the witness holds a checkpoint of {held.size} events but the store has only "
+            f"{size}: the store was rolled back to an older state",
+        )
 
 
 def _fetch(
@@ -303,9 +372,12 @@ def replay_run(ledger: Ledger | LedgerStore, blobs: BlobStore, run_id: str) -> R
 
     Raises:
         ConfigError: there is no such run, or its stream does not start with RunStarted.
-        LedgerDamaged: the run's chain is broken (see :func:`read_run_records`).
+        LedgerDamaged: the run's chain is broken (see :func:`read_run_records`), or the
+            store is shorter than its checkpoints or its witness say (see
+            :func:`check_not_truncated`).
     """
     store = ledger.store if isinstance(ledger, Ledger) else ledger
+    check_not_truncated(ledger)
     records = read_run_records(store, run_id)
     first = records[0][1].payload
     if not isinstance(first, RunStarted):

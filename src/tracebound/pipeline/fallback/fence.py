@@ -5,13 +5,13 @@ examples, and above all the summaries of failed attempts built from sandbox outp
 through three layers, following "spotlighting" (Hines et al., 2024):
 
 1. **Sanitise** (:meth:`FenceWrapper.sanitize`). Unicode tricks are undone first (NFKC,
-   zero-width and bidi-override characters removed, every line-break character made
-   ``\\n``, mixed-script homoglyph words folded to Latin) so that the patterns see what a
-   model would read. Then known injection shapes are replaced by an inert
-   ``[neutralised:<rule>]`` marker: instruction overrides, persona switches, chat-template
-   tokens, role prefixes, code-fence and HTML breakouts, boundary and canary forgeries,
-   exfiltration requests. What was neutralised is *recorded* (rule and count), never
-   silently dropped.
+   zero-width and bidi-override characters removed, combining marks left on Latin letters
+   removed, every line-break character made ``\\n``, mixed-script homoglyph words folded to
+   Latin) so that the patterns see what a model would read. Then known injection shapes
+   are replaced by an inert ``[neutralised:<rule>]`` marker: instruction overrides, persona
+   switches, chat-template tokens, role prefixes, code-fence and HTML breakouts, boundary
+   and canary forgeries, exfiltration requests. What was neutralised is *recorded* (rule
+   and count), never silently dropped.
 2. **Delimit** (:meth:`FenceWrapper.wrap`). The text is put between a BEGIN and an END
    boundary line that carry a fresh per-attempt canary drawn from the injected id source.
    The text cannot contain a boundary: ``<<<``, ``>>>``, ``TB-UNTRUSTED`` and anything
@@ -80,6 +80,11 @@ def _is_lookalike(ch: str) -> bool:
     return ch.translate(_CONFUSABLES) != ch
 
 
+def _latin_like(ch: str) -> bool:
+    """A Latin letter, or a letter the homoglyph step may fold into one."""
+    return _is_latin(ch) or _is_lookalike(ch)
+
+
 def _genuine_foreign(line: str) -> bool:
     """Whether a line has letters of another script with no Latin twin (real Cyrillic or
     Greek text, where all-look-alike words such as "ответ" are ordinary words)."""
@@ -109,6 +114,29 @@ def _fold_homoglyphs(text: str) -> str:
         whole = not _genuine_foreign(line)
         out.append(_LATIN_OR_CONFUSABLE.sub(lambda m: _fold_word(m, whole_words=whole), line))  # noqa: B023 - used at once
     return "\n".join(out)
+
+
+def _strip_invisible(text: str, counts: Counter[str]) -> str:
+    """Line breaks made ``\\n``, other spaces made ``" "``; invisible characters, variation
+    selectors and combining marks hung on Latin letters dropped (and counted)."""
+    kept: list[str] = []
+    for ch in _LINE_BREAKS.sub("\n", text):
+        cat = unicodedata.category(ch)
+        if ch in "\n\t":
+            kept.append(ch)
+        elif cat in {"Cc", "Cf", "Cs", "Co", "Cn"} or _VARIATION.match(ch):
+            counts["invisible-char"] += 1
+        elif cat in {"Mn", "Me"} and kept and _latin_like(kept[-1]):
+            # NFKC composed every accented Latin letter that exists; a mark still hanging
+            # on one ("ign\u0308ore") only hides the word from the patterns.
+            counts["combining-mark"] += 1
+        elif cat in {"Zs", "Zl", "Zp"}:
+            kept.append(" ")
+        else:
+            kept.append(ch)
+    # What was dropped may have separated a letter from its mark: compose them now, so that
+    # sanitising the result again changes nothing.
+    return unicodedata.normalize("NFKC", "".join(kept))
 
 
 # --- step 1b: patterns ---------------------------------------------------------------------
@@ -279,10 +307,12 @@ class FenceWrapper:
 
     @staticmethod
     def leaked(text: str, canary: str) -> bool:
-        """Whether ``canary`` shows up in ``text`` (a model's answer), even disguised."""
-        folded = unicodedata.normalize("NFKC", text).casefold()
-        squeezed = re.sub(r"[\W_]+", "", folded)
-        return canary in folded or canary.replace("-", "") in squeezed
+        """Whether ``canary`` shows up in ``text`` (a model's answer), even disguised: in
+        another case, full-width, in look-alike letters, with accents or anything else
+        (spaces, zero-width characters, datamarks) between its characters. A canary is ASCII
+        letters and digits, so only those are compared."""
+        folded = unicodedata.normalize("NFKD", text).translate(_CONFUSABLES).casefold()
+        return canary.replace("-", "") in re.sub(r"[^a-z0-9]+", "", folded)
 
     # -- step 1 --------------------------------------------------------------------------
 
@@ -295,31 +325,14 @@ class FenceWrapper:
         if not isinstance(text, str):
             raise ValidationFailed("text", f"expected str, got {type(text).__name__}")
         counts: Counter[str] = Counter()
-        out = unicodedata.normalize("NFKC", text)
-        out = _LINE_BREAKS.sub("\n", out)
-        kept: list[str] = []
-        invisible = 0
-        for ch in out:
-            cat = unicodedata.category(ch)
-            if ch in "\n\t":
-                kept.append(ch)
-            elif cat in {"Cc", "Cf", "Cs", "Co", "Cn"}:
-                invisible += 1
-            elif cat in {"Zs", "Zl", "Zp"}:
-                kept.append(" ")
-            else:
-                kept.append(ch)
-        out, variation = _VARIATION.subn("", "".join(kept))
-        invisible += variation
-        if invisible:
-            counts["invisible-char"] += invisible
+        out = _strip_invisible(unicodedata.normalize("NFKC", text), counts)
+        if DATAMARK in out:  # before folding: the datamark is a letter, "^" is not
+            counts["datamark-char"] += out.count(DATAMARK)
+            out = out.replace(DATAMARK, "^")
         folded = _fold_homoglyphs(out)
         if folded != out:
             counts["homoglyph"] += sum(a != b for a, b in zip(out, folded, strict=True))
             out = folded
-        if DATAMARK in out:
-            counts["datamark-char"] += out.count(DATAMARK)
-            out = out.replace(DATAMARK, "^")
         for name, pattern in _RULES:
             out, hits = _apply_rule(pattern, name, out)
             if hits:

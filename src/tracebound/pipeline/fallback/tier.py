@@ -16,7 +16,8 @@ Tiers, in order:
    evidence for the model. Bypassed on the retry path (ADR-0011: the retry is driven by the
    failure summary, and the evidence head is then ``None``).
 3. **LLM leaf**: prompt built with every untrusted text fenced, budget prechecked,
-   precharged and reconciled, the answer redacted, canary-checked, and its diff dry-run.
+   precharged and reconciled, the answer canary-checked and its diff checked for secrets
+   as the model wrote them (redaction could hide either), then dry-run.
 
 Events per path (each path keeps ``PHASE4_ATTEMPT_TYPES`` order; a step that did not run
 emits nothing; docs/retry.md has the table, and the tests pin each sequence):
@@ -112,7 +113,7 @@ EMPTY_DIGEST: Final = blake3(b"").hexdigest()
 BLAKE3 of zero bytes, "nothing was sent", rather than a made-up value."""
 _WORKFLOW_ID = re.compile(WORKFLOW_ID_PATTERN)
 _MARKER = re.compile(r"\[neutralised:([a-z-]+)\]")
-_UNMARKED_RULES = frozenset({"invisible-char", "homoglyph", "datamark-char"})
+_UNMARKED_RULES = frozenset({"invisible-char", "combining-mark", "homoglyph", "datamark-char"})
 
 
 @dataclass
@@ -137,6 +138,7 @@ class _Frame:
     record_ids: tuple[RagRecordId, ...] = ()
     reports: list[SanitizedText] = field(default_factory=list)
     extras: dict[str, str] = field(default_factory=dict)
+    interrupt: BaseException | None = None  # re-raised after the anchor is recorded
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,13 +217,16 @@ class FallbackTier:
         """Run one attempt and return its plan, with the anchor as recorded.
 
         Refusals (budget, no plan, a bad answer) are returned as ``tag="Refused"`` with a
-        ``refusal_reason``; they are not exceptions. If ``verify`` raises, the attempt is
-        still closed by its anchor (without trust fields) and the error is re-raised.
+        ``refusal_reason``; they are not exceptions. If ``verify`` raises (or returns
+        something other than a ``TrustOutcome``), the attempt is still closed by its anchor
+        (without trust fields) and the error is re-raised. So is an interrupt (Ctrl-C,
+        ``SystemExit``) during the model call or the gates, after the anchor.
 
         Raises:
             ValidationFailed: the workflow id is not one safe path segment, the attempt
-                index is negative, or prior attempts are given on attempt 0 or given twice
-                (in ``ctx`` and here) with different contents.
+                index is negative, prior attempts are given on attempt 0 or given twice
+                (in ``ctx`` and here) with different contents, or ``verify`` returned
+                something other than a ``TrustOutcome``.
             LedgerAttemptOutOfOrder, ConcurrencyConflict, StorageError: the ledger refused
                 a write; the attempt is then incomplete and is not retried here.
         """
@@ -363,12 +368,15 @@ class FallbackTier:
             response = leaf.complete(
                 frame.prompt, model=frame.model, max_tokens=self._budget.max_output_tokens
             )
-        except Exception as exc:  # noqa: BLE001 - any leaf failure is a refusal, not a crash
+        except BaseException as exc:  # noqa: BLE001 - any leaf failure is a refusal, not a crash
             # Adapters translate their SDK's errors into LeafCallFailed; a leaf that does
             # not (a custom one, a bug) must still not leave the attempt without its anchor
             # and its budget reservation unreconciled. Only the type is kept: a message may
-            # quote the prompt or a credential.
+            # quote the prompt or a credential. An interrupt (Ctrl-C, SystemExit) closes the
+            # attempt the same way and is re-raised once the anchor is recorded.
             frame.extras["phase4.leaf_error"] = type(exc).__name__
+            if not isinstance(exc, Exception):
+                frame.interrupt = exc
             response = None
         if response is not None:
             frame.response_digest = response.raw_digest_blake3
@@ -417,15 +425,21 @@ class FallbackTier:
     def _judge(
         self, ctx: ApplyContext, frame: _Frame, text: str, *, tried: tuple[str, ...]
     ) -> tuple[str | None, RefusalReason | None]:
-        """The answer's patch, or why there is none. The answer is redacted first, so a
-        secret the model echoed never reaches a patch, a log or the retry loop."""
+        """The answer's patch, or why there is none.
+
+        Judged on the answer as the model wrote it: redacting first would hide a canary
+        written as a credential (``token: <canary>``) and turn a secret in the patch into a
+        marker that then applies. A patch the redactor would change is refused instead, so a
+        secret the model echoed never reaches a patch, a log or the retry loop.
+        """
         assert frame.canary is not None
-        answer = self._redactor.redact_text(text).value
-        if self._fence.leaked(answer, frame.canary):
+        if self._fence.leaked(text, frame.canary):
             return None, "canary_leaked"
-        patch = extract_patch(answer)
+        patch = extract_patch(text)
         if patch is None:
             return None, "no_patch_in_response"
+        if self._redactor.redact_text(patch).redacted:
+            return None, "patch_contains_secret"
         try:
             apply_patch(ctx.repo_path, patch)
         except PatchRejected as exc:
@@ -565,16 +579,16 @@ class FallbackTier:
         anchor = self._anchor(ctx, frame, draft)
         plan = self._outcome(frame, draft, anchor, None)
         trust: TrustOutcome | None = None
-        failure: Exception | None = None
+        failure: BaseException | None = frame.interrupt
         if verify is not None and draft.tag != "Refused":
             try:
-                trust = verify(plan)
-            except Exception as exc:  # noqa: BLE001 - the anchor closes the attempt whatever the gate did; re-raised below
+                verdict = _verdict(verify, plan)
+                anchor = anchor.attach_trust_outcome(verdict)
+                trust = verdict
+            except BaseException as exc:  # noqa: BLE001 - the anchor closes the attempt whatever the gate did (Ctrl-C included); re-raised below
                 failure = exc
                 frame.extras["phase4.verify_error"] = type(exc).__name__
                 anchor = self._anchor(ctx, frame, draft)
-        if trust is not None:
-            anchor = anchor.attach_trust_outcome(trust)
         recorded = log.record_anchor(AttemptAnchorRecorded(anchor=anchor))
         self._write_chain_head(frame.workflow_id, recorded.hash)
         if failure is not None:
@@ -657,6 +671,20 @@ class FallbackTier:
             write_file_atomic(target, head, mode=0o600, overwrite=True)
         except OSError as exc:
             raise StorageError(f"cannot write {target}: {exc}") from exc
+
+
+def _verdict(verify: AnchorHook, plan: PlanOutcome) -> TrustOutcome:
+    """What the hook returned, if it is a ``TrustOutcome`` (the anchor records nothing else).
+
+    Raises:
+        ValidationFailed: the hook returned something else.
+    """
+    verdict = verify(plan)
+    if not isinstance(verdict, TrustOutcome):
+        raise ValidationFailed(
+            "verify", f"the hook returned {type(verdict).__name__}, not a TrustOutcome"
+        )
+    return verdict
 
 
 def _effective_priors(

@@ -41,7 +41,6 @@ from pydantic import (
 
 from tracebound.canonical import canonical_bytes
 from tracebound.errors import (
-    CheckpointError,
     ConfigError,
     IntegrityError,
     ProofError,
@@ -71,6 +70,7 @@ __all__ = [
     "anchor_events",
     "read_anchor_file",
     "read_dataset",
+    "require_parquet",
     "write_dataset",
 ]
 
@@ -241,15 +241,15 @@ def anchor_dataset(
     for that attempt, so a trainer reading the files reads what the signed log holds.
 
     Raises:
-        CheckpointError: proofs were asked for, no checkpoint covers the anchors and there
-            is no signing key to make one.
+        ConfigError: proofs were asked for, no checkpoint covers the anchors and there is
+            no signing key to make one (not damage: there is nothing to prove against yet).
         IntegrityError: the projection disagrees with the ledger.
     """
     events = list(anchor_events(ledger))
     last = events[-1][0].position if events else 0
     if prove and events and _covered(ledger) < last:
         if ledger.signer is None:
-            raise CheckpointError(
+            raise ConfigError(
                 f"no signed checkpoint covers position {last} (the last anchor) "
                 "and no signing key is configured; run `tracebound checkpoint`, or export "
                 "without proofs (--no-proofs)"
@@ -294,6 +294,15 @@ _PARQUET_COLUMNS: Final = (
     ("anchor", "string"),
     ("inclusion_proof", "string"),
 )
+
+
+def require_parquet() -> None:
+    """Check that Parquet can be written, before any work is done for it.
+
+    Raises:
+        ConfigError: pyarrow (the ``parquet`` extra) is not installed.
+    """
+    _pyarrow()
 
 
 def _pyarrow() -> tuple[Any, Any]:

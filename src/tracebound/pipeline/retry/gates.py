@@ -43,7 +43,7 @@ from uuid import UUID
 
 from blake3 import blake3
 
-from tracebound.errors import ConfigError, ValidationFailed
+from tracebound.errors import ConfigError, LedgerAttemptOutOfOrder, ValidationFailed
 from tracebound.events.catalog import (
     AttemptRefused,
     RetryRequested,
@@ -365,6 +365,8 @@ class GateRunner:
 
         Raises:
             AuditChainCorrupted: the run's RetryLedger does not verify; nothing ran.
+            LedgerAttemptOutOfOrder: the plan's attempt index is not the next one the
+                attempts log expects (recorded already, or one skipped); nothing ran.
             ValidationFailed: the plan is a refusal, or names another workflow.
             ConfigError: the target is not a directory.
         """
@@ -377,7 +379,13 @@ class GateRunner:
             raise ValidationFailed("plan", "a refused plan has nothing to verify; call refuse()")
         if not Path(target).is_dir():
             raise ConfigError(f"the target {target} is not a directory")
-        self.retry_ledger(wf)  # before anything runs: a broken chain runs nothing
+        retry = self.retry_ledger(wf)  # before anything runs: a broken chain runs nothing
+        if retry is not None and plan.attempt_index != retry.next_index:
+            # record_attempt would refuse it afterwards; refuse before running its code.
+            raise LedgerAttemptOutOfOrder(
+                f"attempt index {plan.attempt_index} is out of order: {retry.next_index} is "
+                f"next in {retry.path}; no gate ran"
+            )
         started_at = self.ledger.clock.now()
         sandbox_run_id = f"sbx-{self.ledger.ids.new_id()}"
         events: list[RecordedEvent] = []

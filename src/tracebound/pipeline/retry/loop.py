@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Literal
 
 from tracebound.canonical import canonical_bytes
-from tracebound.errors import ConfigError
+from tracebound.errors import ConfigError, ValidationFailed
 from tracebound.events.catalog import (
     AttemptCompleted,
     CostIncurred,
@@ -111,7 +111,21 @@ class RetryLoop:
         self.max_retries = max_retries
 
     def run(self, ctx: ApplyContext, *, workflow_id: str, target: Path) -> LoopResult:
-        """Remediate ``target`` until a patch passes the gates or the attempts run out."""
+        """Remediate ``target`` until a patch passes the gates or the attempts run out.
+
+        One call is one whole remediation: its attempts are numbered from 0 in a workflow
+        of their own.
+
+        Raises:
+            ValidationFailed: ``workflow_id`` already has attempts (an earlier run, or one
+                that was interrupted); nothing is planned, paid for or run.
+        """
+        if self.ledger.store.stream_head(attempt_stream(workflow_id)) is not None:
+            raise ValidationFailed(
+                "workflow_id",
+                f"{workflow_id!r} already has attempts in {attempt_stream(workflow_id)}; "
+                "a RetryLoop run is one whole remediation: start it under a new workflow id",
+            )
         result = LoopResult("refused")
         hook = self.gates.anchor_hook(target)
         for index in range(self.max_retries + 1):

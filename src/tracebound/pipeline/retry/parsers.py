@@ -65,7 +65,11 @@ class GateParse:
 Parser = Callable[[GateOutput], GateParse]
 
 
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+
+
 def _cut(text: str, limit: int) -> str:
+    text = _SURROGATE.sub("\ufffd", text)  # JSON can carry one; it cannot be encoded
     text = " ".join(text.split())  # one line: no layout games in a summary
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -121,7 +125,7 @@ def _test_id(case: ET.Element) -> tuple[str, str | None]:
         module = file.removesuffix(".py").replace("/", ".")
         cls = classname.removeprefix(module).lstrip(".")
         subject = f"{file}::{cls}::{name}" if cls else f"{file}::{name}"
-        location = f"{file}:{int(line) + 1}" if line and line.isdigit() else file
+        location = f"{file}:{int(line) + 1}" if line and line.isascii() and line.isdigit() else file
         return subject, location
     return (f"{classname}::{name}" if classname else name), None
 

@@ -261,10 +261,13 @@ class Sandbox:
                     code = proc.wait(timeout=timeout)
                 except subprocess.TimeoutExpired:
                     timed_out, code = True, None
-                # Whatever it left running in its group (a daemon, a stuck child) goes too.
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+                finally:
+                    # Whatever it left running in its group (a daemon, a stuck child) goes
+                    # too, and so does the gate itself when we are interrupted (Ctrl-C):
+                    # in its own session it never sees the terminal's SIGINT.
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
         return ProcessResult(
             argv=tuple(argv),
             exit_code=code,

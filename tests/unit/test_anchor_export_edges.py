@@ -1,0 +1,63 @@
+"""`tracebound export anchors` when it cannot do its job: no checkpoint and no key is a
+configuration problem (exit 2, not "damaged"), and a failed export leaves no file behind."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from tests.unit.retry.retry_kit import open_kit
+from typer.testing import CliRunner
+
+
+def _store(tmp_path: Path, attempts: int = 2) -> Path:
+    kit = open_kit(tmp_path)
+    for i in range(attempts):
+        kit.planning_attempt(i)
+    kit.ledger.store.set_meta("origin", kit.ledger.origin)  # as `tracebound init` would
+    kit.ledger.close()
+    return tmp_path / "store"
+
+
+def _export(tmp_path: Path, store: Path, *args: str) -> tuple[int, str]:
+    from tracebound.cli.app import app
+
+    env = {"HOME": str(tmp_path / "home")}  # no signing key, no verifier key
+    result = CliRunner().invoke(app, ["export", "anchors", "--store", str(store), *args], env=env)
+    return result.exit_code, result.output
+
+
+def test_no_checkpoint_and_no_key_is_a_config_error(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    code, output = _export(tmp_path, store, "--json")
+    assert code == 2, output
+    error = json.loads(output)["error"]
+    assert error["kind"] == "ConfigError" and "--no-proofs" in error["message"]
+    code, output = _export(tmp_path, store, "--no-proofs")
+    assert code == 0 and len(output.splitlines()) == 2
+
+
+def test_parquet_without_pyarrow_leaves_nothing_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = _store(tmp_path)
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    out = tmp_path / "out" / "anchors.parquet"
+    out.parent.mkdir()
+    args = ("--no-proofs", "--format", "parquet", "--out", str(out), "--json")
+    code, output = _export(tmp_path, store, *args)
+    assert code == 2, output
+    assert "tracebound[parquet]" in json.loads(output)["error"]["message"]
+    assert list(out.parent.iterdir()) == []  # neither the file nor its temporary twin
+
+
+def test_an_out_path_in_a_missing_folder_names_that_path(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    out = tmp_path / "nowhere" / "anchors.jsonl"
+    code, output = _export(tmp_path, store, "--no-proofs", "--out", str(out), "--json")
+    assert code == 2, output
+    message = json.loads(output)["error"]["message"]
+    assert str(out) in message and ".tmp" not in message
