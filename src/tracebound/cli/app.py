@@ -2,22 +2,29 @@
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 import time
+from collections.abc import Iterator
+from datetime import datetime
 from importlib import metadata
 from pathlib import Path
-from typing import Annotated, Any, TextIO
+from typing import Annotated, Any, NoReturn, TextIO
 
+import orjson
 import typer
 from pydantic import ValidationError
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
+from tracebound.canonical import canonical_bytes
 from tracebound.cli._common import (
     EXIT_DAMAGED,
     EXIT_INCOMPLETE,
     EXIT_OK,
+    EXIT_USAGE,
     JsonOpt,
     KeyOpt,
     OriginOpt,
@@ -26,6 +33,8 @@ from tracebound.cli._common import (
     WitnessOpt,
     console,
     emit_json,
+    err_console,
+    fail,
     handled,
     open_ledger,
     progress_bar,
@@ -44,20 +53,25 @@ from tracebound.cli.report import report_app
 from tracebound.cli.runs import register as register_runs
 from tracebound.errors import (
     CheckpointError,
+    ConcurrencyConflict,
     ConfigError,
     DamageKind,
+    IntegrityError,
     LedgerDamaged,
     ProofError,
     TraceboundError,
+    UnknownEventType,
 )
 from tracebound.events.envelope import Event, RecordedEvent
+from tracebound.events.record import RawRecord, decode_record
+from tracebound.ids import StreamId
 from tracebound.integrity.chain import GENESIS, chain_hash
 from tracebound.integrity.merkle import EMPTY_ROOT
 from tracebound.integrity.note import Checkpoint
 from tracebound.integrity.verify import link_damage
 from tracebound.ledger import ORIGIN_KEY, InclusionBundle, stored_origin, verify_bundle
 from tracebound.store.keyfile import generate_keypair
-from tracebound.store.port import AppendRequest
+from tracebound.store.port import AppendRequest, LedgerStore
 from tracebound.store.url import open_store
 from tracebound.system import RandomIds, SystemClock
 
@@ -146,23 +160,57 @@ def _event_row(e: RecordedEvent) -> dict[str, Any]:
     }
 
 
-def _events_table(events: list[RecordedEvent], title: str) -> Table:
+_STORED_ROW_KEYS = ("position", "stream_id", "stream_version", "event_type", "event_id",
+                    "workflow_id", "correlation_id", "payload")  # fmt: skip
+
+
+def _raw_row(raw: RawRecord) -> dict[str, Any]:
+    """The row of a stored record, decoded as ``read_log`` decodes it.
+
+    A payload whose type this process does not know (one registered only in the Python
+    code that wrote it) is shown as it was stored instead of failing the whole listing.
+    """
+    try:
+        event = decode_record(raw.body, raw.hash)
+    except UnknownEventType:
+        try:
+            record = orjson.loads(raw.body)
+            row = {key: record[key] for key in _STORED_ROW_KEYS}
+            row["timestamp"] = datetime.fromisoformat(record["timestamp"]).isoformat()
+        except (ValueError, KeyError, TypeError) as exc:
+            raise IntegrityError(f"stored record cannot be decoded: {exc}") from exc
+        row["hash"] = bytes(raw.hash).hex()
+    else:
+        row = _event_row(event)
+    if row["position"] != raw.position:
+        raise LedgerDamaged(
+            DamageKind.REORDER,
+            raw.position,
+            f"the record stored here says it is position {row['position']}",
+        )
+    return row
+
+
+def _events_table(rows: list[dict[str, Any]], title: str) -> Table:
     """Events as a table that keeps pos, ver, type and time whole at any terminal width:
     long stream and workflow ids are cut with an ellipsis, the hash is cropped."""
-    stamps = [e.timestamp.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] for e in events]
+    stamps = [
+        datetime.fromisoformat(r["timestamp"]).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] for r in rows
+    ]
     day, times = hoist_date(stamps)
+    title = escape(title)
     table = Table(title=title if day is None else f"{title}, on {day}", show_lines=False)
     for col in ("pos", "stream", "ver", "type", "workflow", "time (UTC)", "hash"):
         table.add_column(col, justify="right" if col in {"pos", "ver"} else "left")
-    for e, time_ in zip(events, times, strict=True):
-        table.add_row(
-            str(e.position),
-            e.stream_id,
-            str(e.stream_version),
-            e.event_type,
-            e.workflow_id or "-",
+    for r, time_ in zip(rows, times, strict=True):
+        table.add_row(  # Text: ids are data, not markup ("run[/x]" would raise)
+            str(r["position"]),
+            Text(r["stream_id"]),
+            str(r["stream_version"]),
+            Text(r["event_type"]),
+            Text(r["workflow_id"] or "-"),
             time_,
-            e.hash.hex()[:12],
+            r["hash"][:12],
         )
     fit(table, give={"stream": "ellipsis", "workflow": "ellipsis", "hash": "crop"}, console=console)
     return table
@@ -204,7 +252,7 @@ def init(
         emit_json({"ok": True, "store": backend.url, "origin": name, "created": created})
     else:
         verb = "Created" if created else "Already initialised:"
-        console.print(f"{verb} [bold]{backend.url}[/] (origin [cyan]{name}[/])")
+        console.print(f"{verb} [bold]{escape(backend.url)}[/] (origin [cyan]{escape(name)}[/])")
         if not resolve_key_path(None).exists():
             console.print("Next: [bold]tracebound keys init[/] to create the signing key.")
 
@@ -239,7 +287,10 @@ def keys_init(
             }
         )
     else:
-        console.print(f"Signing key: [bold]{path}[/] (keep it secret, keep it away from the store)")
+        console.print(
+            f"Signing key: [bold]{escape(str(path))}[/] "
+            "(keep it secret, keep it away from the store)"
+        )
         console.print(f"Verifier key (give this to auditors): [cyan]{verifier}[/]")
 
 
@@ -265,14 +316,34 @@ def _parse_line(number: int, line: str, clock: SystemClock, ids: RandomIds) -> A
     try:
         data = json.loads(line)
     except json.JSONDecodeError as exc:
-        raise ConfigError(f"line {number}: not JSON ({exc.msg} at column {exc.colno})") from exc
+        raise ConfigError(
+            f"line {number}: not JSON ({exc.msg} at column {exc.colno}); "
+            "the input is JSON Lines: one event per line"
+        ) from exc
     if not isinstance(data, dict):
-        raise ConfigError(f"line {number}: expected a JSON object")
+        got = "an array" if isinstance(data, list) else type(data).__name__
+        raise ConfigError(
+            f"line {number}: expected a JSON object, got {got} "
+            "(JSON Lines: one event object per line)"
+        )
     unknown = set(data) - _LINE_KEYS
     if unknown:
         raise ConfigError(f"line {number}: unknown field(s) {', '.join(sorted(unknown))}")
     if "stream_id" not in data or "payload" not in data:
         raise ConfigError(f"line {number}: `stream_id` and `payload` are required")
+    stream_id = data["stream_id"]
+    if not isinstance(stream_id, str) or not stream_id:
+        raise ConfigError(f"line {number}: `stream_id` must be a non-empty string")
+    try:
+        canonical_bytes(stream_id)  # hashed data: a lone surrogate has no UTF-8 form
+    except TraceboundError as exc:
+        raise ConfigError(f"line {number}: stream_id: {exc}") from exc
+    expected = data.get("expected_version")
+    if expected is not None and (type(expected) is not int or expected < 0):
+        raise ConfigError(
+            f"line {number}: `expected_version` must be an integer >= 0 "
+            "(the stream's version before this line; 0 for a new stream)"
+        )
     payload = data["payload"]
     if not isinstance(payload, dict):
         raise ConfigError(f"line {number}: `payload` must be an object")
@@ -294,19 +365,86 @@ def _parse_line(number: int, line: str, clock: SystemClock, ids: RandomIds) -> A
         raise ConfigError(f"line {number}: {where}: {err['msg']}") from exc
     except TraceboundError as exc:
         raise ConfigError(f"line {number}: {exc}") from exc
-    expected = data.get("expected_version")
-    if expected is not None and not isinstance(expected, int):
-        raise ConfigError(f"line {number}: expected_version must be an integer")
-    return AppendRequest(data["stream_id"], [event], expected)
+    return AppendRequest(StreamId(stream_id), [event], expected)
 
 
-def _read_requests(source: TextIO) -> list[AppendRequest]:
+def _read_requests(source: TextIO) -> tuple[list[int], list[AppendRequest]]:
+    """The requests of the non-blank lines, and the number of the line each came from."""
     clock, ids = SystemClock(), RandomIds()
-    requests = []
+    numbers, requests = [], []
     for number, line in enumerate(source, start=1):
         if line.strip():
+            numbers.append(number)
             requests.append(_parse_line(number, line, clock, ids))
-    return requests
+    return numbers, requests
+
+
+def _read_input(file: Path | None) -> tuple[list[int], list[AppendRequest]]:
+    """The requests of `append`'s FILE, or of stdin when it is omitted or `-`."""
+    stdin = file is None or str(file) == "-"
+    try:
+        if file is not None and not stdin:
+            with file.open(encoding="utf-8-sig") as fh:
+                return _read_requests(fh)
+        if sys.stdin.isatty():  # else a bare `tracebound append` just seems to hang
+            err_console.print("Reading JSON lines from stdin; end with Ctrl-D.")
+        # Strict UTF-8, as for a file: the locale's decoder would let bytes that are not
+        # UTF-8 through as lone surrogates. utf-8-sig: a leading BOM is skipped.
+        source = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8-sig")
+        try:
+            return _read_requests(source)
+        finally:
+            source.detach()  # closing the wrapper would close stdin
+    except UnicodeDecodeError as exc:
+        where = "stdin" if stdin else file
+        raise ConfigError(f"{where} is not UTF-8 text: {exc.reason}") from None
+
+
+def _check_expected_versions(
+    backend: LedgerStore, numbers: list[int], requests: list[AppendRequest], as_json: bool
+) -> None:
+    """Refuse the input, before anything is written, when a line's ``expected_version`` is
+    not what its stream will be at once the lines before it are appended.
+
+    The store checks it again as it writes (another writer may get in between), but it
+    writes in batches: without this, a conflict on line 1201 would leave lines 1..1000
+    written.
+    """
+    checked = {r.stream_id for r in requests if r.expected_version is not None}
+    versions: dict[str, int] = {}
+    for number, request in zip(numbers, requests, strict=True):
+        sid = request.stream_id
+        if sid not in checked:
+            continue
+        if sid not in versions:
+            head = backend.stream_head(sid)
+            versions[sid] = 0 if head is None else head.version
+        expected = request.expected_version
+        if expected is not None and expected != versions[sid]:
+            fail(
+                f"line {number}: stream {sid!r} is at version {versions[sid]} (counting the "
+                f"lines before this one), not {expected}; nothing was written",
+                code=EXIT_USAGE,
+                as_json=as_json,
+                kind=ConcurrencyConflict.__name__,
+            )
+        versions[sid] += len(request.events)
+
+
+def _partly_written(exc: TraceboundError, recorded: list[RecordedEvent], as_json: bool) -> NoReturn:
+    """A batch failed after earlier ones were written (a concurrent writer, a full disk):
+    say what is in the ledger now, as well as what went wrong."""
+    first, last = recorded[0].position, recorded[-1].position
+    fail(
+        f"{exc}; the first {len(recorded)} event(s) were written before it (positions "
+        f"{first}..{last}), none after",
+        code=EXIT_DAMAGED if isinstance(exc, IntegrityError) else EXIT_USAGE,
+        as_json=as_json,
+        kind=type(exc).__name__,
+        appended=len(recorded),
+        first_position=first,
+        last_position=last,
+    )
 
 
 @app.command()
@@ -325,20 +463,19 @@ def append(
     validated before anything is written; a bad line writes nothing.
     """
     with handled(as_json):
-        try:
-            if file is None or str(file) == "-":
-                requests = _read_requests(sys.stdin)
-            else:
-                with file.open(encoding="utf-8") as fh:
-                    requests = _read_requests(fh)
-        except UnicodeDecodeError as exc:
-            raise ConfigError(f"{file or 'stdin'} is not UTF-8 text: {exc.reason}") from None
-        backend = open_store(store)
+        backend = open_store(store)  # first: no waiting for stdin to learn there is no ledger
         recorded: list[RecordedEvent] = []
         try:
+            numbers, requests = _read_input(file)
+            _check_expected_versions(backend, numbers, requests, as_json)
             with progress_bar("appending", enabled=not as_json) as update:
                 for i in range(0, len(requests), _APPEND_BATCH):
-                    recorded += backend.append_batch(requests[i : i + _APPEND_BATCH])
+                    try:
+                        recorded += backend.append_batch(requests[i : i + _APPEND_BATCH])
+                    except TraceboundError as exc:
+                        if recorded:
+                            _partly_written(exc, recorded, as_json)
+                        raise
                     update(len(recorded), len(requests))
         finally:
             backend.close()
@@ -372,23 +509,24 @@ def log_cmd(
     with handled(as_json):
         backend = open_store(store)
         try:
-            events: list[RecordedEvent] = []
-            for e in backend.read_log(start=start):
-                if stream and e.stream_id != stream:
+            rows: list[dict[str, Any]] = []
+            for raw in backend.read_raw(start=start):
+                row = _raw_row(raw)
+                if stream and row["stream_id"] != stream:
                     continue
-                if workflow and e.workflow_id != workflow:
+                if workflow and row["workflow_id"] != workflow:
                     continue
-                if event_type and e.event_type != event_type:
+                if event_type and row["event_type"] != event_type:
                     continue
-                events.append(e)
-                if len(events) >= limit:
+                rows.append(row)
+                if len(rows) >= limit:
                     break
         finally:
             backend.close()
     if as_json:
-        emit_json({"ok": True, "events": [_event_row(e) for e in events]})
+        emit_json({"ok": True, "events": rows})
     else:
-        console.print(_events_table(events, f"{len(events)} event(s) from position {start}"))
+        console.print(_events_table(rows, f"{len(rows)} event(s) from position {start}"))
 
 
 @app.command()
@@ -400,7 +538,9 @@ def tail(
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Keep printing new events.")
     ] = False,
-    interval: Annotated[float, typer.Option(help="Seconds between polls with --follow.")] = 0.5,
+    interval: Annotated[
+        float, typer.Option(min=0, help="Seconds between polls with --follow.")
+    ] = 0.5,
     as_json: JsonOpt = False,
 ) -> None:
     """Show the newest events; with --follow, keep printing as they are appended.
@@ -412,21 +552,21 @@ def tail(
         backend = open_store(store)
         try:
             size = backend.size()
-            events = list(backend.read_log(start=max(1, size - lines + 1)))
+            rows = [_raw_row(raw) for raw in backend.read_raw(start=max(1, size - lines + 1))]
             if not follow:
                 if as_json:
-                    emit_json({"ok": True, "events": [_event_row(e) for e in events]})
+                    emit_json({"ok": True, "events": rows})
                 else:
-                    console.print(_events_table(events, f"last {len(events)} of {size} event(s)"))
+                    console.print(_events_table(rows, f"last {len(rows)} of {size} event(s)"))
                 return
-            next_pos = 1 if not events else events[-1].position + 1
-            for e in events:
-                _print_follow(e, as_json)
+            next_pos = 1 if not rows else rows[-1]["position"] + 1
+            for row in rows:
+                _print_follow(row, as_json)
             try:
                 while True:
-                    for e in backend.read_log(start=next_pos):
-                        _print_follow(e, as_json)
-                        next_pos = e.position + 1
+                    for raw in backend.read_raw(start=next_pos):
+                        _print_follow(_raw_row(raw), as_json)
+                        next_pos = raw.position + 1
                     time.sleep(interval)
             except KeyboardInterrupt:
                 return
@@ -434,14 +574,16 @@ def tail(
             backend.close()
 
 
-def _print_follow(e: RecordedEvent, as_json: bool) -> None:
+def _print_follow(row: dict[str, Any], as_json: bool) -> None:
     if as_json:
-        sys.stdout.write(json.dumps(_event_row(e), sort_keys=True) + "\n")
+        sys.stdout.write(json.dumps(row, sort_keys=True) + "\n")
         sys.stdout.flush()
     else:
+        stamp = datetime.fromisoformat(row["timestamp"])
         console.print(
-            f"{e.position:>8} {e.timestamp:%H:%M:%S.%f} [cyan]{e.stream_id}[/]#{e.stream_version} "
-            f"[bold]{e.event_type}[/] {e.workflow_id or ''}"
+            f"{row['position']:>8} {stamp:%H:%M:%S.%f} [cyan]{escape(row['stream_id'])}[/]"
+            f"#{row['stream_version']} [bold]{row['event_type']}[/] "
+            + escape(row["workflow_id"] or "")
         )
 
 
@@ -463,6 +605,20 @@ def _stream_to_show(
     if inspect_remediation(stream, store=store, attempts=attempts, as_json=as_json):
         return None
     return stream
+
+
+def _stream_records(backend: LedgerStore, stream: str) -> Iterator[RawRecord]:
+    """A stream's stored records in version order, undecoded."""
+    try:
+        positions = [e.position for e in backend.read_stream(stream)]
+    except UnknownEventType:
+        # The stream holds a type registered only in the Python code that wrote it: the
+        # store cannot decode it by stream, so find the stream's records in the log.
+        yield from (raw for raw in backend.read_raw() if raw.stream_id == stream)
+        return
+    for position in positions:
+        (raw,) = backend.read_raw(start=position, stop=position)
+        yield raw
 
 
 @app.command()
@@ -491,12 +647,11 @@ def inspect(
     with handled(as_json):
         backend = open_store(store)
         try:
-            events: list[RecordedEvent] = []
+            rows: list[dict[str, Any]] = []
             version, head = 0, bytes(GENESIS)
             damage: LedgerDamaged | None = None
-            for e in backend.read_stream(stream):
+            for raw in _stream_records(backend, stream):
                 # Re-hash the stored bytes, not the decoded event: that is what was signed.
-                (raw,) = backend.read_raw(start=e.position, stop=e.position)
                 damage = link_damage(stream, version, head, raw)
                 if damage is None and chain_hash(raw.prev_hash, raw.body) != raw.hash:
                     damage = LedgerDamaged(
@@ -505,10 +660,10 @@ def inspect(
                 if damage is not None:
                     break
                 version, head = raw.stream_version, raw.hash
-                events.append(e)
+                rows.append(_raw_row(raw))
         finally:
             backend.close()
-        if not events and damage is None:
+        if not rows and damage is None:
             raise ConfigError(f"no stream {stream!r} in this ledger")
     if as_json:
         emit_json(
@@ -518,15 +673,15 @@ def inspect(
                 "version": version,
                 "head": head.hex(),
                 "damage": None if damage is None else str(damage),
-                "events": [_event_row(e) for e in events],
+                "events": rows,
             }
         )
     else:
-        console.print(_events_table(events, f"stream {stream}"))
+        console.print(_events_table(rows, f"stream {stream}"))
         if damage is None:
             console.print(f"[green]chain ok[/]: {version} event(s), head {head.hex()[:16]}…")
         else:
-            console.print(f"[bold red]chain broken[/]: {damage}")
+            console.print(f"[bold red]chain broken[/]: {escape(str(damage))}")
             console.print(
                 "Run `tracebound verify` for the whole-ledger report. Do not append "
                 "to this ledger until the damage is understood."
@@ -622,18 +777,30 @@ def verify(
     for check in ("chain", "positions", "merkle", "signature", "witness"):
         status = report.checks.get(check, "not reached")
         colour = "green" if status == "ok" else ("red" if status in {"failed"} else "yellow")
-        table.add_row(check, f"[{colour}]{status}[/]")
+        table.add_row(check, f"[{colour}]{escape(status)}[/]")
     table.add_row("events", f"{report.size:,} in {report.streams:,} stream(s)")
-    table.add_row("signed up to", str(report.checkpoint_size or "-"))
-    table.add_row("witness holds", str(report.witness_size or "-"))
-    if report.uncovered:
+    for label, size in (("signed up to", report.checkpoint_size),
+                        ("witness holds", report.witness_size)):  # fmt: skip
+        table.add_row(label, "-" if size is None else f"{size:,}")
+    # Without a verifier key the checkpoints were not read: "not yet signed" (and
+    # "run checkpoint", which needs the signing key) would be wrong.
+    unchecked = report.checks.get("signature") == "no verifier key given"
+    if report.uncovered and not unchecked:
         table.add_row(
             "not yet signed", f"{report.uncovered:,} (chain-checked; run `tracebound checkpoint`)"
         )
     console.print(table)
+    if unchecked and report.damage is None:
+        console.print(
+            "The checkpoints were not checked: there is no verifier key here. Pass the "
+            "ledger's public key with --verifier-key (`tracebound keys show` prints it where "
+            "the signing key is)."
+        )
     if report.damage is not None:
         d = report.damage
-        console.print(f"[bold red]DAMAGED[/]: {d.kind.value} at position {d.position}: {d.detail}")
+        console.print(
+            f"[bold red]DAMAGED[/]: {d.kind.value} at position {d.position}: {escape(d.detail)}"
+        )
     elif report.ok:
         console.print("[bold green]OK[/]: the ledger is intact and matches its signed checkpoints.")
     else:
@@ -671,7 +838,7 @@ def prove(
     else:
         console.print(
             f"Inclusion proof of position {position} in a tree of {bundle.tree_size} "
-            f"written to [bold]{output}[/]. Check it with `tracebound verify-proof`."
+            f"written to [bold]{escape(str(output))}[/]. Check it with `tracebound verify-proof`."
         )
 
 

@@ -10,14 +10,17 @@ from __future__ import annotations
 import shutil
 import sqlite3
 import tempfile
+from contextlib import closing
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from tracebound.cli._tables import fit
+from tracebound.errors import ConfigError
 from tracebound.events.catalog import (
     CostIncurred,
     LeafInvoked,
@@ -196,11 +199,41 @@ def _tamper(store_dir: Path) -> int:
     return int(position)
 
 
+def _check_demo_store(path: Path) -> None:
+    """Refuse to go on if ``path`` exists and is not a store an earlier demo wrote.
+
+    The demo replaces ``store/`` and ``store-tampered/`` in its folder; `--dir .` in a
+    project with a ``store/`` package must not delete it.
+    """
+    if not path.exists() and not path.is_symlink():
+        return
+    ours = path.is_dir() and not path.is_symlink()
+    if ours:
+        names = {p.name for p in path.iterdir()}
+        ours = "ledger.db" in names and all(n.startswith("ledger.db") for n in names)
+    if ours:
+        try:
+            uri = f"{(path / 'ledger.db').resolve().as_uri()}?mode=ro"
+            with closing(sqlite3.connect(uri, uri=True)) as db:
+                row = db.execute("SELECT value FROM meta WHERE key = 'origin'").fetchone()
+        except sqlite3.Error:
+            row = None
+        ours = row is not None and row[0] == ORIGIN
+    if not ours:
+        raise ConfigError(
+            f"{path} exists and is not a store an earlier `tracebound demo` wrote; the demo "
+            "replaces it, so give --dir an empty or new folder"
+        )
+
+
 def run_demo(workdir: Path | None, *, console: Console | None) -> dict[str, Any]:
     """Run the demo in ``workdir`` (a fresh temporary directory by default)."""
     root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="tracebound-demo-"))
     store_dir, key_path = root / "store", root / "keys" / "demo.key"
     witness_path = root / "witness" / "demo.note"
+    tampered_dir = root / "store-tampered"
+    for old in (store_dir, tampered_dir):  # a previous demo's, replaced; nothing else
+        _check_demo_store(old)
     if store_dir.exists():
         shutil.rmtree(store_dir)
     if not key_path.exists():
@@ -226,7 +259,6 @@ def run_demo(workdir: Path | None, *, console: Console | None) -> dict[str, Any]
         checkpoint = ledger.checkpoint()
         report = ledger.verify()
 
-    tampered_dir = root / "store-tampered"
     if tampered_dir.exists():
         shutil.rmtree(tampered_dir)
     shutil.copytree(store_dir, tampered_dir)
@@ -273,4 +305,4 @@ def _show(console: Console, written: list[Any], result: dict[str, Any], caught: 
             else "[bold red]NOT DETECTED[/]"
         )
     )
-    console.print(f"Files are in [bold]{result['workdir']}[/] (store/, keys/, witness/).")
+    console.print(f"Files are in [bold]{escape(result['workdir'])}[/] (store/, keys/, witness/).")

@@ -100,7 +100,10 @@ class Event(BaseModel):
     @field_validator("timestamp")
     @classmethod
     def _utc(cls, value: datetime) -> datetime:
-        return value.astimezone(UTC)
+        try:
+            return value.astimezone(UTC)
+        except OverflowError:  # 0001-01-01T00:00+01:00 has no UTC form
+            raise ValueError("timestamp is out of range in UTC") from None
 
     @model_validator(mode="before")
     @classmethod

@@ -78,7 +78,9 @@ class EventRegistry:
     def get(self, kind: str) -> type[Payload]:
         try:
             return self._types[kind]
-        except KeyError:
+        except (KeyError, TypeError):  # TypeError: a kind read from JSON may be a list
+            if kind is None:
+                raise UnknownEventType("the payload has no `kind`") from None
             raise UnknownEventType(f"no payload model is registered for {kind!r}") from None
 
     def kinds(self) -> list[str]:
