@@ -130,6 +130,10 @@ def generate_keypair(
     pub_path = public_key_path(key_path)
     if key_path.suffix == ".pub":
         raise SigningKeyError(f"a private key path may not end in .pub: {key_path}")
+    if key_path.is_dir():
+        raise SigningKeyError(
+            f"{key_path} is a folder; give the key file's own path (e.g. {key_path / name}.key)"
+        )
     signer = NoteSigner(name, seed if seed is not None else secrets.token_bytes(32))
     if not force and key_path.exists():
         raise SigningKeyError(
@@ -205,6 +209,10 @@ def load_verifier(path_or_text: Path | str) -> NoteVerifier:
         SigningKeyError: the file is missing or unreadable, or the key text is malformed.
     """
     if isinstance(path_or_text, str):
+        if not path_or_text.strip():
+            raise SigningKeyError(
+                "the verifier key is empty (give a .pub file or the text '<name>+<hash>+<key>')"
+            )
         try:
             return NoteVerifier.parse(path_or_text)
         except SigningKeyError:

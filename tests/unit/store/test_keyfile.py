@@ -167,3 +167,17 @@ def test_file_stem() -> None:
     assert file_stem("a/b") != file_stem("a_b")
     assert file_stem("..") not in {"..", ".", ""}
     assert "/" not in file_stem("../../etc/passwd")
+
+
+def test_a_folder_given_as_the_key_path_is_named_as_a_folder(tmp_path: Path) -> None:
+    with pytest.raises(SigningKeyError, match="is a folder") as info:
+        generate_keypair("log", path=tmp_path, seed=SEED)
+    assert "log.key" in str(info.value)  # says what to give instead
+    with pytest.raises(SigningKeyError, match="is a folder"):
+        generate_keypair("log", path=tmp_path, seed=SEED, force=True)
+
+
+@pytest.mark.parametrize("text", ["", "   "])
+def test_an_empty_verifier_key_is_named_empty(text: str) -> None:
+    with pytest.raises(SigningKeyError, match="is empty"):
+        load_verifier(text)
