@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
 from functools import cache
 from importlib import resources
@@ -114,6 +114,32 @@ def _format_checker() -> Any:
     return checker
 
 
+_CLASS_OPENER: Final = re.compile(r"\[\^?\]?")
+"""``[`` or ``[^``, with a ``]`` right after it, which is a member, not the class's end."""
+
+
+def _pattern_tokens(pattern: str) -> Iterator[tuple[str, bool]]:
+    """``pattern``'s tokens (an escape pair, a class opener, or one character), each with
+    whether it lies inside a character class: the two rewriters below read it alike."""
+    in_class = False
+    i = 0
+    while i < len(pattern):
+        if pattern[i] == "\\":
+            piece = pattern[i : i + 2]
+        elif pattern[i] == "[" and not in_class:
+            match = _CLASS_OPENER.match(pattern, i)
+            assert match is not None  # pattern[i] is "["
+            piece = match.group()
+        else:
+            piece = pattern[i]
+        yield piece, in_class
+        if piece[0] == "[" and not in_class:
+            in_class = True
+        elif piece == "]":
+            in_class = False
+        i += len(piece)
+
+
 @cache
 def _reference_pattern(pattern: str) -> re.Pattern[str]:
     """``pattern`` compiled with every ``$`` (outside a class, unescaped) read as ``\\Z``.
@@ -122,27 +148,8 @@ def _reference_pattern(pattern: str) -> re.Pattern[str]:
     names, and jsonschema-rs's do not. So ``"0.02\\n"`` would pass the money pattern in
     the reference, and the model (a Decimal) would quietly drop the newline.
     """
-    out: list[str] = []
-    in_class = False
-    i = 0
-    while i < len(pattern):
-        char = pattern[i]
-        if char == "\\":
-            out.append(pattern[i : i + 2])
-            i += 2
-            continue
-        if char == "[" and not in_class:
-            in_class = True
-            start, i = i, i + 1
-            i += pattern.startswith("^", i)
-            i += pattern.startswith("]", i)  # a leading ']' is a member, not the end
-            out.append(pattern[start:i])
-            continue
-        if char == "]" and in_class:
-            in_class = False
-        out.append("\\Z" if char == "$" and not in_class else char)
-        i += 1
-    return re.compile("".join(out))
+    tokens = _pattern_tokens(pattern)
+    return re.compile("".join("\\Z" if t == "$" and not inside else t for t, inside in tokens))
 
 
 def _pattern_keyword(validator: Any, pattern: str, instance: Any, schema: Any) -> Any:
@@ -241,31 +248,24 @@ def _rust_pattern(pattern: str) -> str:
         ContractError: the pattern uses a construct whose meaning is not checked here.
     """
     out: list[str] = []
-    in_class = False
-    i = 0
-    while i < len(pattern):
-        char = pattern[i]
-        if char == "\\":
-            escaped = pattern[i + 1 : i + 2]
-            if escaped in {"s", "S"} and not in_class:
-                out.append(f"[{'^' if escaped == 'S' else ''}{_PYTHON_WHITESPACE}]")
-            elif escaped and not escaped.isalnum() and escaped.isascii():
-                out.append(char + escaped)
-            else:
-                raise ContractError(
-                    f"schema pattern {pattern!r} uses \\{escaped} at {i}, which Python's re and "
-                    "jsonschema-rs may read differently; teach _rust_pattern() about it"
-                )
-            i += 2
+    at = 0
+    for piece, in_class in _pattern_tokens(pattern):
+        at += len(piece)
+        if piece in {"[]", "[^]"}:
+            raise ContractError(f"schema pattern {pattern!r}: a class starting with ']'")
+        if piece[0] != "\\":
+            out.append(piece)
             continue
-        if char == "[" and not in_class:
-            if pattern.startswith(("[]", "[^]"), i):
-                raise ContractError(f"schema pattern {pattern!r}: a class starting with ']'")
-            in_class = True
-        elif char == "]":
-            in_class = False
-        out.append(char)
-        i += 1
+        escaped = piece[1:]
+        if escaped in {"s", "S"} and not in_class:
+            out.append(f"[{'^' if escaped == 'S' else ''}{_PYTHON_WHITESPACE}]")
+        elif escaped and not escaped.isalnum() and escaped.isascii():
+            out.append(piece)
+        else:
+            raise ContractError(
+                f"schema pattern {pattern!r} uses \\{escaped} at {at - len(piece)}, which Python's "
+                "re and jsonschema-rs may read differently; teach _rust_pattern() about it"
+            )
     return "".join(out)
 
 

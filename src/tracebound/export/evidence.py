@@ -93,6 +93,7 @@ _EVENT_MEMBERS: Final = frozenset(
 )
 _ARTIFACT_MEMBERS: Final = frozenset({"kind", "step_id", "digest", "present"})
 _PROOF_MEMBERS: Final = frozenset({"position", "proof"})
+_STATUSES: Final = frozenset({"running", "completed", "failed", "gated", "rejected"})
 DEFAULT_EVIDENCE_DIR: Final = Path("artifacts") / "agent-runs"
 _INTEGRITY: Final = {"algorithm": "sha256", "over": "RFC 8785 canonical JSON of every other member"}
 
@@ -434,9 +435,6 @@ def _check_chain(records: list[_Record], doc: Mapping[str, Any], run_id: str) ->
             "chain", f"the stream does not end with the run finishing as {status!r}: truncated"
         )
     return status
-
-
-_STATUSES: Final = frozenset({"running", "completed", "failed", "gated", "rejected"})
 
 
 def _check_digests(records: list[_Record], listed: Any) -> int:

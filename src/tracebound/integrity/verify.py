@@ -41,6 +41,7 @@ __all__ = [
     "LogAssembler",
     "VerifiedLog",
     "check_against_checkpoints",
+    "check_length",
     "verify_records",
 ]
 
@@ -479,6 +480,32 @@ def verify_records(records: Iterable[RawRecord], *, root_sizes: Iterable[int] = 
     return assembler.result()
 
 
+def check_length(
+    size: int, newest: int, witness_size: int | None, *, checkpoint: str = "a signed checkpoint"
+) -> None:
+    """The length part of the checks: the log must be as long as its newest checkpoint
+    (``newest``, 0 for none) and its witness's.
+
+    Raises:
+        LedgerDamaged: TRUNCATION (events cut off the end) or ROLLBACK (the witness
+            remembers a longer log), at the first missing position.
+    """
+    if newest > size:
+        raise LedgerDamaged(
+            DamageKind.TRUNCATION,
+            size + 1,
+            f"{checkpoint} covers {newest} events but the log ends at {size}: "
+            f"events {size + 1}..{newest} were removed",
+        )
+    if witness_size is not None and witness_size > size:
+        raise LedgerDamaged(
+            DamageKind.ROLLBACK,
+            size + 1,
+            f"the witness holds a checkpoint of {witness_size} events but the store has only "
+            f"{size}: the store was rolled back to an older state",
+        )
+
+
 def check_against_checkpoints(
     log: VerifiedLog,
     checkpoints: Sequence[Checkpoint],
@@ -494,20 +521,7 @@ def check_against_checkpoints(
         LedgerDamaged: ROLLBACK, TRUNCATION, or TAMPER (with the first suspect position).
     """
     newest = max((c.size for c in checkpoints), default=0)
-    if newest > log.size:
-        raise LedgerDamaged(
-            DamageKind.TRUNCATION,
-            log.size + 1,
-            f"a signed checkpoint covers {newest} events but the log ends at {log.size}: "
-            f"events {log.size + 1}..{newest} were removed",
-        )
-    if witness is not None and witness.size > log.size:
-        raise LedgerDamaged(
-            DamageKind.ROLLBACK,
-            log.size + 1,
-            f"the witness holds a checkpoint of {witness.size} events but the store has only "
-            f"{log.size}: the store was rolled back to an older state",
-        )
+    check_length(log.size, newest, witness.size if witness is not None else None)
     if witness is not None and witness.size > newest:
         raise LedgerDamaged(
             DamageKind.ROLLBACK,

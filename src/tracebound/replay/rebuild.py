@@ -48,7 +48,7 @@ from tracebound.events.catalog import (
 from tracebound.events.envelope import RecordedEvent
 from tracebound.events.record import RawRecord, decode_record
 from tracebound.integrity.chain import GENESIS, chain_hash
-from tracebound.integrity.verify import link_damage
+from tracebound.integrity.verify import check_length, link_damage
 from tracebound.ledger import Ledger
 from tracebound.pipeline.runner import run_stream
 from tracebound.store.blobs import BlobStore
@@ -275,28 +275,16 @@ def check_not_truncated(ledger: Ledger | LedgerStore) -> None:
             holds) or ROLLBACK (the witness remembers a longer log than the store has).
     """
     store = ledger.store if isinstance(ledger, Ledger) else ledger
-    size = store.size()
     newest = max((covered for covered, _note in store.checkpoints()), default=0)
-    if newest > size:
-        raise LedgerDamaged(
-            DamageKind.TRUNCATION,
-            size + 1,
-            f"a checkpoint covers {newest} events but the log ends at {size}: events "
-            f"{size + 1}..{newest} were removed; `tracebound verify` checks the whole log",
-        )
-    if not isinstance(ledger, Ledger) or ledger.witness is None or ledger.verifier is None:
-        return
-    try:
-        held = ledger.witness.latest(ledger.verifier)
-    except TraceboundError:
-        return  # an unreadable witness is `verify`'s to report; the store is what replays
-    if held is not None and held.size > size:
-        raise LedgerDamaged(
-            DamageKind.ROLLBACK,
-            size + 1,
-            f"the witness holds a checkpoint of {held.size} events but the store has only "
-            f"{size}: the store was rolled back to an older state",
-        )
+    held: int | None = None
+    if isinstance(ledger, Ledger) and ledger.witness is not None and ledger.verifier is not None:
+        try:
+            latest = ledger.witness.latest(ledger.verifier)
+        except TraceboundError:
+            latest = None  # an unreadable witness is `verify`'s to report
+        held = latest.size if latest is not None else None
+    # The stored checkpoints are not signature-checked here (verify does that).
+    check_length(store.size(), newest, held, checkpoint="a stored checkpoint")
 
 
 def _fetch(

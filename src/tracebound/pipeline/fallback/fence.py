@@ -67,8 +67,6 @@ _LABEL = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
 
 _LINE_BREAKS = re.compile(r"\r\n|[\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 _VARIATION = re.compile(r"[\ufe00-\ufe0f\U000e0100-\U000e01ef]")
-# Latin look-alikes in Cyrillic and Greek: the redactor folds the same ones.
-_CONFUSABLES: Final = CONFUSABLES
 _LATIN_OR_CONFUSABLE = re.compile(r"[^\W\d_]+", re.UNICODE)
 
 
@@ -77,7 +75,7 @@ def _is_latin(ch: str) -> bool:
 
 
 def _is_lookalike(ch: str) -> bool:
-    return ch.translate(_CONFUSABLES) != ch
+    return ch.translate(CONFUSABLES) != ch
 
 
 def _latin_like(ch: str) -> bool:
@@ -96,7 +94,7 @@ def _genuine_foreign(line: str) -> bool:
 
 def _fold_word(match: re.Match[str], *, whole_words: bool) -> str:
     word = match.group(0)
-    folded = word.translate(_CONFUSABLES)
+    folded = word.translate(CONFUSABLES)
     if folded == word:
         return word
     has_latin = any(_is_latin(ch) for ch in word)
@@ -311,7 +309,7 @@ class FenceWrapper:
         another case, full-width, in look-alike letters, with accents or anything else
         (spaces, zero-width characters, datamarks) between its characters. A canary is ASCII
         letters and digits, so only those are compared."""
-        folded = unicodedata.normalize("NFKD", text).translate(_CONFUSABLES).casefold()
+        folded = unicodedata.normalize("NFKD", text).translate(CONFUSABLES).casefold()
         return canary.replace("-", "") in re.sub(r"[^a-z0-9]+", "", folded)
 
     # -- step 1 --------------------------------------------------------------------------
