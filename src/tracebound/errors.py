@@ -84,6 +84,10 @@ class LedgerDamaged(IntegrityError):
         where = "" if position is None else f" at position {position}"
         super().__init__(f"{kind.value}{where}: {detail}")
 
+    def as_dict(self) -> dict[str, object]:
+        """The report's JSON form, one shape for every command that prints damage."""
+        return {"kind": self.kind.value, "position": self.position, "detail": self.detail}
+
     def __reduce__(self) -> tuple[type[LedgerDamaged], tuple[DamageKind, int | None, str]]:
         # Verify workers send damage reports across processes; keep them whole.
         return (type(self), (self.kind, self.position, self.detail))

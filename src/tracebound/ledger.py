@@ -109,13 +109,7 @@ class VerifyReport:
             "witness_size": self.witness_size,
             "uncovered": self.uncovered,
             "checks": self.checks,
-            "damage": None
-            if self.damage is None
-            else {
-                "kind": self.damage.kind.value,
-                "position": self.damage.position,
-                "detail": self.damage.detail,
-            },
+            "damage": None if self.damage is None else self.damage.as_dict(),
         }
 
 

@@ -170,6 +170,22 @@ def test_log_tail_inspect(cli: CLI) -> None:
     assert cli.json("inspect", "nope", code=2)["ok"] is False
 
 
+def test_inspect_reports_damage_in_the_shape_verify_uses(cli: CLI) -> None:
+    cli.json("append", stdin=_lines(6))
+    conn = sqlite3.connect(cli.cwd / ".tracebound" / "ledger.db")
+    with conn:  # run-0 holds positions 1, 3, 5: its second event is position 3
+        conn.execute(
+            "UPDATE events SET body = CAST(replace(CAST(body AS TEXT), '0.0002', '0.9002') "
+            "AS BLOB) WHERE position = 3"
+        )
+    conn.close()
+    inspected = cli.json("inspect", "run-0", code=1)
+    damage = inspected["damage"]
+    assert {k: damage[k] for k in ("kind", "position")} == {"kind": "tamper", "position": 3}
+    assert "hash" in damage["detail"] and damage["message"].startswith("tamper at position 3")
+    assert [e["stream_version"] for e in inspected["events"]] == [1]
+
+
 def test_checkpoint_verifies_only_new_events_unless_full(cli: CLI) -> None:
     cli.json("append", stdin=_lines(5))
     first = cli.json("checkpoint")

@@ -672,7 +672,7 @@ def inspect(
                 "stream_id": stream,
                 "version": version,
                 "head": head.hex(),
-                "damage": None if damage is None else str(damage),
+                "damage": None if damage is None else {**damage.as_dict(), "message": str(damage)},
                 "events": rows,
             }
         )
