@@ -240,7 +240,11 @@ class SignedNote:
         """
         if isinstance(note, str):
             text = note
-            if len(text) > MAX_NOTE_BYTES:
+            # Characters first (cheap), then the UTF-8 bytes the limit is about.
+            if len(text) > MAX_NOTE_BYTES or (
+                len(text) * 4 > MAX_NOTE_BYTES
+                and len(text.encode("utf-8", "surrogatepass")) > MAX_NOTE_BYTES
+            ):
                 raise CheckpointError(f"note is larger than {MAX_NOTE_BYTES} bytes")
         else:
             raw = bytes(note)

@@ -53,3 +53,21 @@ def test_heads_of_the_wrong_shape_are_refused(bad: bytes | str) -> None:
 
 def test_hex_heads_are_accepted() -> None:
     assert parse_head("00" * 32) == GENESIS
+
+
+@pytest.mark.parametrize("how", ["link", "hash"])
+@pytest.mark.parametrize("broken", [1, 2, 3])
+def test_corruption_names_the_record_it_found(broken: int, how: str) -> None:
+    writer, records = ChainCursor(), [b"a", b"b", b"c"]
+    heads = [writer.extend(r) for r in records]
+    prevs = [GENESIS, *heads[:-1]]
+    if how == "link":
+        prevs[broken - 1] = bytes(32 * [9])
+    else:
+        heads[broken - 1] = bytes(32)
+    verifier = ChainCursor()
+    for i in range(broken - 1):
+        verifier.check(prevs[i], records[i], heads[i])
+    with pytest.raises(AuditChainCorrupted, match=rf"^record {broken} {how}"):
+        verifier.check(prevs[broken - 1], records[broken - 1], heads[broken - 1])
+    assert verifier.length == broken - 1

@@ -13,7 +13,9 @@ from tracebound.errors import CheckpointError, SignatureInvalid, TraceboundError
 from tracebound.integrity.keys import NoteSigner, NoteVerifier
 from tracebound.integrity.merkle import EMPTY_ROOT, leaf_hash
 from tracebound.integrity.note import (
+    MAX_NOTE_BYTES,
     MAX_SIGNATURES,
+    MAX_TREE_SIZE,
     Checkpoint,
     NoteSignature,
     SignedNote,
@@ -215,6 +217,29 @@ def test_non_utf8_and_surrogates() -> None:
         open_checkpoint(GOOD.encode() + b"\xff", LOG.verifier)
     with pytest.raises(CheckpointError):
         open_checkpoint(GOOD.replace("example", "ex\ud800ample", 1), LOG.verifier)
+
+
+def test_the_edges_of_the_surrogate_range_and_of_the_tree_size() -> None:
+    for c in ("\ud800", "\udfff"):
+        with pytest.raises(CheckpointError):
+            SignedNote.sign(f"a{c}b\n", LOG)
+    assert SignedNote.sign("a\ue000b\n", LOG).text == "a\ue000b\n"  # the first one after
+    assert Checkpoint(origin="o", size=MAX_TREE_SIZE, root=ROOT).size == MAX_TREE_SIZE
+    with pytest.raises(CheckpointError):
+        Checkpoint(origin="o", size=MAX_TREE_SIZE + 1, root=ROOT)
+
+
+def test_a_note_of_exactly_the_size_limit_is_accepted() -> None:
+    signature = SignedNote.sign("x\n", LOG).encode()[2:]  # "\n— name sig\n", fixed length
+    text = "x" * (MAX_NOTE_BYTES - len(signature.encode()) - 1) + "\n"
+    note = SignedNote.sign(text, LOG).encode()
+    assert len(note.encode()) == MAX_NOTE_BYTES
+    assert SignedNote.open(note, LOG.verifier).text == text
+    assert SignedNote.open(note.encode(), LOG.verifier).text == text
+    with pytest.raises(CheckpointError):
+        SignedNote.sign("x" + text, LOG)
+    with pytest.raises(CheckpointError):
+        SignedNote.parse("x" + note)
 
 
 def test_sign_rejects_bad_text() -> None:
