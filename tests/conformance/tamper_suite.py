@@ -89,8 +89,9 @@ class Attacker(Protocol):
     def swap(self, a: int, b: int) -> None:
         """Exchange the places of two records."""
 
-    def rewrite_chain(self, position: int) -> None:
-        """Change the amount at ``position`` and recompute every hash: see :func:`forge_chain`."""
+    def rewrite_chain(self, position: int, *, through: int | None = None) -> None:
+        """Change the amount at ``position`` and recompute every hash (up to position
+        ``through`` only, if given): see :func:`forge_chain`."""
 
     def replace_checkpoints(self, notes: Sequence[tuple[int, str]]) -> None:
         """Replace the stored checkpoints by ``(size, signed note)`` pairs; none drops them."""
@@ -106,13 +107,15 @@ class Attacker(Protocol):
 
 
 def forge_chain(
-    rows: Iterable[tuple[int, str, bytes, bytes]], position: int
+    rows: Iterable[tuple[int, str, bytes, bytes]], position: int, *, through: int | None = None
 ) -> list[tuple[int, bytes, bytes, bytes]]:
     """A consistent forgery: change one amount, then recompute every hash after it.
 
     Args:
         rows: ``(position, stream_id, prev_hash, body)`` of every record, in log order.
         position: The record whose ``amount_usd`` becomes ``9.…``.
+        through: The last position rewritten; records after it keep their stored bytes
+            and hashes (so they still link to the hashes the forgery replaced).
 
     Returns:
         ``(position, prev_hash, hash, body)`` for every record, as the attacker writes them
@@ -121,6 +124,9 @@ def forge_chain(
     heads: dict[str, bytes] = {}
     forged = []
     for pos, stream_id, prev, old_body in rows:
+        if through is not None and pos > through:
+            forged.append((pos, prev, blake3(prev + old_body).digest(), old_body))
+            continue
         new_prev = heads.get(stream_id, prev)
         body = old_body
         if pos == position:
@@ -195,12 +201,14 @@ class SqlAttacker:
             f"UPDATE events SET position = {b} WHERE position = -1",
         )
 
-    def rewrite_chain(self, position: int) -> None:
+    def rewrite_chain(self, position: int, *, through: int | None = None) -> None:
         rows = self.rows(
             "SELECT position, stream_id, prev_hash, body FROM events ORDER BY position"
         )
         forged = forge_chain(
-            [(pos, sid, bytes(prev), bytes(body)) for pos, sid, prev, body in rows], position
+            [(pos, sid, bytes(prev), bytes(body)) for pos, sid, prev, body in rows],
+            position,
+            through=through,
         )
         p = self.param
         self.sql_many(
@@ -406,6 +414,23 @@ class TamperSuite:
         attacker.edit_body(21, '"0.0099"', '"0.0098"')
         d = damage_of(world)
         assert (d.kind, d.position) == (DamageKind.TAMPER, 21)
+
+    def test_an_uncovered_event_rewritten_alone_breaks_its_streams_next_link(
+        self, filled: Callable[[int], LedgerWorld], attacker: Attacker
+    ) -> None:
+        """After the newest checkpoint only the chains vouch for the log: an event edited
+        and re-hashed consistently (no Merkle root covers it) is caught by the next event
+        of its stream, which still links to the hash it replaced."""
+        world = filled(20)
+        with world.open() as ledger:
+            ledger.record("run-x", [cost(97)])
+            ledger.record("run-y", [cost(98)])
+            ledger.record("run-x", [cost(99)])
+            assert ledger.verify(workers=1).uncovered == 3
+        attacker.rewrite_chain(21, through=21)
+        d = damage_of(world)
+        assert (d.kind, d.position) == (DamageKind.TAMPER, 23)
+        assert "does not link to version 1" in d.detail
 
     def test_checkpoint_refuses_to_sign_damage(
         self, filled: Callable[[int], LedgerWorld], attacker: Attacker

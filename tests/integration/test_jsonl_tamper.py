@@ -88,7 +88,7 @@ class JsonlAttacker(DirectorySnapshots):
         lines[a - 1], lines[b - 1] = lines[b - 1], lines[a - 1]
         self.write(lines)
 
-    def rewrite_chain(self, position: int) -> None:
+    def rewrite_chain(self, position: int, *, through: int | None = None) -> None:
         frames = [_FRAME.match(line) for line in self.lines()]
         rows, batches = [], {}
         for m in frames:
@@ -101,7 +101,7 @@ class JsonlAttacker(DirectorySnapshots):
         self.write(
             [
                 _LINE % (*batches[pos], digest.hex().encode(), body)
-                for pos, _, digest, body in forge_chain(rows, position)
+                for pos, _, digest, body in forge_chain(rows, position, through=through)
             ]
         )
 

@@ -65,6 +65,26 @@ def test_root_does_not_depend_on_chunking(streams: list[int], size: int) -> None
 
 
 @settings(max_examples=60)
+@given(logs, st.data())
+def test_one_record_at_a_time_accepts_what_a_page_does(
+    streams: list[int], data: st.DataObject
+) -> None:
+    """``feed`` (the slow path ``feed_page`` hands over to at a record it does not take)
+    must accept a valid log exactly as the page loop does: same size, root, stream spans
+    and snapshots. Valid logs rarely reach it, so it is driven here directly."""
+    records = make_log(streams)
+    sizes = sorted(set(data.draw(st.lists(st.integers(1, len(records)), max_size=4))))
+    paged = ChunkVerifier(1, snapshot_sizes=sizes).feed_all(records)
+    single = ChunkVerifier(1, snapshot_sizes=sizes)
+    assert all(single.feed(r) for r in records)
+    one = single.result()
+    assert one.damage is None and paged.damage is None
+    assert (one.size, one.subtrees, one.snapshots) == (paged.size, paged.subtrees, paged.snapshots)
+    assert sorted(one.snapshots) == sizes
+    assert one.streams == paged.streams  # dataclasses: compared field by field
+
+
+@settings(max_examples=60)
 @given(logs, st.sampled_from([1, 2, 4, 8]), st.data())
 def test_first_damage_does_not_depend_on_chunking(
     streams: list[int], size: int, data: st.DataObject
