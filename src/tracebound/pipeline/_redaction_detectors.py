@@ -399,6 +399,31 @@ def _not_a_credential(value: str, key: str) -> bool:
     )
 
 
+_AUTH_HEADER_KEYS = frozenset({"authorization", "proxy-authorization"})
+_AUTH_SCHEME = re.compile(r"^\s*[A-Za-z][A-Za-z0-9_\-]*\s+(?=\S)")
+
+
+def key_kind(key: str) -> Literal["auth", "secret"] | None:
+    """What a key name says its value is: an HTTP Authorization credential, a secret, or
+    nothing in particular."""
+    # Folded as KEY_NAME_RE's (?i) reads it: with U+0131 for i, Authorization is one too.
+    if fold_case(key) in _AUTH_HEADER_KEYS:
+        return "auth"
+    return "secret" if KEY_NAME_RE.match(key) else None
+
+
+def auth_credential(value: str) -> Span | None:
+    """The credential in an Authorization value: what follows the scheme (``Basic``,
+    ``Bearer``, …), or all of it when there is none. None for an empty, too short or
+    already redacted credential."""
+    scheme = _AUTH_SCHEME.match(value)
+    start = scheme.end() if scheme else 0
+    credential = value[start:].strip()
+    if len(credential) >= 3 and not MARKER_RE.fullmatch(credential):
+        return start, len(value)
+    return None
+
+
 def _cut_bare(value: str, op: str) -> str:
     # Where an unquoted value ends: a query string's ``&``; a YAML/JSON flow's ``,;})]``.
     stops = "&" if op != ":" else ",;})]&"
@@ -431,6 +456,102 @@ def _keyword_assignments(text: str) -> Iterator[Span]:
                 end = start + len(found)
             if plausible_secret_value(found, key, quoted=name != "bare", op=op):
                 yield start, end
+
+
+# --- name/value pairs (hand-written) ---------------------------------------------------
+
+# ``{"name": "DB_PASSWORD", "value": "…"}`` (Kubernetes ``env``, HAR headers, ECS),
+# ``{"Key": "ApiToken", "Value": "…"}`` (tags), and YAML flow ``{name: X, value: …}``: the
+# value belongs to the key its sibling names (group ``name``).
+# - The fields are matched in the three spellings formats use (``value``, ``Value``,
+#   ``VALUE``), so the gate is a plain substring test: ``alue`` or ``ALUE``.
+# - The pattern starts with the field, not an optional quote: ``re`` scans a pattern that
+#   starts with an optional group three times slower. _pair_field_ok checks the quote
+#   (or, unquoted, a word boundary) before the field.
+_PAIR_NAME = r"""
+    (?P<kw>name|Name|NAME|key|Key|KEY)(?P<nq>["']?)[ \t]*{op}[ \t]*
+    (?P<q>["']?)(?P<name>[A-Za-z0-9_.\-]{{1,128}})(?P=q)
+"""
+_PAIR_FLOW = re.compile(
+    "(?x)"
+    + _PAIR_NAME.format(op="[:=]")
+    + r"""
+    \s*[,;]\s*
+    (?P<vq>["']?)(?:value|Value|VALUE)(?P=vq)[ \t]*[:=][ \t]*
+    """
+)
+# The YAML block form: ``value:`` on the next line, at the column where ``name:`` stands
+# (after a list item's ``- ``); checked in code, as a back-reference cannot count columns.
+_PAIR_BLOCK = re.compile(
+    r"(?xm) ^(?P<lead>[ \t]*(?:-[ \t]+)?)[\"']?"
+    + _PAIR_NAME.format(op=":")
+    + r"""
+    [ \t]*(?:\#[^\r\n]*)?\r?\n
+    (?P<indent>[ \t]*)(?P<vq>["']?)(?:value|Value|VALUE)(?P=vq)[ \t]*:[ \t]*
+    """
+)
+
+
+def _pair_field_ok(text: str, match: re.Match[str]) -> bool:
+    """``"name"`` or ``name`` as a whole word, not ``"name`` or ``hostname``."""
+    start = match.start("kw")
+    before = text[start - 1] if start else ""
+    if match["nq"]:
+        return before == match["nq"]
+    return not (before.isalnum() or before in "_\"'")
+
+
+def _block_value(text: str, start: int) -> Span:
+    """A YAML block value: the rest of the line, less a comment and its quotes."""
+    end = text.find("\n", start)
+    line = text[start : len(text) if end == -1 else end]
+    comment = line.find(" #")
+    line = (line if comment == -1 else line[:comment]).rstrip()
+    if len(line) >= 2 and line[0] == line[-1] and line[0] in "\"'":
+        return start + 1, start + len(line) - 1
+    return start, start + len(line)
+
+
+def _flow_value(text: str, start: int) -> Span | None:
+    value = _VALUE.match(text, start)
+    if value is None:
+        return None
+    for name in ("dq", "sq"):
+        if value.start(name) >= 0:
+            return value.span(name)
+    return start, start + len(_cut_bare(value.group("bare"), ":"))
+
+
+def _name_value_pairs(kind: Literal["auth", "secret"]) -> Callable[[str], Iterator[Span]]:
+    """The value of each name/value pair whose name is a key of ``kind``.
+
+    The sibling name settles what the value is, so any value counts that would count
+    under that key in a structure (placeholders, literals and masks do not).
+    """
+
+    def find(text: str) -> Iterator[Span]:
+        for pattern in (_PAIR_FLOW, _PAIR_BLOCK):
+            for match in pattern.finditer(text):
+                if pattern is _PAIR_BLOCK and len(match["indent"]) != len(match["lead"]):
+                    continue
+                if not _pair_field_ok(text, match):
+                    continue
+                name = match["name"]
+                if key_kind(name) != kind:
+                    continue
+                at = match.end()
+                span = _block_value(text, at) if pattern is _PAIR_BLOCK else _flow_value(text, at)
+                if span is None or span[1] <= span[0]:
+                    continue
+                value = text[span[0] : span[1]]
+                if kind == "auth":
+                    credential = auth_credential(value)
+                    if credential is not None:
+                        yield span[0] + credential[0], span[0] + credential[1]
+                elif plausible_secret_value(value, name, quoted=True, op="="):
+                    yield span
+
+    return find
 
 
 # --- hand-written token rules ----------------------------------------------------------
@@ -474,7 +595,10 @@ _EMAIL = re.compile(
     r"@(?:[A-Za-z0-9](?:[A-Za-z0-9\-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,24}"
     r"(?![A-Za-z0-9\-]|\.[A-Za-z0-9])"
 )
-_URL_USERINFO = re.compile(r"://[^\s/@]*$")
+# A URL's authority runs from ``://`` to the first ``/``, ``?`` or ``#``: an address in
+# it is userinfo (``user:p@ss@host`` once ``%40`` is decoded), one after it is an address
+# (``?to=dana@example.com``).
+_URL_USERINFO = re.compile(r"://[^\s/?#]*$")
 
 
 def _emails(text: str) -> Iterator[Span]:
@@ -795,6 +919,20 @@ DETECTORS: tuple[Detector, ...] = (
         hint=_KEYWORD_STEMS,
     ),
     _d(
+        "secret-keyword",
+        "value assigned to a secret-named key",
+        _OURS,
+        40,
+        _gate(_name_value_pairs("secret"), "alue", "ALUE"),
+    ),
+    _d(
+        "auth-header",
+        "HTTP Authorization credential",
+        _OURS,
+        30,
+        _gate(_name_value_pairs("auth"), "alue", "ALUE"),
+    ),
+    _d(
         "high-entropy-base64",
         "high-entropy base64 string",
         _LIB,
@@ -857,4 +995,4 @@ def _prefilter(detectors: tuple[Detector, ...]) -> Callable[[str], bool]:
 may_match: Callable[[str], bool] = _prefilter(DETECTORS)
 """Whether any of :data:`DETECTORS` could find something in a text; False is a proof that
 none can (each rule's :class:`Hint` is absent), True only a maybe. Redacting text that
-holds no hint is then one scan, not thirty-one."""
+holds no hint is then one scan, not thirty-three."""

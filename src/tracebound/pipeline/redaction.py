@@ -15,7 +15,12 @@ redact before writing.
 In structures (dicts, lists, tuples) only values are scanned; dict keys are kept as they
 are, because keys are the schema consumers index by. A secret used as a dict key is not
 found: do not do that. A secret-sounding key (``api_key``, ``db_password``,
-``Authorization``) does, however, make its string value count as a secret.
+``Authorization``) does, however, make its string value count as a secret, and so does a
+secret-sounding sibling ``name`` or ``key`` for a ``value`` (``{"name": "DB_PASSWORD",
+"value": "…"}``, as in Kubernetes ``env``).
+
+The detectors also look through percent-encoding and base64, two layers deep
+(:mod:`tracebound.pipeline._redaction_decoding`).
 
 Which detector comes from detect-secrets and which is written here is recorded in
 ``docs/adr/0005-redaction-detectors.md``.
@@ -38,13 +43,20 @@ from typing import Any, Final, Generic, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict
 
 from tracebound.errors import ValidationFailed
+from tracebound.pipeline._redaction_decoding import (
+    BASE64_MIN_LENGTH,
+    base64_texts,
+    escaped_lines,
+    might_hold_base64,
+    percent_view,
+)
 from tracebound.pipeline._redaction_detectors import (
     DETECTORS,
-    KEY_NAME_RE,
     MARKER_RE,
     Detector,
     Source,
-    fold_case,
+    auth_credential,
+    key_kind,
     may_match,
     plausible_secret_value,
 )
@@ -71,8 +83,13 @@ _MARKER_HEX = 16
 # Re-scans per string before giving up (fail closed). Real text settles in one or two;
 # each pass removes at least one secret, so only adversarial input gets near this.
 _MAX_PASSES = 32
-_AUTH_HEADER_KEYS = frozenset({"authorization", "proxy-authorization"})
-_AUTH_SCHEME = re.compile(r"^\s*[A-Za-z][A-Za-z0-9_\-]*\s+(?=\S)")
+# Decodings (percent or base64) looked through, one inside another: ``b64(b64(secret))``
+# and ``%``-escaped base64 are found, a third layer is not. Each layer's text is no longer
+# than the one it came from, so this bounds the work to a small multiple of the input's.
+_DECODE_LAYERS = 2
+# ``{"name": "DB_PASSWORD", "value": "…"}``: the sibling that names the value's key.
+_PAIR_NAME_KEYS = ("name", "Name", "NAME", "key", "Key", "KEY")
+_PAIR_VALUE_KEYS = frozenset({"value", "Value", "VALUE"})
 
 T = TypeVar("T")
 
@@ -186,9 +203,11 @@ class DetectorInfo:
 def detectors() -> tuple[DetectorInfo, ...]:
     """Every detection rule the redactor applies, with where it comes from.
 
-    The last two apply only inside structures, where a dict key names its value.
+    ``base64-secret`` wraps all the others (it redacts a base64 token whose decoded text
+    they find something in), and the last two apply only inside structures, where a dict
+    key names its value.
     """
-    rules = (*DETECTORS, _KEY_HINT_DETECTOR, _AUTH_HINT_DETECTOR)
+    rules = (*DETECTORS, _BASE64_DETECTOR, _KEY_HINT_DETECTOR, _AUTH_HINT_DETECTOR)
     return tuple(DetectorInfo(d.name, d.reason, d.source) for d in rules)
 
 
@@ -197,6 +216,7 @@ class _Hit:
     start: int
     end: int
     detector: Detector
+    via: tuple[str, ...] = ()  # what the detectors found inside a decoded base64 token
 
 
 class Redactor:
@@ -286,11 +306,12 @@ class Redactor:
             text = self._redact_string(str(value), path, key_hint, found)
             return value if len(found) == before else text
         if isinstance(value, Mapping):
+            pair_name = _pair_name(value)
             return {
                 key: self._walk(
                     item,
                     _child_path(path, key),
-                    key_hint=key if isinstance(key, str) else None,
+                    key_hint=_key_hint(key, pair_name),
                     depth=depth + 1,
                     found=found,
                     counter=counter,
@@ -405,7 +426,10 @@ class Redactor:
                 start=start,
                 end=end,
                 also_detected=tuple(
-                    sorted({h.detector.name for h in hits} - {winner.detector.name})
+                    sorted(
+                        {n for h in hits for n in (h.detector.name, *h.via)}
+                        - {winner.detector.name}
+                    )
                 ),
             )
         )
@@ -424,6 +448,16 @@ _AUTH_HINT_DETECTOR = Detector(
     reason="HTTP Authorization credential",
     source="tracebound",
     priority=30,
+    find=lambda _text: iter(()),
+)
+# Found by _base64_hits, not by a ``find`` of its own. More specific than the keyword and
+# entropy rules that may flag the same token (it has seen the secret inside), less than a
+# header rule that names what the token is.
+_BASE64_DETECTOR = Detector(
+    name="base64-secret",
+    reason="base64 that decodes to a secret",
+    source="tracebound",
+    priority=35,
     find=lambda _text: iter(()),
 )
 
@@ -505,61 +539,132 @@ def _disguise_view(text: str) -> tuple[str, list[int]] | None:
     return ("".join(chars), index) if changed else None
 
 
-def _detect(text: str) -> list[tuple[int, int, Detector]]:
-    # Most text holds no detector's hint; one prefilter scan then replaces thirty-one.
+# A detection before clean-up: span, rule, and what a base64 token's decoded text held.
+_Raw = tuple[int, int, Detector, tuple[str, ...]]
+
+
+def _detect(text: str) -> list[_Raw]:
+    # Most text holds no detector's hint; one prefilter scan then replaces thirty-three.
     if not may_match(text):
         return []
-    return [(start, end, detector) for detector in DETECTORS for start, end in detector.find(text)]
+    return [
+        (start, end, detector, ()) for detector in DETECTORS for start, end in detector.find(text)
+    ]
 
 
-def _hits(text: str, key_hint: str | None) -> list[_Hit]:
+def _scan(text: str, layers: int) -> list[_Raw]:
+    """Every detection in ``text``: as written, as a reader sees it (:func:`_disguise_view`)
+    and, ``layers`` deep, as a decoder does (percent-escapes and base64 decoded)."""
     raw = _detect(text)
-    view = _disguise_view(text)
+    view = None if text.isascii() else _disguise_view(text)  # the test inline: most text
     if view is not None:
         seen, index = view
         raw.extend(
-            (index[start], index[end - 1] + 1, detector)
-            for start, end, detector in _detect(seen)
+            (index[start], index[end - 1] + 1, detector, via)
+            for start, end, detector, via in _detect(seen)
             if end > start
         )
-    if key_hint is not None:
-        raw.extend(_key_hint_hits(text, key_hint))
-    if not raw:
-        return []
-    markers = [m.span() for m in MARKER_RE.finditer(text)]
-    hits: list[_Hit] = []
-    for start, end, detector in raw:
-        for p_start, p_end in _outside(start, end, markers) if markers else [(start, end)]:
-            t_start, t_end = _trim(text, p_start, p_end)
-            if any(c.isalnum() for c in text[t_start:t_end]):
-                hits.append(_Hit(t_start, t_end, detector))
+    if layers > 0:
+        # Cheap tests first: most text holds no ``%`` and no run that could be base64.
+        if "%" in text:
+            raw.extend(_percent_hits(text, layers - 1))
+        if len(text) >= BASE64_MIN_LENGTH and might_hold_base64(text):
+            raw.extend(_base64_hits(text, layers - 1))
+    return raw
+
+
+def _percent_hits(text: str, layers: int) -> list[_Raw]:
+    """Hits in the percent-decoded text, mapped back to the escapes that wrote them.
+
+    Only the lines around escapes are decoded and scanned again: elsewhere the decoded
+    text is the text itself, already scanned, so a prompt with one URL in it does not
+    pay twice for the rest.
+    """
+    hits: list[_Raw] = []
+    for first, last in escaped_lines(text):
+        view = percent_view(text[first:last])
+        if view is None:
+            continue
+        for start, end, detector, via in _clean(view.text, _scan(view.text, layers)):
+            o_start, o_end = view.original(start, end)
+            hits.append((first + o_start, first + o_end, detector, via))
     return hits
 
 
-def _key_kind(key: str) -> Literal["auth", "secret"] | None:
-    # Folded as KEY_NAME_RE's (?i) reads it: with U+0131 for i, Authorization is one too.
-    if fold_case(key) in _AUTH_HEADER_KEYS:
-        return "auth"
-    return "secret" if KEY_NAME_RE.match(key) else None
+def _base64_hits(text: str, layers: int) -> list[_Raw]:
+    """Whole base64 tokens whose decoded text holds a secret (a span inside cannot be
+    mapped back: three bytes are spread over four characters)."""
+    hits: list[_Raw] = []
+    for start, end, decoded in base64_texts(text):
+        inner = _clean(decoded, _scan(decoded, layers))
+        if inner:
+            names = {name for _, _, d, via in inner for name in (d.name, *via)}
+            hits.append((start, end, _BASE64_DETECTOR, tuple(sorted(names))))
+    return hits
+
+
+def _clean(text: str, raw: list[_Raw]) -> list[_Raw]:
+    """Hits outside existing markers, trimmed of whitespace, and holding a letter or digit."""
+    if not raw:
+        return []
+    markers = [m.span() for m in MARKER_RE.finditer(text)]
+    hits: list[_Raw] = []
+    for start, end, detector, via in raw:
+        for p_start, p_end in _outside(start, end, markers) if markers else [(start, end)]:
+            t_start, t_end = _trim(text, p_start, p_end)
+            if any(c.isalnum() for c in text[t_start:t_end]):
+                hits.append((t_start, t_end, detector, via))
+    return hits
+
+
+def _hits(text: str, key_hint: str | None) -> list[_Hit]:
+    raw = _scan(text, _DECODE_LAYERS)
+    if key_hint is not None:
+        raw.extend(
+            (start, end, detector, ()) for start, end, detector in _key_hint_hits(text, key_hint)
+        )
+    if not raw:
+        return []
+    return [_Hit(start, end, detector, via) for start, end, detector, via in _clean(text, raw)]
 
 
 # Keys are a document's schema: few, short, and the same in every step, so their kind is
 # cached; a long key (rare, and a memory risk in a cache) is classified each time.
-_cached_key_kind = functools.lru_cache(maxsize=1024)(_key_kind)
+_cached_key_kind = functools.lru_cache(maxsize=1024)(key_kind)
 _CACHED_KEY_LENGTH = 64
+
+
+def _kind_of(key: str) -> Literal["auth", "secret"] | None:
+    return _cached_key_kind(key) if len(key) <= _CACHED_KEY_LENGTH else key_kind(key)
+
+
+def _pair_name(mapping: Mapping[Any, Any]) -> str | None:
+    """In ``{"name": "DB_PASSWORD", "value": …}``, the secret-named sibling that names the
+    value's key (``name`` or ``key``, as Kubernetes, HAR and AWS tags spell them)."""
+    if not ("value" in mapping or "Value" in mapping or "VALUE" in mapping):
+        return None  # most dicts: three lookups
+    for key in _PAIR_NAME_KEYS:
+        name = mapping.get(key)
+        if isinstance(name, str) and _kind_of(name) is not None:
+            return name
+    return None
+
+
+def _key_hint(key: object, pair_name: str | None) -> str | None:
+    """What names a dict item's value: its key, or for ``value`` the pair's secret name."""
+    if pair_name is not None and key in _PAIR_VALUE_KEYS:
+        return pair_name
+    return key if isinstance(key, str) else None
 
 
 def _key_hint_hits(text: str, key: str) -> list[tuple[int, int, Detector]]:
     """A string under a secret-named key is a secret as a whole (``{"api_key": "…"}``)."""
-    kind = _cached_key_kind(key) if len(key) <= _CACHED_KEY_LENGTH else _key_kind(key)
+    kind = _kind_of(key)
     if kind is None:
         return []
     if kind == "auth":
-        scheme = _AUTH_SCHEME.match(text)
-        start = scheme.end() if scheme else 0
-        if len(text[start:].strip()) >= 3 and not MARKER_RE.fullmatch(text[start:].strip()):
-            return [(start, len(text), _AUTH_HINT_DETECTOR)]
-        return []
+        credential = auth_credential(text)
+        return [] if credential is None else [(*credential, _AUTH_HINT_DETECTOR)]
     if plausible_secret_value(text, key, quoted=True, op="="):
         return [(0, len(text), _KEY_HINT_DETECTOR)]
     return []

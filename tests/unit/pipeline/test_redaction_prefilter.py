@@ -1,6 +1,6 @@
 """The redaction prefilter and the entropy bound skip work, never a secret.
 
-``may_match`` lets the redactor skip its thirty-one detectors on text that holds none of
+``may_match`` lets the redactor skip its thirty-three detectors on text that holds none of
 their hints (see ``Hint`` in ``_redaction_detectors``), and most rules sit behind a gate (a
 substring test) as well. Both are only sound if every hint and gate is necessary: whenever
 a rule *itself* finds something (the ungated rule: checking the gated one would hide a gate
