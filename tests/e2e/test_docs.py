@@ -1,4 +1,7 @@
-"""The README is tested: its code blocks run, and its command table matches the CLI."""
+"""The README is tested: its command table matches the CLI, and what it promises is there.
+
+Its code blocks run in tests/e2e/test_docs_examples.py.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +11,6 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 TEXT = README.read_text(encoding="utf-8")
@@ -32,25 +33,8 @@ def test_readme_opens_with_the_two_setup_commands() -> None:
     assert first.splitlines()[1].startswith("make test")
 
 
-@pytest.mark.parametrize("index", range(len(_blocks("python"))))
-def test_python_blocks_run(tmp_path: Path, index: int) -> None:
-    code = _blocks("python")[index]
-    proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, env=_env(tmp_path),
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-
-
-def test_quick_start_runs(tmp_path: Path) -> None:
-    quick = _blocks("bash")[1]
-    assert "tracebound verify-proof" in quick
-    proc = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", quick], cwd=tmp_path, env=_env(tmp_path),
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "OK" in proc.stdout
+def test_quick_start_ends_with_an_offline_proof_check() -> None:
+    assert "tracebound verify-proof" in _blocks("bash")[1]
 
 
 def test_command_table_matches_the_cli() -> None:

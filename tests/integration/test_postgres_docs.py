@@ -1,21 +1,24 @@
-"""docs/postgresql.md is tested: its Python blocks run against the test server."""
+"""docs/postgresql.md is tested: its Python example runs against the test server.
+
+It runs the blocks whose docs-test marker says they are covered by this file (the other
+blocks are run, or skipped with a reason, by tests/e2e/test_docs_examples.py).
+"""
 
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.docs_kit import covered_by
 from tests.pg import PgServer
 
 pytestmark = pytest.mark.postgres
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "postgresql.md"
-BLOCKS = re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), flags=re.S)
+BLOCKS = [block.body for block in covered_by(__file__) if block.lang == "python"]
 
 
 def test_the_doc_has_an_example() -> None:
