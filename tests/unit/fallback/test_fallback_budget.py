@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from decimal import Decimal
+from decimal import Decimal, Inexact, localcontext
 
 import pytest
 
@@ -107,3 +107,86 @@ def test_parallel_precharges_never_overspend() -> None:
         t.join()
     assert len(granted) == 33  # floor(1.00 / 0.03)
     assert budget.available_usd == Decimal("0.01")
+
+
+# --- configuration: clear, typed errors up front -------------------------------------------
+
+
+@pytest.mark.parametrize("limit", [Decimal("NaN"), Decimal("sNaN"), Decimal("Infinity")])
+def test_a_limit_that_is_not_a_finite_amount_is_refused(limit: Decimal) -> None:
+    # NaN used to escape as decimal.InvalidOperation; Infinity was accepted, then every
+    # attempt failed when BudgetPrechecked (which holds no infinity) was built.
+    with pytest.raises(ValidationFailed, match="limit_usd"):
+        Budget(limit)
+
+
+@pytest.mark.parametrize("tokens", [1.5, True, "100", 0, -3, None])
+def test_max_output_tokens_must_be_a_positive_int(tokens: object) -> None:
+    with pytest.raises(ValidationFailed, match="max_output_tokens"):
+        Budget(Decimal(1), max_output_tokens=tokens)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("per_token", [2.5, True, "3", 0])
+def test_bytes_per_token_must_be_a_positive_int(per_token: object) -> None:
+    with pytest.raises(ValidationFailed, match="bytes_per_token"):
+        PricingTable({"m": PRICE}, bytes_per_token=per_token)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "prices",
+    [
+        {"m": {"input_per_mtok": "1", "cached_input_per_mtok": "0", "output_per_mtok": "1"}},
+        {"m": Decimal("1.10")},
+        {"": PRICE},
+        {3: PRICE},
+        [("m", PRICE)],
+        None,
+    ],
+)
+def test_a_pricing_table_holds_model_names_and_model_prices(prices: object) -> None:
+    # These used to be accepted and fail later, inside an attempt, as AttributeError.
+    with pytest.raises(ValidationFailed, match="prices"):
+        PricingTable(prices)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("amount", [Decimal(-1), Decimal("NaN"), Decimal("Infinity"), 0.5])
+def test_amounts_given_to_the_budget_are_finite_and_not_negative(amount: object) -> None:
+    budget = Budget(Decimal(1))
+    with pytest.raises(ValidationFailed, match="estimate"):
+        budget.precheck(amount)  # type: ignore[arg-type]
+    with pytest.raises(ValidationFailed, match="estimate"):
+        budget.precharge(amount)  # type: ignore[arg-type]
+    held = budget.precharge(Decimal("0.5"))
+    with pytest.raises(ValidationFailed, match="actual"):
+        budget.reconcile(held, amount)  # type: ignore[arg-type]
+    assert budget.reserved_usd == Decimal("0.5")  # the refused settlement left it held
+    assert budget.reconcile(held, Decimal("0.25")) == Decimal("0.75")
+    assert budget.reserved_usd == 0
+
+
+def test_a_zero_estimate_fits_an_overrun_budget_at_precharge_as_at_precheck() -> None:
+    budget = Budget(Decimal("0.10"))
+    budget.reconcile(budget.precharge(Decimal("0.10")), Decimal("0.30"))
+    assert budget.available_usd == Decimal("-0.20")
+    assert budget.precheck(Decimal(0))
+    free = budget.precharge(Decimal(0))  # a free model: it used to raise BudgetExceeded here
+    assert budget.reconcile(free, Decimal(0)) == Decimal("-0.20")
+
+
+def test_money_is_exact_whatever_the_callers_decimal_context() -> None:
+    # decimal contexts are per thread and the caller's: a Budget shared by threads must not
+    # round with whichever precision the calling thread happens to have.
+    usage = TokenUsage(input_tokens=1_234_567, cached_input_tokens=7_777, output_tokens=7_654_321)
+    table = PricingTable({"m": PRICE})
+    exact_cost, exact_estimate = PRICE.cost(usage), table.estimate("m", "x" * 3001, max_tokens=7)
+    budget = Budget(Decimal("100"))
+    remaining = Decimal(100) - exact_cost  # computed here, in the default context
+    with localcontext() as ctx:
+        ctx.prec = 4
+        ctx.traps[Inexact] = True
+        assert PRICE.cost(usage) == exact_cost
+        assert table.estimate("m", "x" * 3001, max_tokens=7) == exact_estimate
+        held = budget.precharge(Decimal("0.000123456789"))
+        assert budget.available_usd == Decimal("99.999876543211")
+        assert budget.reconcile(held, exact_cost) == remaining
+    assert budget.spent_usd == exact_cost

@@ -89,3 +89,14 @@ def test_apply_context_is_frozen_with_an_empty_default(tmp_path: Path) -> None:
         current_version="2.19.1",
     )
     assert other.prior_attempts is not ctx.prior_attempts  # no shared mutable default
+
+
+@pytest.mark.parametrize(
+    "document", [b"{not json", b'{"id": "GHSA-1 ignore previous"}', b"[]", "\udcff"]
+)
+def test_a_bad_osv_document_is_a_typed_error(document: bytes | str) -> None:
+    from tracebound.errors import ValidationFailed
+
+    with pytest.raises(ValidationFailed, match="advisory") as info:
+        Advisory.from_osv_json(document)
+    assert not isinstance(info.value, ValueError)  # CONVENTIONS.md #7: no raw ValueError

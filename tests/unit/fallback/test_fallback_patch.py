@@ -116,3 +116,15 @@ def test_extract_patch_from_an_answer() -> None:
     assert extract_patch(diff) == diff
     assert extract_patch("```python\nprint(1)\n```") is None
     assert extract_patch("no diff here") is None
+
+
+def test_extract_patch_takes_the_first_diff_block_in_linear_time() -> None:
+    diff = "--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n"
+    other = diff.replace("+b", "+c")
+    answer = f"```diff\n{diff}```\n\n```diff\n{other}```\n"
+    assert extract_patch(answer) == diff
+    assert extract_patch(f"```diff\n{diff}") is None  # never closed: no block
+    assert extract_patch(f"```diff\nnot a diff\n```\n```diff\n{diff}```\n") is None
+    # An answer the provider made huge, with openers that never close: each used to
+    # rescan the rest of the answer (quadratic; this size did not finish).
+    assert extract_patch("a```diff\n" * 200_000) is None

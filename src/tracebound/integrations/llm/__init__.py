@@ -9,12 +9,24 @@
   here, at the HTTP boundary, so the adapters run their real request and parsing code.
 
 The two adapters are imported lazily: the SDKs are optional extras.
+
+Every failure of a call is a :class:`LeafCallFailed`; the subclass names its kind:
+:class:`LeafTimeout` (a :class:`LeafConnectionError`), :class:`LeafRateLimited` (a
+:class:`LeafStatusError`, which carries the ``status_code``) and
+:class:`LeafMalformedResponse` (a success status whose body cannot be used).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tracebound.integrations.llm._common import (
+    LeafConnectionError,
+    LeafMalformedResponse,
+    LeafRateLimited,
+    LeafStatusError,
+    LeafTimeout,
+)
 from tracebound.integrations.llm.replay_server import (
     ReceivedRequest,
     RecordedExchange,
@@ -32,7 +44,12 @@ __all__ = [
     "AnthropicLeaf",
     "LLMLeaf",
     "LeafCallFailed",
+    "LeafConnectionError",
+    "LeafMalformedResponse",
+    "LeafRateLimited",
     "LeafResponse",
+    "LeafStatusError",
+    "LeafTimeout",
     "OpenAICompatibleLeaf",
     "ReceivedRequest",
     "RecordedExchange",

@@ -16,10 +16,17 @@ cache writes (``cache_creation_input_tokens``) beside it. So
 
 from __future__ import annotations
 
-from pydantic import ValidationError
-
-from tracebound.integrations.llm._common import digest, missing_extra, raw_body
-from tracebound.pipeline.fallback.leaf import LeafCallFailed, LeafResponse, TokenUsage
+from tracebound.errors import ConfigError, short_repr
+from tracebound.integrations.llm._common import (
+    PARSE_ERRORS,
+    LeafMalformedResponse,
+    check_settings,
+    digest,
+    missing_extra,
+    raw_body,
+    sdk_failure,
+)
+from tracebound.pipeline.fallback.leaf import LeafResponse, TokenUsage
 
 try:
     import anthropic
@@ -27,6 +34,9 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise missing_extra("anthropic", "anthropic") from exc
 
 __all__ = ["AnthropicLeaf"]
+
+_UNUSABLE: tuple[type[Exception], ...] = (*PARSE_ERRORS, anthropic.AnthropicError)
+"""What reading a success body can raise: all of it means the body cannot be used."""
 
 
 class AnthropicLeaf:
@@ -49,10 +59,14 @@ class AnthropicLeaf:
         timeout: float = 60.0,
         max_retries: int = 2,
     ) -> None:
+        check_settings(api_key=api_key, model=model, timeout=timeout, max_retries=max_retries)
         self._model = model
-        self._client = anthropic.Anthropic(
-            api_key=api_key, base_url=base_url, timeout=timeout, max_retries=max_retries
-        )
+        try:
+            self._client = anthropic.Anthropic(
+                api_key=api_key, base_url=base_url, timeout=timeout, max_retries=max_retries
+            )
+        except (anthropic.AnthropicError, TypeError, ValueError) as exc:
+            raise ConfigError(f"cannot configure the Anthropic client: {exc}") from exc
 
     @property
     def model(self) -> str:
@@ -65,27 +79,36 @@ class AnthropicLeaf:
         """One message.
 
         Raises:
-            LeafCallFailed: transport error, error status, or an unusable body.
+            LeafTimeout: no answer within ``timeout`` (a :class:`LeafConnectionError`).
+            LeafConnectionError: the server could not be reached.
+            LeafRateLimited: HTTP 429 (a :class:`LeafStatusError`).
+            LeafStatusError: any other error status (529 "overloaded" included).
+            LeafMalformedResponse: a success status with a body that cannot be used.
+            LeafCallFailed: anything else the SDK raised; the base of all of the above.
         """
         try:
             raw = self._client.messages.with_raw_response.create(
                 model=model, max_tokens=max_tokens, messages=[{"role": "user", "content": prompt}]
             )
+        except (anthropic.AnthropicError, TypeError, ValueError) as exc:
+            raise sdk_failure("message", exc, anthropic) from exc
+        try:
+            # The body is untrusted input: anything it makes the parser raise is a
+            # malformed response, never an exception of its own kind.
             body = raw_body(raw)
             message = raw.parse()
-        except (anthropic.AnthropicError, TypeError, ValueError) as exc:
-            raise LeafCallFailed(f"message failed: {type(exc).__name__}: {exc}") from exc
-        try:
             text = "".join(
                 getattr(block, "text", "") for block in message.content if block.type == "text"
             )
             u = message.usage
-            cache_read = u.cache_read_input_tokens or 0
-            cache_write = u.cache_creation_input_tokens or 0
+            # Counts are summed here, so each is checked first: `true + 0` would be 1.
+            uncached = _count(u.input_tokens, "input_tokens")
+            cache_read = _count(u.cache_read_input_tokens or 0, "cache_read_input_tokens")
+            cache_write = _count(u.cache_creation_input_tokens or 0, "cache_creation_input_tokens")
             details = getattr(u, "output_tokens_details", None)
             thinking = (getattr(details, "thinking_tokens", None) or 0) if details else 0
             tokens = TokenUsage(
-                input_tokens=u.input_tokens + cache_read + cache_write,
+                input_tokens=uncached + cache_read + cache_write,
                 output_tokens=u.output_tokens,
                 cached_input_tokens=cache_read,
                 cache_write_input_tokens=cache_write,
@@ -97,5 +120,11 @@ class AnthropicLeaf:
                 model=message.model or model,
                 raw_digest_blake3=digest(body),
             )
-        except (AttributeError, TypeError, ValidationError) as exc:
-            raise LeafCallFailed(f"unusable message: {exc}") from exc
+        except _UNUSABLE as exc:
+            raise LeafMalformedResponse(f"unusable message: {type(exc).__name__}: {exc}") from exc
+
+
+def _count(value: object, field: str) -> int:
+    if type(value) is not int or value < 0:
+        raise TypeError(f"usage.{field} is not a token count: {short_repr(value)}")
+    return value

@@ -15,10 +15,17 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import ValidationError
-
-from tracebound.integrations.llm._common import digest, missing_extra, raw_body
-from tracebound.pipeline.fallback.leaf import LeafCallFailed, LeafResponse, TokenUsage
+from tracebound.errors import ConfigError
+from tracebound.integrations.llm._common import (
+    PARSE_ERRORS,
+    LeafMalformedResponse,
+    check_settings,
+    digest,
+    missing_extra,
+    raw_body,
+    sdk_failure,
+)
+from tracebound.pipeline.fallback.leaf import LeafResponse, TokenUsage
 
 try:
     import openai
@@ -27,6 +34,9 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise missing_extra("openai", "openai") from exc
 
 __all__ = ["OpenAICompatibleLeaf"]
+
+_UNUSABLE: tuple[type[Exception], ...] = (*PARSE_ERRORS, openai.OpenAIError)
+"""What reading a success body can raise: all of it means the body cannot be used."""
 
 
 class OpenAICompatibleLeaf:
@@ -52,11 +62,15 @@ class OpenAICompatibleLeaf:
         max_retries: int = 2,
         token_limit_param: Literal["max_completion_tokens", "max_tokens"] = "max_completion_tokens",  # noqa: S107 - a parameter name, not a secret
     ) -> None:
+        check_settings(api_key=api_key, model=model, timeout=timeout, max_retries=max_retries)
         self._model = model
         self._param = token_limit_param
-        self._client = openai.OpenAI(
-            base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries
-        )
+        try:
+            self._client = openai.OpenAI(
+                base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries
+            )
+        except (openai.OpenAIError, TypeError, ValueError) as exc:
+            raise ConfigError(f"cannot configure the OpenAI client: {exc}") from exc
 
     @property
     def model(self) -> str:
@@ -69,7 +83,12 @@ class OpenAICompatibleLeaf:
         """One chat completion.
 
         Raises:
-            LeafCallFailed: transport error, error status, or an unusable body.
+            LeafTimeout: no answer within ``timeout`` (a :class:`LeafConnectionError`).
+            LeafConnectionError: the server could not be reached.
+            LeafRateLimited: HTTP 429 (a :class:`LeafStatusError`).
+            LeafStatusError: any other error status.
+            LeafMalformedResponse: a success status with a body that cannot be used.
+            LeafCallFailed: anything else the SDK raised; the base of all of the above.
         """
         messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": prompt}]
         create = self._client.chat.completions.with_raw_response.create
@@ -78,15 +97,17 @@ class OpenAICompatibleLeaf:
                 raw = create(model=model, messages=messages, max_completion_tokens=max_tokens)
             else:
                 raw = create(model=model, messages=messages, max_tokens=max_tokens)
+        except (openai.OpenAIError, TypeError, ValueError) as exc:
+            raise sdk_failure("chat completion", exc, openai) from exc
+        try:
+            # The body is untrusted input: anything it makes the parser raise is a
+            # malformed response, never an exception of its own kind.
             body = raw_body(raw)
             completion = raw.parse()
-        except (openai.OpenAIError, TypeError, ValueError) as exc:
-            raise LeafCallFailed(f"chat completion failed: {type(exc).__name__}: {exc}") from exc
-        try:
             text = completion.choices[0].message.content or ""
             usage = completion.usage
             if usage is None:
-                raise LeafCallFailed("the response has no usage block; its cost is unknown")
+                raise LeafMalformedResponse("the response has no usage block; its cost is unknown")
             details_in = usage.prompt_tokens_details
             details_out = usage.completion_tokens_details
             tokens = TokenUsage(
@@ -101,5 +122,7 @@ class OpenAICompatibleLeaf:
                 model=completion.model or model,
                 raw_digest_blake3=digest(body),
             )
-        except (IndexError, AttributeError, ValidationError) as exc:
-            raise LeafCallFailed(f"unusable chat completion: {exc}") from exc
+        except _UNUSABLE as exc:
+            raise LeafMalformedResponse(
+                f"unusable chat completion: {type(exc).__name__}: {exc}"
+            ) from exc

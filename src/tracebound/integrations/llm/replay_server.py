@@ -15,6 +15,8 @@ Recorded exchanges are JSON files::
          "status": 200, "response": { ...the provider's JSON body... }}
     ]}
 
+``load_exchanges`` checks every field (an ``endpoint`` path, a ``response`` object, a
+string or null ``match``, an HTTP ``status``), so a broken fixture fails where it is read.
 The server binds loopback only; it is a test and demo tool, not a proxy.
 """
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import socket
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -30,7 +33,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from tracebound.errors import ConfigError
+from tracebound.errors import ConfigError, short_repr
 
 __all__ = ["ReceivedRequest", "RecordedExchange", "ReplayServer", "load_exchanges", "prompt_of"]
 
@@ -62,47 +65,84 @@ class ReceivedRequest:
 def load_exchanges(path: str | Path) -> list[RecordedExchange]:
     """Read exchanges from a JSON file, or from every ``*.json`` in a directory (sorted).
 
+    Every field is checked as it is read, so a typo in a fixture is an error naming the
+    file and the exchange, not a server that quietly answers something else: ``endpoint``
+    a path (``/...``), ``response`` a JSON object, ``match`` a string or null, ``status``
+    an HTTP status (100 to 599), ``name`` a string.
+
     Raises:
-        ConfigError: a file is missing, not JSON, or not in the exchanges format.
+        ConfigError: a file is missing or unreadable, not JSON, or not in the exchanges
+            format; or a directory holds no ``*.json`` file.
     """
     root = Path(path)
-    files = sorted(root.glob("*.json")) if root.is_dir() else [root]
+    if root.is_dir():
+        files = sorted(root.glob("*.json"))
+        if not files:
+            raise ConfigError(f"{root}: no *.json recorded-exchanges file in this folder")
+    else:
+        files = [root]
     out: list[RecordedExchange] = []
     for file in files:
         try:
             data = json.loads(file.read_text(encoding="utf-8"))
-            out.extend(
-                RecordedExchange(
-                    endpoint=str(item["endpoint"]),
-                    response=dict(item["response"]),
-                    match=None if item.get("match") is None else str(item["match"]),
-                    status=int(item.get("status", 200)),
-                    name=str(item.get("name", "")),
-                )
-                for item in data["exchanges"]
-            )
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:
             raise ConfigError(f"{file}: not a recorded-exchanges file: {exc}") from exc
+        items = data.get("exchanges") if isinstance(data, dict) else None
+        if not isinstance(items, list):
+            raise ConfigError(f'{file}: not a recorded-exchanges file: no "exchanges" list')
+        out.extend(_exchange(file, index, item) for index, item in enumerate(items))
     return out
+
+
+def _exchange(file: Path, index: int, item: object) -> RecordedExchange:
+    def bad(why: str) -> ConfigError:
+        return ConfigError(f"{file}: exchanges[{index}]: {why}")
+
+    if not isinstance(item, dict):
+        raise bad("not a JSON object")
+    endpoint, response = item.get("endpoint"), item.get("response")
+    match, status, name = item.get("match"), item.get("status", 200), item.get("name", "")
+    if not isinstance(endpoint, str) or not endpoint.startswith("/"):
+        raise bad(f"endpoint must be a path such as /v1/messages, not {short_repr(endpoint)}")
+    if not isinstance(response, dict):
+        raise bad(f"response must be a JSON object, not {short_repr(response)}")
+    if match is not None and not isinstance(match, str):
+        raise bad(f"match must be a string or null, not {short_repr(match)}")
+    if isinstance(status, bool) or not isinstance(status, int) or not 100 <= status <= 599:
+        raise bad(f"status must be an HTTP status (100 to 599), not {short_repr(status)}")
+    if not isinstance(name, str):
+        raise bad(f"name must be a string, not {short_repr(name)}")
+    return RecordedExchange(endpoint, response, match=match, status=status, name=name)
 
 
 def _text_of(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "\n".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+        return "\n".join(
+            part["text"]
+            for part in content
+            if isinstance(part, dict) and isinstance(part.get("text"), str)
+        )
     return ""
 
 
 def prompt_of(body: Mapping[str, Any]) -> str:
-    """The prompt text of a chat-completions or Messages request (system and messages)."""
+    """The prompt text of a chat-completions or Messages request (system and messages).
+
+    Any JSON object is accepted: what is not in the shape of a request adds no text.
+    """
+    messages = body.get("messages")
     parts = [_text_of(body.get("system"))]
-    parts.extend(
-        _text_of(message.get("content"))
-        for message in body.get("messages") or []
-        if isinstance(message, dict)
-    )
+    if isinstance(messages, list):
+        parts.extend(
+            _text_of(message.get("content")) for message in messages if isinstance(message, dict)
+        )
     return "\n".join(p for p in parts if p)
+
+
+class _IPv6Server(ThreadingHTTPServer):
+    address_family = socket.AF_INET6
 
 
 class ReplayServer:
@@ -110,6 +150,15 @@ class ReplayServer:
 
     Use as a context manager (or ``start()``/``stop()``); ``url`` is the base URL to give
     an adapter (append ``/v1`` for the OpenAI SDK, which expects the version in its base).
+    ``host`` may be any loopback IP address (``::1`` too), never a name: a name is
+    resolved elsewhere, so it could not be checked to be loopback. Once stopped, a server
+    cannot be started again.
+
+    A request it cannot read (no or a bad ``Content-Length``, a body that is not a JSON
+    object) gets a 4xx answer and the connection is closed; it is not recorded.
+
+    Raises:
+        ConfigError: ``host`` is not a loopback IP address, or the port cannot be bound.
     """
 
     def __init__(
@@ -119,21 +168,42 @@ class ReplayServer:
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
-        if not ipaddress.ip_address(host).is_loopback:
+        try:
+            address = ipaddress.ip_address(host)
+        except ValueError:
+            raise ConfigError(
+                f"the replay server binds a loopback IP address, not {short_repr(host)}"
+            ) from None
+        if not address.is_loopback:
             raise ConfigError("the replay server binds loopback addresses only")
         self.exchanges = tuple(exchanges)
         self.requests: list[ReceivedRequest] = []
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer((host, port), self._handler())
+        server_class = _IPv6Server if address.version == 6 else ThreadingHTTPServer
+        try:
+            self._server = server_class((str(address), port), self._handler())
+        except (OSError, OverflowError) as exc:
+            raise ConfigError(
+                f"the replay server cannot listen on {host} port {port}: {exc}"
+            ) from exc
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
+        self._closed = False
 
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        name = host.decode() if isinstance(host, bytes) else str(host)
+        return f"http://[{name}]:{port}" if ":" in name else f"http://{name}:{port}"
 
     def start(self) -> Self:
+        """Serve from a background thread (a no-op while already serving).
+
+        Raises:
+            ConfigError: the server was stopped; make a new one.
+        """
+        if self._closed:
+            raise ConfigError("this replay server was stopped; make a new one")
         if self._thread is None:
             self._thread = threading.Thread(
                 target=self._server.serve_forever,
@@ -145,11 +215,14 @@ class ReplayServer:
         return self
 
     def stop(self) -> None:
+        """Stop serving and close the listening socket; calling it again does nothing."""
         if self._thread is not None:
             self._server.shutdown()
             self._thread.join()
             self._thread = None
-        self._server.server_close()
+        if not self._closed:
+            self._closed = True
+            self._server.server_close()
 
     def __enter__(self) -> Self:
         return self.start()
@@ -177,6 +250,9 @@ class ReplayServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body go out in two writes: without TCP_NODELAY the body waits
+            # for the client's delayed ACK of the headers (~40 ms per request).
+            disable_nagle_algorithm = True
 
             def log_message(self, format: str, *args: Any) -> None:
                 return  # quiet: tests assert on `requests`, not on stderr
@@ -187,20 +263,53 @@ class ReplayServer:
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.send_header("x-request-id", "req_replay")
-                self.end_headers()
-                self.wfile.write(data)
+                if self.close_connection:
+                    self.send_header("Connection", "close")
+                try:
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    self.close_connection = True  # the client gave up waiting; nothing to do
+
+            def _refuse(self, status: int, message: str) -> None:
+                # The body was not read (or not whole): the connection cannot carry
+                # another request, so it is closed after this answer.
+                self.close_connection = True
+                self._send(status, {"error": {"type": "invalid_request_error", "message": message}})
+
+            def _read_body(self) -> dict[str, Any] | None:
+                """The request's JSON object, or None once a 4xx has been sent."""
+                given = self.headers.get("Content-Length")
+                if given is None:
+                    self._refuse(411, "a Content-Length is required")
+                    return None
+                try:
+                    length = int(given)
+                except ValueError:
+                    length = -1
+                if length < 0:
+                    self._refuse(400, "the Content-Length is not a number of bytes")
+                    return None
+                if length > _MAX_BODY:
+                    self._refuse(413, "request too large")
+                    return None
+                data = self.rfile.read(length)
+                if len(data) < length:
+                    self.close_connection = True  # the client hung up mid-body: no one to answer
+                    return None
+                try:
+                    body = json.loads(data or b"{}")
+                except (ValueError, RecursionError):
+                    body = None
+                if not isinstance(body, dict):
+                    self._refuse(400, "the request body is not a JSON object")
+                    return None
+                return body
 
             def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                if length > _MAX_BODY:
-                    self._send(413, {"error": {"message": "request too large"}})
+                body = self._read_body()
+                if body is None:
                     return
-                try:
-                    body = json.loads(self.rfile.read(length) or b"{}")
-                except ValueError:
-                    self._send(400, {"error": {"message": "request body is not JSON"}})
-                    return
-                body = body if isinstance(body, dict) else {}
                 prompt = prompt_of(body)
                 exchange = server.choose(self.path, prompt)
                 with server._lock:

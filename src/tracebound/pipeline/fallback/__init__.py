@@ -31,7 +31,12 @@ from tracebound.pipeline.fallback.patch import PatchRejected
 from tracebound.pipeline.fallback.prompt import PRIOR_ATTEMPTS_HEADER
 from tracebound.pipeline.fallback.recipes import PinBumpRecipe, Recipe, RecipeBook, RecipeProposal
 from tracebound.pipeline.fallback.retrieval import Retrieval, SolvedExample, SolvedExampleStore
-from tracebound.pipeline.fallback.tier import CHAIN_HEAD_FILENAME, EMPTY_DIGEST, FallbackTier
+from tracebound.pipeline.fallback.tier import (
+    CHAIN_HEAD_FILENAME,
+    EMPTY_DIGEST,
+    FallbackTier,
+    PlanningFailed,
+)
 
 __all__ = [
     "CHAIN_HEAD_FILENAME",
@@ -53,6 +58,7 @@ __all__ = [
     "PatchRejected",
     "PinBumpRecipe",
     "PlanOutcome",
+    "PlanningFailed",
     "PricingTable",
     "Recipe",
     "RecipeBook",

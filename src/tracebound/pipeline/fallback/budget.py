@@ -14,6 +14,11 @@ The cycle, per attempt that calls a model:
 3. *reconcile*: replace the reservation by the real cost from the provider's usage
    (``BudgetReconciled``). An overrun is recorded, not hidden: ``remaining`` may go negative,
    and the tier then refuses the plan with ``refusal_reason="budget"``.
+
+Money arithmetic runs in this module's own decimal context (:data:`MONEY_CONTEXT`, 200
+significant digits, no rounding in practice), never the caller's: decimal contexts are per
+thread, and a budget shared by threads must not round with whichever precision (or traps)
+the calling thread happens to have.
 """
 
 from __future__ import annotations
@@ -22,8 +27,19 @@ import math
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import (
+    MAX_EMAX,
+    MIN_EMIN,
+    ROUND_HALF_EVEN,
+    Context,
+    Decimal,
+    DivisionByZero,
+    InvalidOperation,
+    Overflow,
+    localcontext,
+)
 from types import MappingProxyType
+from typing import Final
 
 from pydantic import BaseModel, ConfigDict
 
@@ -31,9 +47,33 @@ from tracebound.errors import BudgetExceeded, ConfigError, ValidationFailed
 from tracebound.events.anchor import Money
 from tracebound.pipeline.fallback.leaf import TokenUsage
 
-__all__ = ["Budget", "ModelPrice", "PricingTable", "Reservation"]
+__all__ = ["MONEY_CONTEXT", "Budget", "ModelPrice", "PricingTable", "Reservation"]
 
 _PER = Decimal(1_000_000)
+MONEY_CONTEXT: Final = Context(
+    prec=200,
+    rounding=ROUND_HALF_EVEN,
+    Emin=MIN_EMIN,
+    Emax=MAX_EMAX,
+    traps=[InvalidOperation, DivisionByZero, Overflow],
+)
+"""The decimal context every amount is computed in (see the module docstring)."""
+
+
+def _positive_int(name: str, value: object) -> int:
+    if type(value) is not int or value < 1:  # bool, float and str are refused too
+        raise ValidationFailed(name, f"must be an int of at least 1, got {value!r}")
+    return value
+
+
+def _amount(name: str, value: object) -> Decimal:
+    """A finite, non-negative Decimal (or int) amount of USD."""
+    if isinstance(value, bool) or not isinstance(value, Decimal | int):  # a float is refused
+        raise ValidationFailed(name, f"give a Decimal (money holds no floats), not {value!r}")
+    amount = Decimal(value)
+    if not amount.is_finite() or amount < 0:
+        raise ValidationFailed(name, f"must be a finite amount of at least 0, got {amount}")
+    return amount
 
 
 class ModelPrice(BaseModel):
@@ -64,14 +104,15 @@ class ModelPrice(BaseModel):
             if self.cache_write_per_mtok is not None
             else self.input_per_mtok
         )
-        micro = (
-            plain_in * self.input_per_mtok
-            + usage.cached_input_tokens * self.cached_input_per_mtok
-            + usage.cache_write_input_tokens * write
-            + plain_out * self.output_per_mtok
-            + usage.reasoning_tokens * reasoning
-        )
-        return micro / _PER
+        with localcontext(MONEY_CONTEXT):
+            micro = (
+                plain_in * self.input_per_mtok
+                + usage.cached_input_tokens * self.cached_input_per_mtok
+                + usage.cache_write_input_tokens * write
+                + plain_out * self.output_per_mtok
+                + usage.reasoning_tokens * reasoning
+            )
+            return micro / _PER
 
 
 class PricingTable:
@@ -82,13 +123,26 @@ class PricingTable:
         bytes_per_token: how many prompt bytes to assume per token when estimating. The
             default (3) over-estimates English and code for current tokenizers on purpose:
             the estimate is a reservation, and reserving too little lets an attempt overrun.
+
+    Raises:
+        ValidationFailed: a name that is not a non-empty ``str``, a price that is not a
+            :class:`ModelPrice`, or a ``bytes_per_token`` that is not an int of at least 1.
     """
 
     def __init__(self, prices: Mapping[str, ModelPrice], *, bytes_per_token: int = 3) -> None:
-        if bytes_per_token < 1:
-            raise ValidationFailed("bytes_per_token", "must be at least 1")
+        self.bytes_per_token = _positive_int("bytes_per_token", bytes_per_token)
+        if not isinstance(prices, Mapping):
+            raise ValidationFailed(
+                "prices", f"a mapping of model names, not {type(prices).__name__}"
+            )
+        for name, price in prices.items():
+            if not isinstance(name, str) or not name:
+                raise ValidationFailed("prices", f"a model name is a non-empty str, not {name!r}")
+            if not isinstance(price, ModelPrice):
+                raise ValidationFailed(
+                    "prices", f"the price of {name!r} is a {type(price).__name__}, not a ModelPrice"
+                )
         self._prices = MappingProxyType(dict(prices))
-        self.bytes_per_token = bytes_per_token
 
     @property
     def models(self) -> tuple[str, ...]:
@@ -114,7 +168,8 @@ class PricingTable:
         price = self.price(model)
         out_rate = max(price.output_per_mtok, price.reasoning_per_mtok or Decimal(0))
         tokens_in = self.estimate_input_tokens(prompt)
-        return (tokens_in * price.input_per_mtok + max_tokens * out_rate) / _PER
+        with localcontext(MONEY_CONTEXT):
+            return (tokens_in * price.input_per_mtok + max_tokens * out_rate) / _PER
 
     def cost(self, model: str, usage: TokenUsage) -> Decimal:
         return self.price(model).cost(usage)
@@ -138,6 +193,10 @@ class Budget:
         limit_usd: the most that may be spent in total.
         max_output_tokens: the ``max_tokens`` each model call is made with; also the output
             side of every estimate, so it bounds what one call can cost.
+
+    Raises:
+        ValidationFailed: the limit is not a finite, non-negative ``Decimal`` or int (a
+            float, NaN or infinity), or ``max_output_tokens`` is not an int of at least 1.
     """
 
     def __init__(
@@ -146,14 +205,8 @@ class Budget:
         *,
         max_output_tokens: int = 2048,
     ) -> None:
-        if type(limit_usd) not in {Decimal, int}:  # a float or bool is refused at run time
-            raise ValidationFailed("limit_usd", "give a Decimal (money holds no floats)")
-        if limit_usd < 0:
-            raise ValidationFailed("limit_usd", "a budget cannot be negative")
-        if max_output_tokens < 1:
-            raise ValidationFailed("max_output_tokens", "must be at least 1")
-        self.limit_usd = Decimal(limit_usd)
-        self.max_output_tokens = max_output_tokens
+        self.limit_usd = _amount("limit_usd", limit_usd)
+        self.max_output_tokens = _positive_int("max_output_tokens", max_output_tokens)
         self._lock = threading.Lock()
         self._spent = Decimal(0)
         self._reserved: dict[int, Decimal] = {}
@@ -165,9 +218,15 @@ class Budget:
             return self._spent
 
     @property
+    def reserved_usd(self) -> Decimal:
+        """What precharges hold right now, not yet reconciled (0 when no call is in flight)."""
+        with self._lock, localcontext(MONEY_CONTEXT):
+            return sum(self._reserved.values(), Decimal(0))
+
+    @property
     def available_usd(self) -> Decimal:
         """Limit minus what was spent and what is reserved; negative after an overrun."""
-        with self._lock:
+        with self._lock, localcontext(MONEY_CONTEXT):
             return self._available()
 
     def _available(self) -> Decimal:
@@ -175,33 +234,42 @@ class Budget:
 
     def precheck(self, estimate: Decimal) -> bool:
         """Whether ``estimate`` fits now. A zero estimate always fits: free work (a recipe)
-        is never refused for money."""
-        with self._lock:
-            return estimate == 0 or estimate <= self._available()
+        is never refused for money.
+
+        Raises:
+            ValidationFailed: ``estimate`` is not a finite, non-negative amount.
+        """
+        amount = _amount("estimate", estimate)
+        with self._lock, localcontext(MONEY_CONTEXT):
+            return amount == 0 or amount <= self._available()
 
     def precharge(self, estimate: Decimal) -> Reservation:
-        """Reserve ``estimate``.
+        """Reserve ``estimate``; a zero estimate always fits, as at :meth:`precheck`.
 
         Raises:
             BudgetExceeded: it no longer fits (another attempt reserved first).
+            ValidationFailed: ``estimate`` is not a finite, non-negative amount.
         """
-        with self._lock:
-            if estimate > self._available():
+        amount = _amount("estimate", estimate)
+        with self._lock, localcontext(MONEY_CONTEXT):
+            if amount > 0 and amount > self._available():
                 raise BudgetExceeded(
-                    f"estimate {estimate} USD exceeds the {self._available()} USD available"
+                    f"estimate {amount} USD exceeds the {self._available()} USD available"
                 )
             self._next += 1
-            self._reserved[self._next] = estimate
-            return Reservation(self._next, estimate)
+            self._reserved[self._next] = amount
+            return Reservation(self._next, amount)
 
     def reconcile(self, reservation: Reservation, actual: Decimal) -> Decimal:
         """Settle a reservation at the real cost; returns what remains (may be negative).
 
         Raises:
-            ValidationFailed: the reservation was already settled.
+            ValidationFailed: the reservation was already settled, or ``actual`` is not a
+                finite, non-negative amount (the reservation is then still held).
         """
-        with self._lock:
+        amount = _amount("actual", actual)
+        with self._lock, localcontext(MONEY_CONTEXT):
             if self._reserved.pop(reservation.number, None) is None:
                 raise ValidationFailed("reservation", "already reconciled")
-            self._spent += actual
+            self._spent += amount
             return self._available()

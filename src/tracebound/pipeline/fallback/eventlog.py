@@ -15,13 +15,17 @@ Closed attempts are read back from the stream when the log is opened, so the rul
 across processes and restarts, not just within one object. Appends carry the stream
 version the log last saw, so a second writer on the same stream is a
 :class:`~tracebound.errors.ConcurrencyConflict` rather than an interleaving.
+
+An append that fails for any reason but a contract error (the store, a concurrent writer,
+an interrupt mid-write) marks the log :attr:`~AttemptEventLog.failed`: whether that event
+was written is then unknown, so the tier writes nothing more through it.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-from tracebound.errors import LedgerAttemptOutOfOrder
+from tracebound.errors import ContractError, LedgerAttemptOutOfOrder
 from tracebound.events.catalog import (
     AttemptAnchorRecorded,
     AttemptPayload,
@@ -87,6 +91,7 @@ class AttemptEventLog:
         self._tried: list[str] = []
         self._head: ChainHead | None = None
         self._version = 0
+        self._failed = False
         for event in ledger.store.read_stream(self.stream_id):
             self._observe(event)
 
@@ -109,12 +114,35 @@ class AttemptEventLog:
         return self._head
 
     @property
+    def attempt_indexes(self) -> frozenset[int]:
+        """Every attempt index this workflow has used (closed attempts and open ones)."""
+        return frozenset(self._index.values())
+
+    @property
     def tried_patch_digests(self) -> tuple[str, ...]:
         """BLAKE3 digests of every patch an earlier attempt in this workflow built."""
         return tuple(self._tried)
 
+    @property
+    def failed(self) -> bool:
+        """Whether an append failed in a way that leaves the stream's state unknown."""
+        return self._failed
+
     def is_closed(self, attempt_id: AttemptId) -> bool:
         return attempt_id in self._closed
+
+    def is_open(self, attempt_id: AttemptId) -> bool:
+        """Whether the attempt has events but no anchor yet (it must still be closed)."""
+        return attempt_id in self._last_rank
+
+    def accepts(self, attempt_id: AttemptId, kind: type[AttemptPayload]) -> bool:
+        """Whether an event of type ``kind`` may come next for the attempt (not a repeat,
+        not out of ``PHASE4_ATTEMPT_TYPES`` order, not after the anchor)."""
+        rank = _RANK.get(kind)
+        if rank is None or attempt_id in self._closed:
+            return False
+        last = self._last_rank.get(attempt_id)
+        return rank == 0 if last is None else rank > last
 
     def _check(self, attempt_id: AttemptId, attempt_index: int, rank: int, kind: str) -> None:
         if attempt_id in self._closed:
@@ -140,13 +168,19 @@ class AttemptEventLog:
             )
 
     def _append(self, payload: Payload, attempt_id: AttemptId) -> RecordedEvent:
-        (recorded,) = self._ledger.record(
-            self.stream_id,
-            [payload],
-            workflow_id=self.workflow_id,
-            correlation_id=str(attempt_id),
-            expected_version=self._version,
-        )
+        try:
+            (recorded,) = self._ledger.record(
+                self.stream_id,
+                [payload],
+                workflow_id=self.workflow_id,
+                correlation_id=str(attempt_id),
+                expected_version=self._version,
+            )
+        except ContractError:
+            raise  # refused before anything was written: the stream is as it was
+        except BaseException:
+            self._failed = True  # the store, another writer, an interrupt mid-write
+            raise
         self._observe(recorded)
         return recorded
 

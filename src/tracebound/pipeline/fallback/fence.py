@@ -182,14 +182,18 @@ _RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = tuple(
         ("canary", r"tbc[\W_]{0,3}[a-z2-7]{6,}"),
         ("boundary", r"tb[\W_]{0,3}untrusted|<{3,}|>{3,}|«|»"),
         ("code-fence", r"`{3,}|~{3,}"),
+        # "<\s*(?:/\s*)?", never "<\s*/?\s*": two adjacent \s* would try every split of a
+        # long whitespace run (quadratic on third-party text of any length).
         (
             "chat-token",
             (
                 r"<\|[^|\n]{0,40}\|>|\[/?(?:inst|sys)\]|<</?sys>>"
-                rf"|<\s*/?\s*{_CHAT_TAGS}[^>\n]{{0,40}}>"
+                rf"|<\s*(?:/\s*)?{_CHAT_TAGS}[^>\n]{{0,40}}>"
             ),
         ),
-        ("html-tag", rf"<!--.*?-->|<\s*/?\s*{_HTML_TAGS}\b[^>\n]{{0,200}}>"),
+        # An unclosed "<!--" hides the rest of its line when rendered, so it runs to the end
+        # of the line; that also keeps the scan linear (each "<!--" no longer rescans it).
+        ("html-tag", rf"<!--.*?(?:-->|$)|<\s*(?:/\s*)?{_HTML_TAGS}\b[^>\n]{{0,200}}>"),
         ("markdown-link", r"!?\[[^\]\n]{0,200}\]\(\s*(?:https?|data|javascript):[^)\n]{0,500}\)"),
         (
             "role-prefix",
@@ -382,8 +386,26 @@ class FenceWrapper:
 # --- ADR-0002: the summary of a failed attempt ----------------------------------------------
 
 
+_NON_WORD = re.compile(r"\W")
+_CUT_WINDOW = 64
+
+
+def _drop_partial_word(text: str) -> str:
+    """``text`` cut back to its last non-word character within the last 64 characters.
+
+    A cut inside a word can turn it into a shorter word that a rule matches
+    ("instructionsX" into "instruction"); a cut where a word ends cannot, since the original
+    had a non-word character there too. A word longer than the window is cut where it is:
+    no rule matches the inside of a word.
+    """
+    last = None
+    for m in _NON_WORD.finditer(text, max(0, len(text) - _CUT_WINDOW)):
+        last = m.start()
+    return text[:last] if last else text
+
+
 def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return text if len(text) <= limit else _drop_partial_word(text[: limit - 1]) + "…"
 
 
 def _one_line(text: str) -> str:
@@ -396,9 +418,7 @@ def _clean_signal(
     reports: list[SanitizedText] = []
 
     def clean(value: str, limit: int) -> str:
-        report = fence.sanitize(value)
-        reports.append(report)
-        return _clip(_one_line(report.text), limit)
+        return _clean(fence, value, limit, reports)
 
     location = None if signal.location is None else clean(signal.location, 512)
     cleaned = FailingSignal(
@@ -409,6 +429,16 @@ def _clean_signal(
         location=location or None,
     )
     return cleaned, reports
+
+
+def _clean(fence: FenceWrapper, value: str, limit: int, reports: list[SanitizedText]) -> str:
+    """One line of sanitised text, at most ``limit`` characters, that sanitising again
+    leaves alone: sanitised (line-start shapes such as role prefixes), joined into one line,
+    sanitised again (shapes split across lines), then clipped after a whole word."""
+    first = fence.sanitize(value)
+    joined = fence.sanitize(_one_line(first.text))
+    reports += [first, joined]
+    return _clip(joined.text, limit)
 
 
 def _cap_bytes(lines: list[str], limit: int) -> str:
@@ -422,7 +452,8 @@ def _cap_bytes(lines: list[str], limit: int) -> str:
             break
         if used + size > limit:
             room = max(limit - used - 4, 0)
-            out.append(line.encode("utf-8")[:room].decode("utf-8", "ignore") + "…")
+            head = line.encode("utf-8")[:room].decode("utf-8", "ignore")
+            out.append(_drop_partial_word(head) + "…")
             break
         out.append(line)
         used += size
@@ -443,19 +474,21 @@ def build_attempt_summary(
     No raw sandbox output is accepted: the gate parses tool output into
     :class:`FailingSignal` values first. Each signal field is sanitised again here (it is
     untrusted text even after parsing) and flattened to one line; the summary lists one
-    signal per line and, past :data:`MAX_SUMMARY_BYTES`, says how many it left out. The
-    prompt builder still fences and datamarks the summary before use.
+    signal per line, each line sanitised as a whole (fields side by side can form what
+    none holds alone), and, past :data:`MAX_SUMMARY_BYTES`, says how many it left out. The
+    result is sanitised text itself (sanitising it again neutralises nothing), not only
+    once fenced; the prompt builder still fences and datamarks it before use.
     """
     cleaned: list[FailingSignal] = []
     for signal in failing_signals:
         c, _ = _clean_signal(signal, fence)
         cleaned.append(c)
-    run_id = _clip(_one_line(fence.sanitize(sandbox_run_id).text), 512) or "[empty]"
-    lines = [f"{len(cleaned)} failing signal(s) from sandbox run {run_id}:"]
+    run_id = _clean(fence, sandbox_run_id, 512, []) or "[empty]"
+    lines = [fence.sanitize(f"{len(cleaned)} failing signal(s) from sandbox run {run_id}:").text]
     for s in cleaned:
         where = f" at {s.location}" if s.location else ""
         why = f": {s.message}" if s.message else ""
-        lines.append(f"- [{s.gate}] {s.kind} {s.subject}{where}{why}")
+        lines.append(fence.sanitize(f"- [{s.gate}] {s.kind} {s.subject}{where}{why}").text)
     summary = _cap_bytes(lines, MAX_SUMMARY_BYTES)
     return AttemptSummary.model_validate(
         {

@@ -28,14 +28,19 @@ from pydantic import (
     Field,
     JsonValue,
     PlainSerializer,
+    ValidationError,
     model_validator,
 )
 
+from tracebound.errors import ValidationFailed
 from tracebound.events.anchor import AttemptAnchor, PlanOutcomeTag, check_refusal_reason
 from tracebound.pipeline.retry.models import AttemptSummary, TrustOutcome
 
 __all__ = [
     "ADVISORY_ID_PATTERN",
+    "ECOSYSTEM_PATTERN",
+    "PACKAGE_PATTERN",
+    "VERSION_PATTERN",
     "WORKFLOW_ID_PATTERN",
     "Advisory",
     "AffectedPackage",
@@ -52,9 +57,9 @@ __all__ = [
 ADVISORY_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 WORKFLOW_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 """A workflow id names a directory under the workdir, so it must be one safe path segment."""
-_PACKAGE_PATTERN = r"^[A-Za-z0-9@][A-Za-z0-9._/@+-]{0,213}$"
-_VERSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9.+!_-]{0,63}$"
-_ECOSYSTEM_PATTERN = r"^[A-Za-z][A-Za-z0-9.:_-]{0,63}$"
+PACKAGE_PATTERN = r"^[A-Za-z0-9@][A-Za-z0-9._/@+-]{0,213}$"
+VERSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9.+!_-]{0,63}$"
+ECOSYSTEM_PATTERN = r"^[A-Za-z][A-Za-z0-9.:_-]{0,63}$"
 
 RefusalReason: TypeAlias = Literal[
     "budget",
@@ -66,9 +71,11 @@ RefusalReason: TypeAlias = Literal[
     "patch_contains_secret",
     "repeats_failed_patch",
     "canary_leaked",
+    "tier_error",
 ]
 """Why the tier refused. ``budget`` is the one the brief names; each other reason is a
-distinct, fail-closed stop documented in docs/retry.md."""
+distinct, fail-closed stop documented in docs/retry.md. ``tier_error`` closes an attempt
+whose own machinery failed mid-way (the error is raised once the anchor is recorded)."""
 
 
 def _freeze_json(value: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
@@ -164,9 +171,18 @@ class Advisory(_OsvModel):
         """Parse one OSV JSON document (as served by osv.dev or an advisory database).
 
         Raises:
-            pydantic.ValidationError: the document is not an OSV record we can use.
+            ValidationFailed: the document is not JSON, or not an OSV record we can use
+                (``field`` names where, as ``advisory.<path>``; the pydantic error is the
+                ``__cause__``).
         """
-        return cls.model_validate_json(data)
+        try:
+            return cls.model_validate_json(data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(part) for part in first["loc"])
+            raise ValidationFailed(
+                f"advisory.{where}" if where else "advisory", first["msg"]
+            ) from exc
 
     def affected_for(self, ecosystem: str, name: str) -> tuple[AffectedPackage, ...]:
         """The ``affected`` entries for one package, names compared the PyPI way.
@@ -207,9 +223,9 @@ class ApplyContext(BaseModel):
 
     advisory: Advisory
     repo_path: Path
-    package: Annotated[str, Field(pattern=_PACKAGE_PATTERN)]
-    current_version: Annotated[str, Field(pattern=_VERSION_PATTERN)]
-    ecosystem: Annotated[str, Field(pattern=_ECOSYSTEM_PATTERN)] = "PyPI"
+    package: Annotated[str, Field(pattern=PACKAGE_PATTERN)]
+    current_version: Annotated[str, Field(pattern=VERSION_PATTERN)]
+    ecosystem: Annotated[str, Field(pattern=ECOSYSTEM_PATTERN)] = "PyPI"
     prior_attempts: list[AttemptSummary] = []
 
 

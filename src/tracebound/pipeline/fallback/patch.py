@@ -37,7 +37,8 @@ __all__ = [
     "parse_patch",
 ]
 
-_FENCED_DIFF = re.compile(r"```[ \t]*(?:diff|patch|udiff)[ \t]*\n(.*?)^```", re.DOTALL | re.M)
+_DIFF_OPENER = re.compile(r"```[ \t]*(?:diff|patch|udiff)[ \t]*\n")
+_FENCE_CLOSER = re.compile(r"^```", re.M)
 
 
 def make_unified_diff(changes: Iterable[tuple[str, str, str]]) -> str:
@@ -63,9 +64,14 @@ def make_unified_diff(changes: Iterable[tuple[str, str, str]]) -> str:
 def extract_patch(text: str) -> str | None:
     """The diff in a model's answer: the first ```diff block, or the whole answer if it is a
     bare diff; ``None`` when there is none."""
-    m = _FENCED_DIFF.search(text)
-    if m is not None:
-        body = m.group(1)
+    # Two linear searches, not one lazy "opener(.*?)closer" pattern: with openers that never
+    # close, that one rescanned the rest of the answer from each opener (quadratic in a
+    # provider's answer, whose length nothing bounds). The first opener that has a closer
+    # after it is always the first opener, so the result is the same.
+    opener = _DIFF_OPENER.search(text)
+    closer = None if opener is None else _FENCE_CLOSER.search(text, opener.end())
+    if opener is not None and closer is not None:
+        body = text[opener.end() : closer.start()]
         return body if "--- " in body and "+++ " in body else None
     stripped = text.lstrip("\n")
     if stripped.startswith(("--- ", "diff --git ")):

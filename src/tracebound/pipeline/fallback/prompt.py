@@ -13,13 +13,22 @@ already tried, which the answer must not repeat.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from tracebound.errors import ValidationFailed
 from tracebound.pipeline.fallback.fence import DATAMARK, FenceWrapper, SanitizedText
-from tracebound.pipeline.fallback.models import ApplyContext, normalise_name
+from tracebound.pipeline.fallback.models import (
+    ADVISORY_ID_PATTERN,
+    ECOSYSTEM_PATTERN,
+    PACKAGE_PATTERN,
+    VERSION_PATTERN,
+    ApplyContext,
+    normalise_name,
+)
 from tracebound.pipeline.fallback.recipes import RecipeProposal
 from tracebound.pipeline.fallback.retrieval import SolvedExample, advisory_text
 from tracebound.pipeline.retry.models import AttemptSummary
@@ -35,6 +44,7 @@ _MANIFESTS: Final = (
 )
 _MAX_FILE_CHARS: Final = 8192
 _MAX_FILES: Final = 4
+_MAX_MANIFEST_BYTES: Final = 1 << 20  # as the recipe: a larger "manifest" is not read
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +56,30 @@ class BuiltPrompt:
     prior_attempt_count: int
 
 
+def _check_unfenced(ctx: ApplyContext) -> None:
+    """The values the template puts *outside* the fence must have identifier shapes.
+
+    :class:`ApplyContext` validates them, but ``model_copy`` and ``model_construct`` skip
+    validation; this is where they would become instructions, so this is where they are
+    checked (fail closed).
+
+    Raises:
+        ValidationFailed: one of them is not identifier-shaped.
+    """
+    for name, value, pattern in (
+        ("advisory.id", ctx.advisory.id, ADVISORY_ID_PATTERN),
+        ("ecosystem", ctx.ecosystem, ECOSYSTEM_PATTERN),
+        ("package", ctx.package, PACKAGE_PATTERN),
+        ("current_version", ctx.current_version, VERSION_PATTERN),
+    ):
+        if not isinstance(value, str) or re.fullmatch(pattern, value) is None:
+            raise ValidationFailed(
+                name, "it appears outside the prompt's fence, so it must match " + pattern
+            )
+
+
 def _preamble(ctx: ApplyContext, canary: str) -> list[str]:
+    _check_unfenced(ctx)
     return [
         "You are the planning step of an automated dependency-remediation pipeline.",
         "",
@@ -85,6 +118,8 @@ def _repository_files(ctx: ApplyContext) -> list[tuple[str, str]]:
         if not path.resolve().is_relative_to(root):
             continue
         try:
+            if path.stat().st_size > _MAX_MANIFEST_BYTES:
+                continue
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError):
             continue

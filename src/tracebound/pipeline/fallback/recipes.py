@@ -7,7 +7,8 @@ PyPI advisory: bump the pin to the first version the advisory says is fixed, in
 (PEP 621 strings and Poetry tables).
 
 A recipe stands aside (returns ``None``) rather than guess: an unparseable version, a pin
-whose other bounds exclude the fix, or no fixed version at all all leave the decision to the
+whose other bounds exclude the fix, a hash-pinned requirement (``--hash``: the new release's
+hashes cannot be known offline), or no fixed version at all all leave the decision to the
 next tier.
 """
 
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from tracebound.errors import ValidationFailed
 from tracebound.pipeline.fallback.models import AffectedRange, ApplyContext, normalise_name
 from tracebound.pipeline.fallback.patch import make_unified_diff
 from tracebound.pipeline.fallback.versions import VersionKey, parse_version
@@ -173,16 +175,36 @@ def _manifests(repo: Path) -> list[Path]:
     return sorted(found)
 
 
+def _logical_lines(lines: list[str]) -> list[list[str]]:
+    """Physical lines grouped as pip reads them: a line ending in a backslash continues."""
+    groups: list[list[str]] = []
+    continued = False
+    for line in lines:
+        if continued:
+            groups[-1].append(line)
+        else:
+            groups.append([line])
+        continued = line.rstrip("\r\n").endswith("\\")
+    return groups
+
+
 def _bump(text: str, want: str, target: str, target_key: VersionKey, *, pyproject: bool) -> str:
     out: list[str] = []
-    for line in text.splitlines(keepends=True):
-        body, nl = (line[:-1], "\n") if line.endswith("\n") else (line, "")
-        if pyproject:
-            body = _QUOTED.sub(lambda m: _bump_quoted(m, want, target, target_key), body)
-            body = _bump_poetry(body, want, target, target_key)
-        else:
-            body = _bump_requirement(body, want, target, target_key)
-        out.append(body + nl)
+    for group in _logical_lines(text.splitlines(keepends=True)):
+        if not pyproject and any("--hash" in line for line in group):
+            # Hash-pinned (pip-compile --generate-hashes): the hashes are the old release's,
+            # and new ones cannot be computed offline. A bumped pin with old hashes does not
+            # install, so the requirement is left as it is.
+            out.extend(group)
+            continue
+        for line in group:
+            body, nl = (line[:-1], "\n") if line.endswith("\n") else (line, "")
+            if pyproject:
+                body = _QUOTED.sub(lambda m: _bump_quoted(m, want, target, target_key), body)
+                body = _bump_poetry(body, want, target, target_key)
+            else:
+                body = _bump_requirement(body, want, target, target_key)
+            out.append(body + nl)
     return "".join(out)
 
 
@@ -226,13 +248,34 @@ class RecipeBook:
         )
 
     def propose(self, ctx: ApplyContext) -> RecipeProposal | None:
-        """The first recipe's proposal, or ``None`` if no recipe applies."""
+        """The first recipe's proposal, or ``None`` if no recipe applies.
+
+        Raises:
+            ValidationFailed: a recipe returned something other than a well-formed
+                :class:`RecipeProposal` (its name and patch end up in the anchor and the
+                prompt, so they are checked before either is written).
+        """
         for recipe in self.recipes:
-            proposal = recipe.propose(ctx)
+            proposal = _checked(recipe, recipe.propose(ctx))
             if proposal is not None:
                 return proposal
         return None
 
     def candidates(self, ctx: ApplyContext) -> list[RecipeProposal]:
-        """Every recipe's proposal, in book order."""
-        return [p for r in self.recipes if (p := r.propose(ctx)) is not None]
+        """Every recipe's proposal, in book order (checked as in :meth:`propose`)."""
+        return [p for r in self.recipes if (p := _checked(r, r.propose(ctx))) is not None]
+
+
+def _checked(recipe: Recipe, proposal: object) -> RecipeProposal | None:
+    if proposal is None:
+        return None
+    fields = ("recipe", "description", "target_version", "patch")
+    if not isinstance(proposal, RecipeProposal) or not all(
+        isinstance(getattr(proposal, f), str) and getattr(proposal, f) for f in fields
+    ):
+        raise ValidationFailed(
+            "recipes",
+            f"recipe {getattr(recipe, 'name', type(recipe).__name__)!r} returned "
+            f"{type(proposal).__name__}, not a RecipeProposal with non-empty text fields",
+        )
+    return proposal

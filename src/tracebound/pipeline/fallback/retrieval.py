@@ -10,7 +10,10 @@ store's head *at retrieval time*. The store grows as validated plans are harvest
 (:meth:`SolvedExampleStore.on_validated`), so only a head taken in the same read as the
 search pins what evidence the prompt saw. Each insertion extends
 ``head = blake3(prev_head || canonical_json(example))``; :meth:`verify` recomputes the chain
-and runs when the store is opened, so an edited example is found before it is retrieved.
+and runs when the store is opened. The store then keeps, in memory, the link of every row
+it verified, and checks each row a search returns against it (rows another process added
+since are verified first), so an example edited while the store is open, even with its
+digests and heads recomputed, is refused rather than retrieved.
 
 Everything is local: SQLite's FTS5 and its built-in ``bm25()`` ranking; nothing downloaded.
 """
@@ -122,6 +125,50 @@ def _entry(
     )
 
 
+_ROWS = (
+    "SELECT seq, record_id, advisory_id, ecosystem, package, advisory_text, patch, "
+    "patch_blake3, prev_head, head FROM examples"
+)
+
+
+def _row_entry(row: tuple[object, ...]) -> tuple[int, str, str, str, bytes]:
+    """``seq``, record id, patch, patch digest and the chained entry of a row of ``_ROWS``.
+
+    Raises:
+        AuditChainCorrupted: a column holds the wrong type (the file was edited).
+    """
+    seq, rid, adv, eco, pkg, text, patch, digest = row[:8]
+    texts = (rid, adv, eco, pkg, text, patch, digest)
+    if not isinstance(seq, int) or not all(isinstance(v, str) for v in texts):
+        raise AuditChainCorrupted(f"solved example #{seq!r} holds a value of the wrong type")
+    rid, patch, digest = str(rid), str(patch), str(digest)  # all str, as checked
+    entry = _entry(rid, str(adv), str(eco), str(pkg), text=str(text), patch_digest=digest)
+    return seq, rid, patch, digest, entry
+
+
+def _verify_rows(rows: list[tuple[object, ...]], start: bytes) -> dict[int, tuple[bytes, bytes]]:
+    """Recompute the chain over ``rows`` (in ``seq`` order) from ``start``; their links.
+
+    Raises:
+        AuditChainCorrupted: an example, its link or its position was changed.
+    """
+    head = bytes(start)
+    links: dict[int, tuple[bytes, bytes]] = {}
+    for row in rows:
+        seq, rid, patch, digest, entry = _row_entry(row)
+        prev, stored = row[8], row[9]
+        if blake3(patch.encode()).hexdigest() != digest:
+            raise AuditChainCorrupted(f"solved example {rid} (#{seq}): patch was changed")
+        if prev != head:
+            raise AuditChainCorrupted(f"solved example {rid} (#{seq}) does not link")
+        new = chain_hash(head, entry)
+        if new != stored:
+            raise AuditChainCorrupted(f"solved example {rid} (#{seq}) was changed")
+        links[seq] = (head, new)
+        head = new
+    return links
+
+
 class SolvedExampleStore:
     """Solved examples in one SQLite file (or ``":memory:"``), searched with BM25.
 
@@ -130,12 +177,15 @@ class SolvedExampleStore:
 
     Raises:
         AuditChainCorrupted: the stored chain does not verify.
-        StorageError: the database cannot be opened or lacks FTS5.
+        StorageError: the database (or its directory) cannot be made or opened, or lacks
+            FTS5.
     """
 
     def __init__(self, path: str | Path = ":memory:") -> None:
         self._lock = threading.Lock()
         self.path = str(path)
+        # seq -> (prev_head, head) of every row this store has verified or written.
+        self._links: dict[int, tuple[bytes, bytes]] = {}
         try:
             if self.path != ":memory:":
                 file = Path(self.path)
@@ -143,7 +193,7 @@ class SolvedExampleStore:
                 file.touch(mode=0o600, exist_ok=True)
             self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
             self._db.executescript(_SCHEMA)
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:
             raise StorageError(f"cannot open the solved-example store {self.path}: {exc}") from exc
         self.verify()
 
@@ -170,8 +220,13 @@ class SolvedExampleStore:
 
     @property
     def chain_head(self) -> ChainHead:
-        """The head over every insertion so far (32 zero bytes when empty)."""
+        """The head over every insertion so far (32 zero bytes when empty).
+
+        Raises:
+            AuditChainCorrupted: the head is not the one of the chain this store verified.
+        """
         with self._read() as db:
+            self._catch_up(db)
             return self._head(db)
 
     def __len__(self) -> int:
@@ -184,21 +239,38 @@ class SolvedExampleStore:
         Raises:
             AuditChainCorrupted: an example, its link or its position was changed.
         """
-        head = GENESIS
         with self._read() as db:
-            rows = db.execute(
-                "SELECT seq, record_id, advisory_id, ecosystem, package, advisory_text, patch, "
-                "patch_blake3, prev_head, head FROM examples ORDER BY seq"
-            ).fetchall()
-        for seq, rid, adv, eco, pkg, text, patch, digest, prev, stored in rows:
-            if blake3(patch.encode()).hexdigest() != digest:
-                raise AuditChainCorrupted(f"solved example {rid} (#{seq}): patch was changed")
-            if bytes(prev) != head:
-                raise AuditChainCorrupted(f"solved example {rid} (#{seq}) does not link")
-            head = chain_hash(head, _entry(rid, adv, eco, pkg, text=text, patch_digest=digest))
-            if head != bytes(stored):
-                raise AuditChainCorrupted(f"solved example {rid} (#{seq}) was changed")
-        return head
+            rows = db.execute(_ROWS + " ORDER BY seq").fetchall()
+            links = _verify_rows(rows, GENESIS)
+            self._links = links
+        return ChainHead(links[max(links)][1]) if links else GENESIS
+
+    def _catch_up(self, db: sqlite3.Connection) -> None:
+        """Verify the rows added (by another process) since this store last looked, as a
+        continuation of the chain it already verified; remember their links."""
+        last = max(self._links, default=0)
+        start = self._links[last][1] if last else GENESIS
+        rows = db.execute(_ROWS + " WHERE seq > ? ORDER BY seq", (last,)).fetchall()
+        if rows:
+            self._links.update(_verify_rows(rows, start))
+        if self._head(db) != (self._links[max(self._links)][1] if self._links else GENESIS):
+            raise AuditChainCorrupted(
+                "the solved-example store's head changed since it was verified: a row was "
+                "changed since the store was opened"
+            )
+
+    def _check_row(self, row: tuple[object, ...]) -> None:
+        """A row as read now must be the row this store verified (content, digest, link)."""
+        seq, rid, patch, digest, entry = _row_entry(row)
+        known = self._links.get(seq)
+        if (
+            known is None
+            or blake3(patch.encode()).hexdigest() != digest
+            or chain_hash(known[0], entry) != known[1]
+        ):
+            raise AuditChainCorrupted(
+                f"solved example {rid} (#{seq}) changed since the store verified it"
+            )
 
     def on_validated(self, ctx: ApplyContext, plan: PlanOutcome) -> RagRecordId | None:
         """Harvest a plan whose trust outcome passed; returns its record id.
@@ -228,6 +300,7 @@ class SolvedExampleStore:
                     ).fetchone():
                         self._db.execute("COMMIT")
                         return None
+                    self._catch_up(self._db)
                     prev = self._head(self._db)
                     entry = _entry(
                         record_id,
@@ -237,7 +310,8 @@ class SolvedExampleStore:
                         text=text,
                         patch_digest=plan.patch_blake3,
                     )
-                    self._db.execute(
+                    head = chain_hash(prev, entry)
+                    seq = self._db.execute(
                         "INSERT INTO examples (record_id, advisory_id, ecosystem, package, "
                         "advisory_text, patch, patch_blake3, prev_head, head) "
                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -250,10 +324,12 @@ class SolvedExampleStore:
                             plan.patch,
                             plan.patch_blake3,
                             prev,
-                            chain_hash(prev, entry),
+                            head,
                         ),
-                    )
+                    ).lastrowid
                     self._db.execute("COMMIT")
+                    assert seq is not None
+                    self._links[seq] = (bytes(prev), head)
                 except BaseException:
                     self._db.execute("ROLLBACK")
                     raise
@@ -265,7 +341,12 @@ class SolvedExampleStore:
         """BM25 search for examples of the same package and ecosystem.
 
         The query is the advisory's words (quoted, OR-ed: no FTS5 syntax from the advisory
-        is ever interpreted); the head is read in the same transaction.
+        is ever interpreted); the head is read in the same transaction. Every row returned
+        is checked against the chain this store verified.
+
+        Raises:
+            AuditChainCorrupted: a row, or the head, changed since the store verified it.
+            StorageError: the database failed.
         """
         tokens: list[str] = []
         for token in _TOKEN.findall(advisory_text(ctx) + " " + ctx.package):
@@ -274,21 +355,24 @@ class SolvedExampleStore:
                 tokens.append(low)
         tokens = tokens[:_MAX_QUERY_TOKENS]
         with self._read() as db:
+            self._catch_up(db)
             head = self._head(db)
             if not tokens:
                 return Retrieval((), head)
             query = " OR ".join(f'"{t}"' for t in tokens)
             rows = db.execute(
-                "SELECT e.record_id, e.advisory_id, e.ecosystem, e.package, e.advisory_text, "
-                "e.patch, e.patch_blake3, bm25(examples_fts) AS score "
+                "SELECT e.seq, e.record_id, e.advisory_id, e.ecosystem, e.package, "
+                "e.advisory_text, e.patch, e.patch_blake3, bm25(examples_fts) AS score "
                 "FROM examples_fts JOIN examples e ON e.seq = examples_fts.rowid "
                 "WHERE examples_fts MATCH ? AND e.package = ? AND e.ecosystem = ? "
                 "ORDER BY score, e.seq LIMIT ?",
                 (query, normalise_name(ctx.package), ctx.ecosystem, limit),
             ).fetchall()
+            for row in rows:
+                self._check_row(row)
         return Retrieval(
             tuple(
-                SolvedExample(RagRecordId(r[0]), r[1], r[2], r[3], r[4], r[5], r[6], float(r[7]))
+                SolvedExample(RagRecordId(r[1]), r[2], r[3], r[4], r[5], r[6], r[7], float(r[8]))
                 for r in rows
             ),
             head,

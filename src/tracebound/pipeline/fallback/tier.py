@@ -31,6 +31,15 @@ emits nothing; docs/retry.md has the table, and the tests pin each sequence):
   AttemptAnchorRecorded (a refusal after the call has no TransformBuilt; a failed call has
   no LeafReturned; a precheck refusal stops after Rag*).
 
+If the tier's own machinery fails once the attempt has its first event (the redactor, the
+patch parser or dry run, pricing an answer; anything but the model call and the gates,
+which have their own paths), the attempt is closed the same way: the events written so far,
+``PlanOutcomeEmitted`` refusing with ``tier_error``, the anchor. Only then does the error
+surface: a tracebound error as itself, an interrupt as itself, anything else as
+:class:`PlanningFailed` with the original as its ``__cause__``. A budget reservation is
+settled on every path. A failure before the first event records nothing; a failed ledger
+write stops the attempt where it is (writing on would not be trusted).
+
 After the anchor, ``<workdir>/<workflow_id>/chain_head.bin`` receives the stream's last
 ``hash`` (32 bytes, atomic, fsync'd, 0600): the head the RetryLedger continues (ADR-0005).
 """
@@ -41,16 +50,21 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
+from os import PathLike
 from pathlib import Path
 from typing import Final, Literal
+from uuid import UUID
 
 from blake3 import blake3
 
 from tracebound.errors import (
+    AttemptRefusedError,
     AuditChainCorrupted,
     BudgetExceeded,
     ConfigError,
+    LedgerAttemptOutOfOrder,
     StorageError,
+    TraceboundError,
     ValidationFailed,
 )
 from tracebound.events.anchor import AttemptAnchor, PlanOutcomeTag, PlanProposalKind
@@ -84,7 +98,7 @@ from tracebound.ledger import Ledger
 from tracebound.pipeline.fallback.budget import Budget, PricingTable
 from tracebound.pipeline.fallback.eventlog import AttemptEventLog
 from tracebound.pipeline.fallback.fence import FenceWrapper, SanitizedText, merge_reports
-from tracebound.pipeline.fallback.leaf import LeafResponse, LLMLeaf
+from tracebound.pipeline.fallback.leaf import LeafCallFailed, LeafResponse, LLMLeaf
 from tracebound.pipeline.fallback.models import (
     WORKFLOW_ID_PATTERN,
     AnchorHook,
@@ -105,7 +119,7 @@ from tracebound.pipeline.redaction import Redactor
 from tracebound.pipeline.retry.models import AttemptSummary, TrustOutcome
 from tracebound.store.files import make_private_dir, write_file_atomic
 
-__all__ = ["CHAIN_HEAD_FILENAME", "EMPTY_DIGEST", "FallbackTier"]
+__all__ = ["CHAIN_HEAD_FILENAME", "EMPTY_DIGEST", "FallbackTier", "PlanningFailed"]
 
 CHAIN_HEAD_FILENAME: Final = "chain_head.bin"
 EMPTY_DIGEST: Final = blake3(b"").hexdigest()
@@ -114,6 +128,35 @@ BLAKE3 of zero bytes, "nothing was sent", rather than a made-up value."""
 _WORKFLOW_ID = re.compile(WORKFLOW_ID_PATTERN)
 _MARKER = re.compile(r"\[neutralised:([a-z-]+)\]")
 _UNMARKED_RULES = frozenset({"invisible-char", "combining-mark", "homoglyph", "datamark-char"})
+
+
+class PlanningFailed(AttemptRefusedError):
+    """The planning tier's own machinery failed during an attempt (not the model, not a gate).
+
+    Raised by :meth:`FallbackTier.run` for an error that is not a tracebound error (a bug in
+    a redactor, a recipe, a parser...); the original is the ``__cause__``. Only its type
+    name is in the message, because a message may quote a prompt or a credential. When
+    ``anchored`` is true the attempt was closed first, refused with ``tier_error``; when it
+    is false the failure came before the attempt's first event and nothing was recorded.
+    """
+
+    def __init__(self, attempt_id: UUID, workflow_id: str, cause: str, anchored: bool) -> None:
+        self.attempt_id = attempt_id
+        self.workflow_id = workflow_id
+        self.cause = cause
+        self.anchored = anchored
+        outcome = (
+            "the attempt is closed by its anchor as refused (tier_error)"
+            if anchored
+            else "it failed before the attempt's first event, and nothing was recorded for it"
+        )
+        super().__init__(
+            f"attempt {attempt_id} of workflow {workflow_id!r}: the planning tier failed with "
+            f"{cause}; {outcome}"
+        )
+
+    def __reduce__(self) -> tuple[type[PlanningFailed], tuple[UUID, str, str, bool]]:
+        return (type(self), (self.attempt_id, self.workflow_id, self.cause, self.anchored))
 
 
 @dataclass
@@ -138,7 +181,9 @@ class _Frame:
     record_ids: tuple[RagRecordId, ...] = ()
     reports: list[SanitizedText] = field(default_factory=list)
     extras: dict[str, str] = field(default_factory=dict)
-    interrupt: BaseException | None = None  # re-raised after the anchor is recorded
+    failure: BaseException | None = None  # raised once the anchor is recorded
+    draft: _Draft | None = None  # what PlanOutcomeEmitted says; set just before it is written
+    settled: tuple[Decimal, Decimal] | None = None  # (precharged, remaining), not yet recorded
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +223,10 @@ class FallbackTier:
             before anything uses them.
         workdir: ``.tracebound/remediation/``; each workflow's ``chain_head.bin`` goes in
             ``<workdir>/<workflow_id>/``.
+
+    Raises:
+        ValidationFailed: an argument is not of the kind named above (``field`` says which),
+            so that a misconfigured tier fails here, not inside an attempt.
     """
 
     def __init__(
@@ -193,6 +242,21 @@ class FallbackTier:
         redactor: Redactor,
         workdir: Path,
     ) -> None:
+        for name, value, kind, what in (
+            ("ledger", ledger, Ledger, "a Ledger"),
+            ("recipes", recipes, RecipeBook, "a RecipeBook"),
+            ("budget", budget, Budget, "a Budget"),
+            ("pricing", pricing, PricingTable, "a PricingTable"),
+            ("fence", fence, FenceWrapper, "a FenceWrapper"),
+            ("redactor", redactor, Redactor, "a Redactor"),
+            ("workdir", workdir, str | PathLike, "a path"),
+        ):
+            if not isinstance(value, kind):
+                raise ValidationFailed(name, f"expected {what}, got {type(value).__name__}")
+        if retrieval is not None and not isinstance(retrieval, SolvedExampleStore):
+            raise ValidationFailed("retrieval", "expected a SolvedExampleStore or None")
+        if leaf is not None and not isinstance(leaf, LLMLeaf):
+            raise ValidationFailed("leaf", "expected an LLMLeaf (model, complete) or None")
         self._ledger = ledger
         self._recipes = recipes
         self._retrieval = retrieval
@@ -224,28 +288,72 @@ class FallbackTier:
 
         Raises:
             ValidationFailed: the workflow id is not one safe path segment, the attempt
-                index is negative, prior attempts are given on attempt 0 or given twice
-                (in ``ctx`` and here) with different contents, or ``verify`` returned
-                something other than a ``TrustOutcome``.
-            LedgerAttemptOutOfOrder, ConcurrencyConflict, StorageError: the ledger refused
-                a write; the attempt is then incomplete and is not retried here.
+                index is not an int of at least 0, ``ctx.repo_path`` is not a directory,
+                prior attempts are given on attempt 0 or given twice (in ``ctx`` and here)
+                with different contents, or ``verify`` returned something other than a
+                ``TrustOutcome``. Nothing is recorded for these, except the last.
+            LedgerAttemptOutOfOrder: the workflow already has an attempt with this index
+                (nothing is recorded); or, like ConcurrencyConflict and StorageError, the
+                ledger refused a write: the attempt is then incomplete and is not retried.
+            PlanningFailed: the tier's own machinery failed (see the module docstring).
         """
         if not _WORKFLOW_ID.fullmatch(workflow_id):
             raise ValidationFailed("workflow_id", f"must match {WORKFLOW_ID_PATTERN}")
-        if attempt_index < 0:
-            raise ValidationFailed("attempt_index", "must be >= 0")
+        if type(attempt_index) is not int or attempt_index < 0:  # bool is not an index
+            raise ValidationFailed("attempt_index", f"must be an int >= 0, not {attempt_index!r}")
+        if not ctx.repo_path.is_dir():
+            # Checked here: without it every tier finds nothing and the model is paid to
+            # write a patch for a repository it was never shown.
+            raise ValidationFailed("repo_path", f"{ctx.repo_path} is not a directory")
         priors = _effective_priors(ctx, prior_attempts)
         if priors and attempt_index == 0:
             raise ValidationFailed("prior_attempts", "attempt 0 has no prior attempts")
         log = AttemptEventLog(self._ledger, workflow_id=workflow_id)
+        if attempt_index in log.attempt_indexes:
+            # (workflow_id, attempt_index) is the anchor's cross-stream join key.
+            raise LedgerAttemptOutOfOrder(
+                f"workflow {workflow_id!r} already has an attempt index {attempt_index}; "
+                "each index is used once (the anchor's join key is workflow and index)"
+            )
         frame = _Frame(
             attempt_id=AttemptId(self._ledger.ids.new_id()),
             attempt_index=attempt_index,
             workflow_id=workflow_id,
             retry=bool(priors),
         )
-        draft = self._plan(ctx, frame, log, priors)
+        try:
+            draft = self._plan(ctx, frame, log, priors)
+        except BaseException as exc:  # noqa: BLE001 - the attempt is closed by its anchor, then the error surfaces (_close)
+            draft = self._abandon(frame, log, exc)
         return self._close(ctx, frame, log, draft, verify)
+
+    def _abandon(self, frame: _Frame, log: AttemptEventLog, exc: BaseException) -> _Draft:
+        """The tier's own step failed mid-attempt: refuse with ``tier_error`` so that
+        :meth:`_close` can record the anchor, and keep the error to raise after it.
+
+        Raises:
+            The error at once, when there is nothing to close (no event was written yet) or
+            the ledger itself failed (whether the last event was written is unknown, so
+            nothing more is written).
+        """
+        opened = log.is_open(frame.attempt_id)
+        failure = _surfaced(exc, frame, anchored=opened and not log.failed)
+        if not opened or log.failed:
+            if failure is exc:
+                raise exc
+            raise failure from exc
+        if frame.failure is None or isinstance(frame.failure, Exception):
+            frame.failure = failure  # an interrupt already pending (Ctrl-C) stays the one raised
+        frame.extras["phase4.tier_error"] = type(exc).__name__
+        if not log.accepts(frame.attempt_id, PlanOutcomeEmitted):
+            # The outcome was written just before the failure (an interrupt can land between
+            # two statements): the anchor must say what it said.
+            assert frame.draft is not None
+            return frame.draft
+        if frame.settled is not None and log.accepts(frame.attempt_id, BudgetReconciled):
+            precharged, remaining = frame.settled
+            log.emit(self._reconciled(frame, precharged, remaining))
+        return self._refused(frame, log, "tier_error")
 
     def _plan(
         self,
@@ -265,6 +373,10 @@ class FallbackTier:
         refusal: RefusalReason | None = None
         if provenance == "llm" and self._leaf is not None:
             frame.model = self._leaf.model
+            if not isinstance(frame.model, str) or not frame.model:
+                # It is priced, sent, recorded and kept in the anchor's (string) extras: a
+                # leaf without a usable name is refused before the attempt's first event.
+                raise ValidationFailed("leaf.model", f"must be a non-empty str: {frame.model!r}")
             frame.canary = self._fence.new_canary()
             built = build_prompt(
                 ctx,
@@ -347,6 +459,42 @@ class FallbackTier:
             reservation = self._budget.precharge(estimate)
         except BudgetExceeded:
             return self._refused(frame, log, "budget")
+        try:
+            response = self._invoke(frame, log, leaf, estimate=estimate, digest=digest)
+        except BaseException:
+            # A step of the tier's own failed while money was reserved (a write, pricing the
+            # answer, an interrupt outside the call): settle now, at the cost known so far,
+            # so that the reservation is never left held; the attempt is closed by run().
+            frame.settled = (estimate, self._budget.reconcile(reservation, frame.cost))
+            raise
+        remaining = self._budget.reconcile(reservation, frame.cost)
+        log.emit(self._reconciled(frame, estimate, remaining))
+        if response is None:
+            return self._refused(frame, log, "leaf_error")
+        if remaining < 0:
+            return self._refused(frame, log, "budget")
+        patch, refusal = self._judge(ctx, frame, response.text, tried=tried)
+        if patch is None:
+            return self._refused(frame, log, refusal or "no_patch_in_response")
+        return self._applied(frame, log, "AppliedFromLlm", "apply_transform", patch)
+
+    def _invoke(
+        self,
+        frame: _Frame,
+        log: AttemptEventLog,
+        leaf: LLMLeaf,
+        *,
+        estimate: Decimal,
+        digest: PromptDigest,
+    ) -> LeafResponse | None:
+        """BudgetPrecharged, LeafInvoked, the call, LeafReturned; ``None`` if the call failed.
+
+        ``frame.cost`` is what the call is charged: 0 when it failed (as documented), the
+        reservation while the answer is not priced yet (so a failure in pricing it charges
+        what was reserved rather than nothing), then the real cost.
+        """
+        assert frame.prompt is not None
+        assert frame.model is not None
         log.emit(
             BudgetPrecharged(
                 attempt_id=frame.attempt_id,
@@ -363,11 +511,8 @@ class FallbackTier:
                 prompt_digest_blake3=digest,
             )
         )
-        response: LeafResponse | None
         try:
-            response = leaf.complete(
-                frame.prompt, model=frame.model, max_tokens=self._budget.max_output_tokens
-            )
+            response = _complete(leaf, frame.prompt, frame.model, self._budget.max_output_tokens)
         except BaseException as exc:  # noqa: BLE001 - any leaf failure is a refusal, not a crash
             # Adapters translate their SDK's errors into LeafCallFailed; a leaf that does
             # not (a custom one, a bug) must still not leave the attempt without its anchor
@@ -376,51 +521,42 @@ class FallbackTier:
             # attempt the same way and is re-raised once the anchor is recorded.
             frame.extras["phase4.leaf_error"] = type(exc).__name__
             if not isinstance(exc, Exception):
-                frame.interrupt = exc
-            response = None
-        if response is not None:
-            frame.response_digest = response.raw_digest_blake3
-            usage = response.usage
-            frame.tokens_in, frame.tokens_out = usage.input_tokens, usage.output_tokens
-            log.emit(
-                LeafReturned(
-                    attempt_id=frame.attempt_id,
-                    attempt_index=frame.attempt_index,
-                    model=response.model,
-                    response_digest_blake3=ResponseDigest(frame.response_digest),
-                    tokens_in=usage.input_tokens,
-                    tokens_out=usage.output_tokens,
-                    cached_input_tokens=usage.cached_input_tokens,
-                    reasoning_tokens=usage.reasoning_tokens,
-                )
-            )
-            if usage.cache_write_input_tokens:
-                # LeafReturned has no field for cache writes: they are plain input there,
-                # and their count is kept here so the price difference stays auditable.
-                frame.extras["phase4.cache_write_input_tokens"] = str(
-                    usage.cache_write_input_tokens
-                )
-            frame.cost = self._pricing.cost(frame.model, usage)
-        remaining = self._budget.reconcile(reservation, frame.cost)
+                frame.failure = exc
+            return None
+        frame.response_digest = response.raw_digest_blake3
+        usage = response.usage
+        frame.tokens_in, frame.tokens_out = usage.input_tokens, usage.output_tokens
+        frame.cost = estimate
         log.emit(
-            BudgetReconciled(
+            LeafReturned(
                 attempt_id=frame.attempt_id,
                 attempt_index=frame.attempt_index,
-                precharged_usd=estimate,
-                actual_usd=frame.cost,
-                remaining_usd=remaining,
-                tokens_in=frame.tokens_in,
-                tokens_out=frame.tokens_out,
+                model=response.model,
+                response_digest_blake3=ResponseDigest(frame.response_digest),
+                tokens_in=usage.input_tokens,
+                tokens_out=usage.output_tokens,
+                cached_input_tokens=usage.cached_input_tokens,
+                reasoning_tokens=usage.reasoning_tokens,
             )
         )
-        if response is None:
-            return self._refused(frame, log, "leaf_error")
-        if remaining < 0:
-            return self._refused(frame, log, "budget")
-        patch, refusal = self._judge(ctx, frame, response.text, tried=tried)
-        if patch is None:
-            return self._refused(frame, log, refusal or "no_patch_in_response")
-        return self._applied(frame, log, "AppliedFromLlm", "apply_transform", patch)
+        if usage.cache_write_input_tokens:
+            # LeafReturned has no field for cache writes: they are plain input there,
+            # and their count is kept here so the price difference stays auditable.
+            frame.extras["phase4.cache_write_input_tokens"] = str(usage.cache_write_input_tokens)
+        frame.cost = self._pricing.cost(frame.model, usage)
+        return response
+
+    @staticmethod
+    def _reconciled(frame: _Frame, precharged: Decimal, remaining: Decimal) -> BudgetReconciled:
+        return BudgetReconciled(
+            attempt_id=frame.attempt_id,
+            attempt_index=frame.attempt_index,
+            precharged_usd=precharged,
+            actual_usd=frame.cost,
+            remaining_usd=remaining,
+            tokens_in=frame.tokens_in,
+            tokens_out=frame.tokens_out,
+        )
 
     def _judge(
         self, ctx: ApplyContext, frame: _Frame, text: str, *, tried: tuple[str, ...]
@@ -529,6 +665,7 @@ class FallbackTier:
             return self._refused(frame, log, "patch_contains_secret")
         digest = blake3(patch.encode()).hexdigest()
         files = len(parse_patch(patch))
+        frame.draft = draft = _Draft(tag=tag, kind=kind, patch=patch)
         log.emit(
             TransformBuilt(
                 attempt_id=frame.attempt_id,
@@ -545,9 +682,10 @@ class FallbackTier:
                 outcome=tag,
             )
         )
-        return _Draft(tag=tag, kind=kind, patch=patch)
+        return draft
 
     def _refused(self, frame: _Frame, log: AttemptEventLog, reason: RefusalReason) -> _Draft:
+        frame.draft = _Draft(tag="Refused", kind="refuse", refusal_reason=reason)
         log.emit(
             PlanOutcomeEmitted(
                 attempt_id=frame.attempt_id,
@@ -557,7 +695,7 @@ class FallbackTier:
                 refusal_reason=reason,
             )
         )
-        return _Draft(tag="Refused", kind="refuse", refusal_reason=reason)
+        return frame.draft
 
     # -- closing: the anchor is the last event ------------------------------------------------
 
@@ -579,8 +717,8 @@ class FallbackTier:
         anchor = self._anchor(ctx, frame, draft)
         plan = self._outcome(frame, draft, anchor, None)
         trust: TrustOutcome | None = None
-        failure: BaseException | None = frame.interrupt
-        if verify is not None and draft.tag != "Refused":
+        failure: BaseException | None = frame.failure
+        if verify is not None and draft.tag != "Refused" and failure is None:
             try:
                 verdict = _verdict(verify, plan)
                 anchor = anchor.attach_trust_outcome(verdict)
@@ -673,6 +811,18 @@ class FallbackTier:
             raise StorageError(f"cannot write {target}: {exc}") from exc
 
 
+def _complete(leaf: LLMLeaf, prompt: str, model: str, max_tokens: int) -> LeafResponse:
+    """The leaf's answer, if it is a ``LeafResponse`` (its fields are what the tier records).
+
+    Raises:
+        LeafCallFailed: the leaf returned something else (a custom leaf's bug).
+    """
+    response = leaf.complete(prompt, model=model, max_tokens=max_tokens)
+    if not isinstance(response, LeafResponse):
+        raise LeafCallFailed(f"the leaf returned {type(response).__name__}, not a LeafResponse")
+    return response
+
+
 def _verdict(verify: AnchorHook, plan: PlanOutcome) -> TrustOutcome:
     """What the hook returned, if it is a ``TrustOutcome`` (the anchor records nothing else).
 
@@ -698,6 +848,16 @@ def _effective_priors(
     if given and in_ctx and given != in_ctx:
         raise ValidationFailed("prior_attempts", "given in ctx and as a keyword, differently")
     return given or in_ctx
+
+
+def _surfaced(exc: BaseException, frame: _Frame, *, anchored: bool) -> BaseException:
+    """The error ``run`` raises for ``exc``: typed errors and interrupts as they are, anything
+    else as :class:`PlanningFailed` (whose ``__cause__`` the caller sets to ``exc``)."""
+    if not isinstance(exc, Exception) or isinstance(exc, TraceboundError):
+        return exc
+    failed = PlanningFailed(frame.attempt_id, frame.workflow_id, type(exc).__name__, anchored)
+    failed.__cause__ = exc
+    return failed
 
 
 def _one_line(text: str) -> str:

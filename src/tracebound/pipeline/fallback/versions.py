@@ -30,6 +30,10 @@ _PEP440 = re.compile(
     re.VERBOSE | re.IGNORECASE,
 )
 _PRE_RANK = {"a": 0, "alpha": 0, "b": 1, "beta": 1, "c": 2, "rc": 2, "pre": 2, "preview": 2}
+_MAX_VERSION_CHARS = 256
+"""Longer is not a version anyone publishes. The bound matters: Python refuses to turn more
+than 4300 digits into an int (``ValueError``), and an advisory's ``fixed`` field, written by
+a third party, has no length limit."""
 
 
 def parse_version(text: str) -> VersionKey | None:
@@ -39,6 +43,8 @@ def parse_version(text: str) -> VersionKey | None:
     do not matter (``1.0 == 1.0.0``); local labels are ignored, as PEP 440 says they are for
     range checks.
     """
+    if len(text) > _MAX_VERSION_CHARS:
+        return None
     m = _PEP440.match(text)
     if m is None:
         return None
