@@ -37,6 +37,7 @@ __all__ = [
     "PolicyError",
     "PolicyUnusable",
     "ProofError",
+    "RunAlreadyResumed",
     "SignatureInvalid",
     "SigningKeyError",
     "StorageError",
@@ -159,6 +160,27 @@ class ConcurrencyConflict(ConcurrencyError):
 
     def __reduce__(self) -> tuple[type[ConcurrencyConflict], tuple[str, int | None, int]]:
         return (type(self), (self.stream_id, self.expected, self.actual))
+
+
+class RunAlreadyResumed(ConcurrencyError):
+    """Another process claimed this gated run first; this one ran nothing and wrote nothing.
+
+    A resume records ``run_resumed`` at the stream version it read before it runs anything
+    (an apply hook, a step, an event), so of two resumes of one run exactly one goes on.
+    Retrying does not help: the run is the other process's now.
+    """
+
+    def __init__(self, run_id: str, step_id: str, detail: str) -> None:
+        self.run_id = run_id
+        self.step_id = step_id
+        self.detail = detail
+        super().__init__(
+            f"run {run_id} was already resumed from its gate at {step_id} by another "
+            f"process ({detail}); nothing was run"
+        )
+
+    def __reduce__(self) -> tuple[type[RunAlreadyResumed], tuple[str, str, str]]:
+        return (type(self), (self.run_id, self.step_id, self.detail))
 
 
 # --- contract --------------------------------------------------------------------------

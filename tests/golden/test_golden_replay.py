@@ -13,6 +13,13 @@ intended, regenerate the expected states and review the diff::
 and, when the scenarios themselves change, the histories first::
 
     .venv/bin/python tests/golden/make_golden.py
+
+``<name>.v1.jsonl`` files are different: histories an older tracebound recorded, before a
+payload type's schema version was bumped (``gated.v1``: GateRequested v1, docs/adr/0012).
+``make_golden.py`` does not write them and they are never regenerated. Re-encoding their
+events would write the current version's bytes, so they are imported verbatim instead
+(``import_raw``, which re-hashes every record) and must verify, read upcast, and fold and
+project to ``<name>.v1.expected.json``.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+from datetime import datetime
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -27,10 +35,14 @@ from typing import Any
 import pytest
 
 from tracebound.canonical import canonical_bytes
-from tracebound.events.envelope import Event, RecordedEvent
+from tracebound.events.catalog import GateRequested
+from tracebound.events.envelope import Event, RecordedEvent, format_timestamp
+from tracebound.events.record import RawRecord
+from tracebound.ledger import Ledger
 from tracebound.projections import ProjectionRunner, SQLiteViews, fold
 from tracebound.projections.fold import BUILTIN_KINDS
 from tracebound.projections.reports import views_snapshot, workflow_state
+from tracebound.sources import FixedClock, SequentialIds
 from tracebound.store.sqlite import SQLiteStore
 
 HERE = Path(__file__).resolve().parent
@@ -74,11 +86,33 @@ def _replay_into(store: SQLiteStore, events: list[RecordedEvent]) -> None:
         )
 
 
-def _final_state(tmp_path: Path, events: list[RecordedEvent]) -> dict[str, Any]:
+def _verbatim_records(name: str) -> list[RawRecord]:
+    """A history's records as they were stored: the hashed body is the line without its
+    hash, the payload exactly as written and the envelope's time in its one text form (the
+    lines hold pydantic's spelling of it)."""
+    out = []
+    for line in (HERE / f"{name}.jsonl").read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        digest = bytes.fromhex(record.pop("hash"))
+        record["timestamp"] = format_timestamp(datetime.fromisoformat(record["timestamp"]))
+        out.append(
+            RawRecord(
+                record["position"], record["stream_id"], record["stream_version"],
+                record["event_type"], record["workflow_id"], record["timestamp"],
+                record["schema_version"], bytes.fromhex(record["prev_hash"]), digest,
+                canonical_bytes(record),
+            )
+        )  # fmt: skip
+    return out
+
+
+def _final_state(
+    tmp_path: Path, events: list[RecordedEvent], *, load: Any = None
+) -> dict[str, Any]:
     store = SQLiteStore(tmp_path / "ledger")
     views = SQLiteViews(tmp_path / "views.db")
     try:
-        _replay_into(store, events)
+        (load or _replay_into)(store, events)
         ProjectionRunner(store, views).run()
         workflows = sorted({e.workflow_id for e in events if e.workflow_id is not None})
         folded = {wf: fold(events, workflow_id=wf).to_dict() for wf in workflows}
@@ -107,6 +141,35 @@ def test_histories_regenerate_identically(tmp_path: Path, name: str) -> None:
     events = MAKER.record(name, tmp_path)
     committed = [json.loads(line) for line in MAKER.history_path(name).read_text().splitlines()]
     assert events == committed
+
+
+V1_NAMES = ["gated.v1"]
+
+
+@pytest.mark.parametrize("name", V1_NAMES)
+def test_histories_of_older_schema_versions_verify_upcast_and_fold(
+    tmp_path: Path, name: str
+) -> None:
+    records = _verbatim_records(name)
+    assert any(r.schema_version == 1 and r.event_type == "gate_requested" for r in records)
+    events = _history(name)  # read as this version reads them: upcast
+    assert [e.hash for e in events] == [r.hash for r in records]
+
+    def load(store: SQLiteStore, _: list[RecordedEvent]) -> None:
+        store.import_raw(records)  # every record re-hashed: the v1 bytes are what was hashed
+        assert [r.body for r in store.read_raw()] == [r.body for r in records]
+        report = Ledger(store, clock=FixedClock(), ids=SequentialIds()).verify(require_signed=False)
+        assert report.damage is None and report.checks["chain"] == "ok"
+        gates = [(e, e.payload) for e in store.read_log() if isinstance(e.payload, GateRequested)]
+        assert gates and all(g.repository_wide for _, g in gates)  # ADR 0012: fail closed
+        assert all(e.schema_version == GateRequested.SCHEMA_VERSION for e, _ in gates)
+
+    state = canonical_bytes(_final_state(tmp_path, events, load=load))
+    expected_path = HERE / f"{name}.expected.json"
+    if REGEN:
+        expected_path.write_bytes(state + b"\n")
+    assert expected_path.exists(), f"run with TRACEBOUND_REGEN_GOLDEN=1 to create {expected_path}"
+    assert state + b"\n" == expected_path.read_bytes()
 
 
 def test_golden_runs_cover_every_builtin_kind() -> None:

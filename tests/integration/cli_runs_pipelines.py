@@ -6,14 +6,20 @@ starts a run with the same files the CLI uses (RunnerConfig defaults in the work
 directory) and prints ``{"run_id": ..., "status": ...}``.
 
 Pipelines: ``gated`` (an Executor bumps requirements.txt, a sensitive path), ``harmful``
-(critical; the Critic reports a harmful output it cannot attribute), and ``clean``
-(critical, nothing goes wrong).
+(critical; the Critic reports a harmful output it cannot attribute), ``clean`` (critical,
+nothing goes wrong), ``mixed`` (``gated``, plus an ``exec:`` action: a scope the CLI tests'
+policy does not allow, a reason that names no path) and ``held`` (``gated`` with an apply
+hook that notes each process that runs it in ``$TB_HOLD_DIR`` and holds the first one inside
+until ``$TB_HOLD_DIR/release`` exists).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+import time
+from pathlib import Path
 from typing import Any
 
 from pipeline_kit import tpc as kit_tpc  # this file's folder is on sys.path (see above)
@@ -36,7 +42,28 @@ def tpc(role: str, **overrides: Any) -> dict[str, Any]:
     )
 
 
-def _pipeline(name: str, *, path: str, critical: bool, harmful: bool) -> Pipeline:
+def _hold(ctx: StepContext, artifact: object) -> None:
+    """``held``'s apply hook: a file per process that ran it; the first one waits inside."""
+    folder = Path(os.environ["TB_HOLD_DIR"])
+    (folder / f"applied-{os.getpid()}").touch()
+    inside = folder / "inside"
+    if inside.exists():
+        return
+    inside.touch()
+    deadline = time.monotonic() + 300  # a test that died must not leave this process behind
+    while not (folder / "release").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def _pipeline(
+    name: str,
+    *,
+    path: str,
+    critical: bool,
+    harmful: bool,
+    actions: tuple[str, ...] = (),
+    apply: Any = None,
+) -> Pipeline:
     pipe = Pipeline(
         name, pipeline_type="remediation", critical=critical, ref=f"cli_runs_pipelines:{name}"
     )
@@ -45,11 +72,13 @@ def _pipeline(name: str, *, path: str, critical: bool, harmful: bool) -> Pipelin
     def plan(ctx: StepContext) -> dict[str, object]:
         return tpc("Planner", goal=f"fix {ctx.inputs.get('ticket', '?')}")
 
-    @pipe.executor()
+    @pipe.executor(apply=apply)
     def execute(ctx: StepContext) -> dict[str, object]:
         token = ctx.inputs.get("token", "")
         diff = f"--- a/{path}\n+++ b/{path}\n-urllib3==1.26.0\n+urllib3==2.2.2\n"
-        return tpc("Executor", diffs=[diff], outputs={"summary": f"used {token}", "artifacts": []})
+        extra = {"actions": list(actions)} if actions else {}
+        outputs = {"summary": f"used {token}", "artifacts": []}
+        return tpc("Executor", diffs=[diff], outputs=outputs, **extra)
 
     @pipe.critic()
     def review(ctx: StepContext) -> dict[str, object]:
@@ -63,12 +92,18 @@ def _pipeline(name: str, *, path: str, critical: bool, harmful: bool) -> Pipelin
 gated = _pipeline("gated", path="requirements.txt", critical=False, harmful=False)
 harmful = _pipeline("harmful", path="src/app.py", critical=True, harmful=True)
 clean = _pipeline("clean", path="src/app.py", critical=True, harmful=False)
+mixed = _pipeline(
+    "mixed", path="requirements.txt", critical=False, harmful=False, actions=("exec:make deploy",)
+)
+held = _pipeline("held", path="requirements.txt", critical=False, harmful=False, apply=_hold)
 
 
 def main(argv: list[str]) -> None:
     from tracebound.export.evidence import EvidenceWriter
 
-    pipe = {"gated": gated, "harmful": harmful, "clean": clean}[argv[0]]
+    pipe = {"gated": gated, "harmful": harmful, "clean": clean, "mixed": mixed, "held": held}[
+        argv[0]
+    ]
     inputs = {"ticket": "SEC-1", "token": argv[1] if len(argv) > 1 else ""}
     config = RunnerConfig()
     with config.open_ledger() as ledger:

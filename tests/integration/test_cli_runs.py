@@ -16,6 +16,7 @@ import shlex
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -144,6 +145,67 @@ def test_reject_ends_the_run(sh: Shell) -> None:
     assert rejected["decision"] == "rejected"
     ended = sh.tb_json("resume", run, code=1)
     assert (ended["status"], ended["failed_step"]) == ("rejected", "execute")
+
+
+def test_a_gate_with_a_path_and_a_pathless_reason_needs_a_default_owner_too(sh: Shell) -> None:
+    run = sh.start("mixed")  # requirements.txt, and an `exec` scope the policy does not allow
+    refused = sh.tb_json("approve", run, "execute", "--as", "@alice", code=2)
+    assert refused["error"]["kind"] == "NotAnOwner"  # she owns the path, not the repository
+    assert "default owners" in refused["error"]["message"]
+    assert sh.tb_json("approve", run, "execute", "--as", "@platform", code=2)["error"]["kind"] == (
+        "NotAnOwner"  # the repository's owner, but not requirements.txt's
+    )
+    assert sh.tb_json("reject", run, "execute", "--as", "@alice", code=2)["error"]
+    (row,) = sh.tb_json("runs")["runs"]
+    assert (row["waiting_at"], row["owners"]) == ("execute", [])  # nobody may, as it stands
+    assert "no owner" in sh.tb("runs").stdout
+    (sh.cwd / "CODEOWNERS").write_text("*  @platform\nrequirements.txt  @alice @platform\n")
+    approved = sh.tb_json("approve", run, "execute", "--as", "@platform")
+    assert (approved["decision"], approved["paths"]) == ("approved", ["requirements.txt"])
+
+
+def test_two_resumes_at_once_apply_once_and_the_other_exits_typed(
+    sh: Shell, tmp_path: Path
+) -> None:
+    hold = tmp_path / "hold"
+    hold.mkdir()
+    env = {**sh.env, "TB_HOLD_DIR": str(hold)}
+    run = sh.start("held")
+    sh.tb_json("approve", run, "execute", "--as", "@alice")
+    resume = [sys.executable, "-m", "tracebound", "resume", run]
+    first = subprocess.Popen(
+        [*resume, "--json"], cwd=sh.cwd, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        while not (hold / "inside").exists() and first.poll() is None:
+            time.sleep(0.01)  # polling, not a timing assertion: wait for the apply hook
+        assert (hold / "inside").exists(), first.communicate()
+        second = subprocess.run(
+            [*resume, "--json"], cwd=sh.cwd, env=env, capture_output=True, text=True,
+            timeout=180, check=False,
+        )  # fmt: skip
+        assert second.returncode == 2, (second.stdout, second.stderr)
+        error = json.loads(second.stdout)["error"]
+        assert error["kind"] == "RunAlreadyResumed"
+        assert run in error["message"] and "nothing was run" in error["message"]
+        third = subprocess.run(
+            resume, cwd=sh.cwd, env=env, capture_output=True, text=True, timeout=180, check=False
+        )
+        assert third.returncode == 2 and "already resumed" in third.stderr, third.stderr
+        (row,) = sh.tb_json("runs")["runs"]  # claimed: running, waiting for nobody
+        assert (row["status"], row["waiting_at"]) == ("running", None)
+    finally:
+        (hold / "release").touch()
+        out, err = first.communicate(timeout=180)
+    assert first.returncode == 0, (out, err)
+    assert json.loads(out)["status"] == "completed"
+    assert len(list(hold.glob("applied-*"))) == 1  # the apply hook ran in one process only
+    replayed = sh.tb_json("replay", run)
+    assert replayed["ok"] and [s["step_id"] for s in replayed["steps"]][-2:] == [
+        "execute",
+        "review",
+    ]
 
 
 def test_metrics_check_exit_codes(sh: Shell) -> None:

@@ -249,7 +249,7 @@ def test_a_gate_that_names_no_path_needs_a_default_owner(kit: Kit) -> None:
     result = runner.run(pipe, {})
     assert (result.status, result.gated_step) == ("gated", "execute")
     (gate,) = [e for e in events(kit, result) if isinstance(e, GateRequested)]
-    assert gate.paths == () and gate.owners == ("@team-platform",)
+    assert gate.paths == () and gate.owners == ("@team-platform",) and gate.repository_wide
     for stranger in ("@mallory", "alice"):  # alice owns requirements.txt, not the repository
         with pytest.raises(NotAnOwner, match="names no path"):
             approve(runner.ledger, RunId(result.run_id), StepId("execute"), stranger,
@@ -264,7 +264,7 @@ def test_without_a_catch_all_owner_nobody_approves_a_pathless_gate() -> None:
     assert owners.default_owners() == ()
     for who in ("@alice", "@bob", ""):
         with pytest.raises(NotAnOwner):
-            owners.check_approver(who, [])
+            owners.check_approver(who, [], repository_wide=True)
     assert CodeOwners.parse(CODEOWNERS).default_owners() == ("@team-platform",)
 
 

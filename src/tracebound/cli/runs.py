@@ -8,8 +8,9 @@ run recorded). Every command reads the same files a Runner uses; see
 
 Exit codes: 0 success; 1 a check failed (damaged chain or blob, tampered evidence, a
 divergent rerun, an SLO violation with `metrics --check`, a resumed run that failed or was
-rejected); 2 usage or configuration (not an owner, not gated, no policy); 3 incomplete (a
-resumed run still waits at a gate; evidence that carries no signature).
+rejected); 2 usage or configuration (not an owner, not gated, no policy, a run another
+`resume` already claimed); 3 incomplete (a resumed run still waits at a gate; evidence that
+carries no signature).
 """
 
 from __future__ import annotations
@@ -177,6 +178,7 @@ def _run_rows(events: Iterable[RecordedEvent]) -> list[dict[str, Any]]:
         ApprovalRecorded,
         GateRequested,
         RunFinished,
+        RunResumed,
         RunStarted,
         StepRecorded,
     )
@@ -208,6 +210,8 @@ def _run_rows(events: Iterable[RecordedEvent]) -> list[dict[str, Any]]:
             row["waiting_at"], row["owners"], row["decision"] = p.step_id, list(p.owners), None
         elif isinstance(p, ApprovalRecorded):
             row["decision"] = f"{p.decision} by {p.approver}"
+        elif isinstance(p, RunResumed):  # a process claimed it: no longer waiting for anyone
+            row["status"] = "running"
         elif isinstance(p, RunFinished):
             row["status"], row["reason"] = p.status, p.reason
     for row in rows.values():
@@ -286,7 +290,8 @@ def _decide(
         ledger = config.open_ledger()
         try:
             gate = _gate(ledger, run, step)
-            owners.check_approver(name, gate.paths)  # rejecting is an owner's call too
+            # Rejecting is an owner's call too; a repository-wide gate's, a default owner's.
+            owners.check_approver(name, gate.paths, repository_wide=gate.repository_wide)
             record = approve(
                 ledger,
                 RunId(run),
@@ -351,8 +356,10 @@ def approve_cmd(
 ) -> None:
     """Approve a gated step as NAME, who must own every path it touches (CODEOWNERS).
 
-    The approver's identity and the time are recorded in the run's ledger stream; the run
-    continues with `tracebound resume RUN`.
+    When a reason names no path (an exec: action, a scope the policy does not allow), NAME
+    must be a default owner (the catch-all `*` line) as well. The approver's identity and
+    the time are recorded in the run's ledger stream; the run continues with
+    `tracebound resume RUN`.
     """
     _decide("approve", run, step, name, store=store, codeowners=codeowners, as_json=as_json)
 
@@ -407,9 +414,11 @@ def resume(
     """Continue a gated run after a human decided; prints how it ended.
 
     The pipeline is imported from the reference the run recorded (`Pipeline(ref=...)`)
-    unless --pipeline names it. The run's evidence is written to
-    <evidence-dir>/<run>.json, signed when a signing key exists. Exit 0 completed, 1
-    failed or rejected, 3 still waiting at a gate.
+    unless --pipeline names it. The run is claimed before anything runs: when another
+    resume got there first, this one runs nothing and exits 2 (RunAlreadyResumed). The
+    run's evidence is written to <evidence-dir>/<run>.json, signed when a signing key
+    exists. Exit 0 completed, 1 failed or rejected, 2 not resumable (not gated, claimed by
+    another resume), 3 still waiting at a gate.
     """
     from tracebound.export.evidence import EvidenceWriter  # noqa: PLC0415 - lazy, for startup time
     from tracebound.pipeline.config import load_pipeline  # noqa: PLC0415 - lazy, for startup time

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Annotated, Literal, NewType, Self, TypeAlias, get_args
+from typing import Annotated, Any, ClassVar, Literal, NewType, Self, TypeAlias, get_args
 
 from pydantic import (
     AfterValidator,
@@ -108,6 +108,7 @@ __all__ = [
     "Role",
     "RouteChosen",
     "RunFinished",
+    "RunResumed",
     "RunStarted",
     "SignalKind",
     "SignalValue",
@@ -605,7 +606,20 @@ class RunFinished(Payload):
 
 
 class GateRequested(Payload):
-    """A step matched the policy and waits for a named human; ``owners`` may approve it."""
+    """A step matched the policy and waits for a named human; ``owners`` may approve it.
+
+    ``repository_wide``: some reason names no path (an ``exec:`` action, a scope the policy
+    does not allow), so the approver must be a default owner (CODEOWNERS' last catch-all
+    line) as well as own every one of ``paths``. A gate that names no path at all is
+    repository-wide by construction. ``owners`` are the names that passed that check
+    against CODEOWNERS when the gate was recorded.
+
+    Schema v2 added ``repository_wide``; the reason texts are not a reliable source for it
+    (a user's rule writes its own). A v1 record cannot say, so it is read as repository-wide:
+    fail closed (docs/adr/0012).
+    """
+
+    SCHEMA_VERSION: ClassVar[int] = 2
 
     kind: Literal["gate_requested"] = "gate_requested"
     run_id: _RunId
@@ -614,6 +628,20 @@ class GateRequested(Payload):
     reasons: Annotated[tuple[_Text, ...], Field(min_length=1)]
     paths: tuple[_Text, ...] = ()
     owners: tuple[_Text, ...] = ()
+    repository_wide: StrictBool
+
+    @model_validator(mode="after")
+    def _no_path_is_repository_wide(self) -> Self:
+        if not self.paths and not self.repository_wide:
+            raise ValueError(
+                "a gate that names no path is repository_wide: only default owners may lift it"
+            )
+        return self
+
+
+def _gate_requested_v1_to_v2(v1: dict[str, Any]) -> dict[str, Any]:
+    """v1 did not record whether a reason named no path: read it as if one did (ADR 0012)."""
+    return {**v1, "repository_wide": True}
 
 
 class ValidationRecorded(Payload):
@@ -688,6 +716,21 @@ class SloAlertRaised(Payload):
     run_id: _RunId | None = None
 
 
+class RunResumed(Payload):
+    """A process took a gated run over after the human decision, before running anything.
+
+    Recorded at the stream version the process read (optimistic concurrency), so of two
+    resumes of one run exactly one records it and goes on; the other raises
+    :class:`~tracebound.errors.RunAlreadyResumed` having run and written nothing.
+    ``decision`` is the one acted on: ``approved`` continues the run, ``rejected`` ends it.
+    """
+
+    kind: Literal["run_resumed"] = "run_resumed"
+    run_id: _RunId
+    step_id: _StepId
+    decision: Literal["approved", "rejected"]
+
+
 RUNTIME_PAYLOAD_TYPES: tuple[type[Payload], ...] = (
     RunStarted,
     RunFinished,
@@ -697,6 +740,7 @@ RUNTIME_PAYLOAD_TYPES: tuple[type[Payload], ...] = (
     RepairAttempted,
     RouteChosen,
     SloAlertRaised,
+    RunResumed,
 )
 """The pipeline runtime's events (members of :data:`BuiltinPayload` too)."""
 
@@ -737,7 +781,8 @@ BuiltinPayload: TypeAlias = Annotated[
     | BlameAssigned
     | RepairAttempted
     | RouteChosen
-    | SloAlertRaised,
+    | SloAlertRaised
+    | RunResumed,
     Field(discriminator="kind"),
 ]
 """Every built-in payload, discriminated on ``kind``; an exhaustive fold matches over it."""
@@ -765,3 +810,4 @@ PHASE4_ATTEMPT_TYPES: tuple[type[Payload], ...] = (
 for _cls in BUILTIN_PAYLOAD_TYPES:
     default_registry().register(_cls)
 del _cls
+default_registry().register_upcaster("gate_requested", 1, _gate_requested_v1_to_v2)

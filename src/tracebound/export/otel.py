@@ -9,6 +9,7 @@ instrument                                   kind      attributes
 ============================================ ========= =========================================
 ``tracebound.pipeline.steps``                counter   role, status, pipeline_type
 ``tracebound.pipeline.gate_triggers``        counter   role, pipeline_type
+``tracebound.pipeline.resumes``              counter   decision, pipeline_type
 ``tracebound.pipeline.redacted_steps``       counter   reason, role, pipeline_type
 ``tracebound.pipeline.repairs``              counter   role (of the origin), succeeded,
                                                        pipeline_type
@@ -21,7 +22,8 @@ instrument                                   kind      attributes
 Attribute keys are ``tracebound.role``, ``tracebound.step.status``,
 ``tracebound.pipeline.type`` and so on. A step's latency and cost are recorded once per
 output (``success`` or ``error``); a ``gated`` record is a pause, not an output, so it
-counts as a step but is not measured.
+counts as a step but is not measured. A resume is counted once per run it claimed: one
+that found the run claimed already recorded nothing.
 
 Two modes, one fold (:class:`_Fold`), so they cannot disagree:
 
@@ -41,15 +43,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final
 
-from tracebound.errors import ConfigError
+from tracebound.errors import ConfigError, DamageKind, LedgerDamaged, UnknownEventType
 from tracebound.events.catalog import (
     GateRequested,
     RepairAttempted,
+    RunResumed,
     RunStarted,
     SloAlertRaised,
     StepRecorded,
 )
 from tracebound.events.envelope import RecordedEvent
+from tracebound.events.record import decode_record
 from tracebound.pipeline.redaction import RedactionStats
 from tracebound.pipeline.runner import run_stream
 from tracebound.store.port import LedgerStore
@@ -83,6 +87,7 @@ PIPELINE_TYPE: Final = "tracebound.pipeline.type"
 REASON: Final = "tracebound.redaction.reason"
 SUCCEEDED: Final = "tracebound.repair.succeeded"
 METRIC: Final = "tracebound.slo.metric"
+DECISION: Final = "tracebound.gate.decision"
 
 
 class PipelineInstruments:
@@ -102,6 +107,11 @@ class PipelineInstruments:
             "tracebound.pipeline.redacted_steps",
             unit="{step}",
             description="Steps whose artifact had something redacted, by reason",
+        )
+        self.resumes = meter.create_counter(
+            "tracebound.pipeline.resumes",
+            unit="{resume}",
+            description="Gated runs a process took over after the human decision",
         )
         self.repairs = meter.create_counter(
             "tracebound.pipeline.repairs", unit="{repair}", description="Repair attempts"
@@ -124,7 +134,8 @@ class _Fold:
 
     It remembers each run's pipeline type (from ``run_started``) and each step's role (to
     attribute a repair to the role it repairs). A run resumed in a new process has no
-    ``run_started`` in this process's stream of events, so ``store`` is asked for it.
+    ``run_started`` in this process's stream of events, and an export that starts past a
+    run's first events has not seen them either, so ``store`` is asked for what is missing.
     """
 
     def __init__(self, instruments: PipelineInstruments, store: LedgerStore | None) -> None:
@@ -144,6 +155,18 @@ class _Fold:
             self._types[run_id] = found = found or UNKNOWN
         return found or UNKNOWN
 
+    def _role(self, run_id: str, step_id: str) -> str:
+        found = self._roles.get((run_id, step_id))
+        if found is None and self._store is not None:
+            try:
+                for e in self._store.read_stream(run_stream(run_id)):
+                    if isinstance(e.payload, StepRecorded):
+                        self._roles.setdefault((run_id, e.payload.step_id), e.payload.role)
+            except UnknownEventType:
+                pass  # a type registered only elsewhere, in the run's stream: not a step
+            found = self._roles.setdefault((run_id, step_id), UNKNOWN)
+        return found or UNKNOWN
+
     def add(self, event: RecordedEvent) -> None:
         p = event.payload
         if isinstance(p, RunStarted):
@@ -152,8 +175,10 @@ class _Fold:
             self._step(p)
         elif isinstance(p, GateRequested):
             self.i.gate_triggers.add(1, {ROLE: p.role, PIPELINE_TYPE: self._type(p.run_id)})
+        elif isinstance(p, RunResumed):
+            self.i.resumes.add(1, {DECISION: p.decision, PIPELINE_TYPE: self._type(p.run_id)})
         elif isinstance(p, RepairAttempted):
-            role = self._roles.get((p.run_id, p.origin_step_id), UNKNOWN)
+            role = self._role(p.run_id, p.origin_step_id)
             self.i.repairs.add(
                 1, {ROLE: role, SUCCEEDED: p.succeeded, PIPELINE_TYPE: self._type(p.run_id)}
             )
@@ -183,13 +208,26 @@ def export_ledger_metrics(
 ) -> int:
     """Feed every event of the ledger (from ``start``) into the pipeline instruments.
 
-    Returns the number of events read, so a caller can continue from ``start + n`` later.
+    Events of a type this process has no model for (a user's own type, registered only in
+    the code that wrote it) are read and skipped: none of them is a pipeline metric.
+    Returns the number of events read, so a caller can continue from ``start + n`` later
+    and get the same numbers as one export of the whole range.
     """
     fold = _Fold(instruments or PipelineInstruments(meter_provider), store)
     n = 0
-    for event in store.read_log(start=start):
-        fold.add(event)
+    for raw in store.read_raw(start=start):
         n += 1
+        try:
+            event = decode_record(raw.body, raw.hash)
+        except UnknownEventType:
+            continue
+        if event.position != raw.position:  # as read_log checks
+            raise LedgerDamaged(
+                DamageKind.REORDER,
+                raw.position,
+                f"the record stored here says it is position {event.position}",
+            )
+        fold.add(event)
     return n
 
 

@@ -4,9 +4,12 @@ GitHub's rules: one pattern and its owners per line, ``#`` comments, gitignore-s
 patterns, and the LAST matching line wins. An approver must own every touched path; a
 path no line matches has no owner, so nobody can approve it (fail closed).
 
-A gate that names no path (an ``exec:`` action, a scope the policy does not allow) is the
-repository's as a whole: only its default owners, those of the last catch-all line
-(``*``, ``**`` or ``/**``), may approve it. Without such a line nobody can.
+A reason that names no path (an ``exec:`` action, a scope the policy does not allow) makes
+the gate the repository's as a whole (``repository_wide``): its approver must also be a
+default owner, one of the last catch-all line's (``*``, ``**`` or ``/**``). Without such a
+line nobody can approve it. A gate with both kinds of reason needs both: the approver owns
+every path *and* is a default owner, or running an arbitrary command would be the call of
+whoever owns one file.
 """
 
 from __future__ import annotations
@@ -83,26 +86,39 @@ class CodeOwners:
             return self.default_owners()
         return tuple(dict.fromkeys(o for p in wanted for o in self.owners_of(p)))
 
-    def check_approver(self, approver: str, paths: Iterable[str]) -> None:
-        """Raise NotAnOwner unless ``approver`` owns every path.
+    def approvers(self, paths: Iterable[str], *, repository_wide: bool) -> tuple[str, ...]:
+        """The names :meth:`check_approver` accepts for this gate: the owners of every path,
+        who are default owners too when the gate is repository-wide (or names no path).
+        Empty when no one name passes, e.g. the paths' owners own no catch-all line."""
+        groups = [self.owners_of(p) for p in dict.fromkeys(paths)]
+        if repository_wide or not groups:
+            groups.append(self.default_owners())
+        first, *rest = groups
+        others = [{_norm(o) for o in group} for group in rest]
+        return tuple(dict.fromkeys(o for o in first if all(_norm(o) in g for g in others)))
 
-        With no path at all, ``approver`` must be a default owner: "every path of none"
-        would otherwise let anyone approve a gate such as an ``exec:`` action.
+    def check_approver(self, approver: str, paths: Iterable[str], *, repository_wide: bool) -> None:
+        """Raise NotAnOwner unless ``approver`` owns every path and, when the gate is
+        ``repository_wide`` (some reason names no path), is a default owner as well.
+
+        With no path at all, ``approver`` must be a default owner whatever the flag says:
+        "every path of none" would otherwise let anyone approve a gate such as an ``exec:``
+        action. The flag is keyword-only and required so that no caller drops it quietly.
         """
         who = _norm(approver)
         wanted = tuple(paths)
-        if not wanted:
-            default = self.default_owners()
-            if who not in {_norm(o) for o in default}:
-                raise NotAnOwner(
-                    f"{approver} may not approve a gate that names no path: only the "
-                    "default owners (a catch-all `*` line) may; "
-                    f"owners: {' '.join(default) or 'nobody'}"
-                )
-            return
         missing = [p for p in wanted if who not in {_norm(o) for o in self.owners_of(p)}]
         if missing:
             raise NotAnOwner(
                 f"{approver} is not a CODEOWNER of {', '.join(missing)}; owners: "
                 + "; ".join(f"{p}: {' '.join(self.owners_of(p)) or 'nobody'}" for p in missing)
+            )
+        if wanted and not repository_wide:
+            return
+        default = self.default_owners()
+        if who not in {_norm(o) for o in default}:
+            what = "names no path" if not wanted else "also has a reason that names no path"
+            raise NotAnOwner(
+                f"{approver} may not approve a gate that {what}: only the default owners "
+                f"(a catch-all `*` line) may; default owners: {' '.join(default) or 'nobody'}"
             )

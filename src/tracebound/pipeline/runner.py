@@ -12,7 +12,8 @@ For each step the :class:`Runner`:
 5. for a Critic, checks the parent's output against the constraints it was handed, and
    collects what the Critic itself reports;
 6. asks the policy: a matching step is recorded ``gated`` and the run pauses durably (the
-   ledger is the state; :meth:`Runner.resume` continues after a human approved);
+   ledger is the state; :meth:`Runner.resume` continues after a human approved, once it
+   has claimed the run with ``RunResumed``: of two resumes, one goes on);
 7. records one ARL entry (``StepRecorded``) with every field the record lists.
 
 A failure (the step raised, a required validation failed, the Critic found a violation) is
@@ -33,13 +34,19 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import orjson
 
 from tracebound.canonical import canonical_bytes
 from tracebound.contract import HandoffEnvelope, TPCArtifact, validate_envelope, validate_tpc
-from tracebound.errors import ConfigError, PolicyError, ValidationFailed
+from tracebound.errors import (
+    ConcurrencyConflict,
+    ConfigError,
+    PolicyError,
+    RunAlreadyResumed,
+    ValidationFailed,
+)
 from tracebound.events.catalog import (
     ApprovalRecorded,
     BlameAssigned,
@@ -48,6 +55,7 @@ from tracebound.events.catalog import (
     RepairAttempted,
     RouteChosen,
     RunFinished,
+    RunResumed,
     RunStarted,
     SloAlertRaised,
     StepRecorded,
@@ -65,6 +73,7 @@ from tracebound.pipeline.redaction import Redaction, Redactor
 from tracebound.pipeline.runtime import Pipeline, RoleName, StepContext, StepSpec
 from tracebound.pipeline.validations import ValidationInput, ValidationRegistry
 from tracebound.store.blobs import BlobStore
+from tracebound.store.port import ANY_VERSION
 
 __all__ = ["RunResult", "Runner", "StepOutcome", "run_stream"]
 
@@ -237,21 +246,55 @@ class Runner:
         return await self._drive(run, 0)
 
     def resume(self, pipeline: Pipeline, run_id: str) -> RunResult:
-        """Continue a run paused at a gate, once a human approved or rejected it."""
+        """Continue a run paused at a gate, once a human approved or rejected it.
+
+        The run is claimed first (``run_resumed``, appended at the stream version just
+        read), so two resumes started together cannot both run the step's apply hook: the
+        second raises :class:`~tracebound.errors.RunAlreadyResumed` having done nothing.
+        """
         return asyncio.run(self.aresume(pipeline, run_id))
 
     async def aresume(self, pipeline: Pipeline, run_id: str) -> RunResult:
-        run, gate, decision = self._load(pipeline, run_id)
+        """The async form of :meth:`resume`.
+
+        Raises:
+            RunAlreadyResumed: another process claimed the run first (its ``run_resumed``
+                is in the stream); this one ran no step or hook and wrote nothing.
+            ConfigError: no such run, another pipeline's run, or not waiting at a gate.
+        """
+        loaded = self._load(pipeline, run_id)
+        run, gate, decision = loaded.run, loaded.gate, loaded.decision
         if gate is None:
             raise ConfigError(f"run {run_id} is not waiting at a gate ({run.result.status})")
+        if loaded.claimed is not None:
+            raise RunAlreadyResumed(run.run_id, gate.step_id, _claimed(loaded.claimed))
         if decision is None:
             run.result.status, run.result.gated_step = "gated", gate.step_id
             return run.result
+        name = gate.step_id.split("~", 1)[0]
+        # Before the claim: a pipeline without the step fails here, leaving the run unclaimed.
+        start = pipeline.index(name) if decision.decision == "approved" else 0
+        self._claim(run, gate, decision, loaded.version)
         if decision.decision == "rejected":
             self._finish(run, "rejected", gate.step_id, f"rejected by {decision.approver}")
             return run.result
-        run.approved.add(gate.step_id.split("~", 1)[0])
-        return await self._drive(run, pipeline.index(gate.step_id.split("~", 1)[0]))
+        run.approved.add(name)
+        return await self._drive(run, start)
+
+    def _claim(
+        self, run: _Run, gate: GateRequested, decision: ApprovalRecorded, version: int
+    ) -> None:
+        """Record ``run_resumed`` at the stream version :meth:`_load` read, before anything
+        else: an apply hook is a side effect, so of two resumes exactly one may go on."""
+        claim = RunResumed(run_id=run.run_id, step_id=gate.step_id, decision=decision.decision)
+        try:
+            self._emit(run, claim, expected_version=version)
+        except ConcurrencyConflict:
+            stream = run_stream(run.run_id)
+            for e in self.ledger.store.read_stream(stream, from_version=version + 1):
+                if isinstance(e.payload, RunResumed) and e.payload.step_id == gate.step_id:
+                    raise RunAlreadyResumed(run.run_id, gate.step_id, _claimed(e)) from None
+            raise  # something else moved the run's stream: the conflict, typed, as it is
 
     # -- driving -----------------------------------------------------------------------
 
@@ -504,7 +547,12 @@ class Runner:
         sr.outcome.validations_failed = tuple(sr.failed)
 
     def _gate(self, sr: _StepRun, artifact: TPCArtifact, redaction_reason: str | None) -> bool:
-        """Ask the policy; a matching step is recorded gated and the run pauses."""
+        """Ask the policy; a matching step is recorded gated and the run pauses.
+
+        A reason that names no path (an ``exec:`` action, a scope the policy does not
+        allow) makes the gate repository-wide: its approver must be a default owner as well
+        as own every path. The record says so itself; its reason texts could not.
+        """
         reasons = self.policy.evaluate(
             request_from_artifact(sr.spec.role, artifact, sr.spec.scopes)
         )
@@ -512,7 +560,8 @@ class Runner:
         if not reasons or sr.approved:
             return False
         paths = tuple(dict.fromkeys(p for r in reasons for p in r.paths))
-        owners = self.codeowners.owners_for(paths) if self.codeowners else ()
+        wide = any(not r.paths for r in reasons)
+        owners = self.codeowners.approvers(paths, repository_wide=wide) if self.codeowners else ()
         gate = GateRequested(
             run_id=sr.run.run_id,
             step_id=sr.step_id,
@@ -520,6 +569,7 @@ class Runner:
             reasons=tuple(f"{r.rule}: {r.reason}" for r in reasons),
             paths=paths,
             owners=owners,
+            repository_wide=wide,
         )
         self._emit(sr.run, gate)
         sr.outcome.status = "gated"
@@ -629,8 +679,15 @@ class Runner:
         validator's detail) before it can reach an event, a blob or a caller."""
         return self.redactor.redact_text(text).value
 
-    def _emit(self, run: _Run, payload: Payload) -> RecordedEvent:
-        (recorded,) = self.ledger.record(run_stream(run.run_id), [payload], workflow_id=run.run_id)
+    def _emit(
+        self, run: _Run, payload: Payload, *, expected_version: int | None = ANY_VERSION
+    ) -> RecordedEvent:
+        (recorded,) = self.ledger.record(
+            run_stream(run.run_id),
+            [payload],
+            workflow_id=run.run_id,
+            expected_version=expected_version,
+        )
         if self.on_event is not None:
             self.on_event(recorded)
         return recorded
@@ -730,25 +787,28 @@ class Runner:
 
     # -- resuming ----------------------------------------------------------------------
 
-    def _load(
-        self, pipeline: Pipeline, run_id: str
-    ) -> tuple[_Run, GateRequested | None, ApprovalRecorded | None]:
+    def _load(self, pipeline: Pipeline, run_id: str) -> _Loaded:
         """Rebuild a run from its ledger stream and its blobs."""
         started: RunStarted | None = None
         gate: GateRequested | None = None
         decision: ApprovalRecorded | None = None
+        claimed: RecordedEvent | None = None
         finished: RunFinished | None = None
         steps: list[StepRecorded] = []
+        version = 0
         for e in self.ledger.store.read_stream(run_stream(run_id)):
+            version = e.stream_version
             p = e.payload
             if isinstance(p, RunStarted):
                 started = p
             elif isinstance(p, StepRecorded):
                 steps.append(p)
             elif isinstance(p, GateRequested):
-                gate, decision = p, None
+                gate, decision, claimed = p, None, None
             elif isinstance(p, ApprovalRecorded) and gate and p.step_id == gate.step_id:
                 decision = p
+            elif isinstance(p, RunResumed) and gate and p.step_id == gate.step_id:
+                claimed = e
             elif isinstance(p, RunFinished):
                 finished = p
         if started is None:
@@ -761,6 +821,14 @@ class Runner:
         status: RunStatus = finished.status if finished else "gated"
         rid = RunId(run_id)
         run = _Run(rid, pipeline, inputs, RunResult(rid, status))
+        self._restore_steps(run, steps)
+        waiting = finished is not None and finished.status == "gated"
+        if not waiting:
+            return _Loaded(run, None, None, None, version)
+        return _Loaded(run, gate, decision, claimed, version)
+
+    def _restore_steps(self, run: _Run, steps: list[StepRecorded]) -> None:
+        """The recorded steps' outcomes, with their artifacts read back from the blobs."""
         for s in steps:
             artifact = None
             if s.status in {"success", "gated"}:
@@ -771,8 +839,26 @@ class Runner:
             run.result.steps.append(outcome)
             if s.status in {"success", "gated"}:
                 run.accepted[outcome.name] = outcome
-        waiting = finished is not None and finished.status == "gated"
-        return run, gate if waiting else None, decision if waiting else None
+
+
+class _Loaded(NamedTuple):
+    """A run rebuilt from its stream, with the gate it waits at (if it does), the human
+    decision on that gate and the ``run_resumed`` that claimed it (if any), and the stream
+    version read: the one a claim must be appended at."""
+
+    run: _Run
+    gate: GateRequested | None
+    decision: ApprovalRecorded | None
+    claimed: RecordedEvent | None
+    version: int
+
+
+def _claimed(event: RecordedEvent) -> str:
+    """Where and when another process claimed a run, for RunAlreadyResumed's message."""
+    return (
+        f"run_resumed recorded at position {event.position}, "
+        f"{event.timestamp:%Y-%m-%d %H:%M:%S} UTC"
+    )
 
 
 def approve(
@@ -788,7 +874,8 @@ def approve(
 
     Raises:
         ConfigError: the step is not waiting at a gate.
-        PolicyError: no CODEOWNERS file, or the approver does not own every touched path.
+        PolicyError: no CODEOWNERS file, or the approver does not own every touched path
+            (or, for a repository-wide gate, is not a default owner as well).
     """
     gate: GateRequested | None = None
     for e in ledger.store.read_stream(run_stream(run_id)):
@@ -801,7 +888,7 @@ def approve(
     if decision == "approved":
         if codeowners is None:
             raise PolicyError("approving needs a CODEOWNERS file: nobody else may lift a gate")
-        codeowners.check_approver(approver, gate.paths)
+        codeowners.check_approver(approver, gate.paths, repository_wide=gate.repository_wide)
     record = ApprovalRecorded(
         run_id=run_id,
         step_id=step_id,

@@ -73,6 +73,7 @@ BuiltinKind: TypeAlias = Literal[
     "blob_erased",
     "run_started",
     "run_finished",
+    "run_resumed",
     "gate_requested",
     "validation_recorded",
     "blame_assigned",
@@ -156,6 +157,7 @@ class WorkflowState:
     pipeline: str | None = None
     pipeline_type: str | None = None
     gates_requested: int = 0
+    resumes: int = 0
     validations_run: int = 0
     validations_failed: int = 0
     blames: int = 0
@@ -372,6 +374,11 @@ def _gate_requested(state: WorkflowState, p: Mapping[str, Any]) -> None:
     state.status = "awaiting_approval"
 
 
+def _run_resumed(state: WorkflowState, p: Mapping[str, Any]) -> None:
+    # The decision itself was folded from approval_recorded; this is the process taking over.
+    state.resumes += 1
+
+
 def _validation_recorded(state: WorkflowState, p: Mapping[str, Any]) -> None:
     state.validations_run += 1
     state.validations_failed += int(not p["passed"])
@@ -455,6 +462,8 @@ def handler_for(kind: BuiltinKind) -> Handler:  # noqa: PLR0911, PLR0912 - one a
             return _run_started
         case "run_finished":
             return _run_finished
+        case "run_resumed":
+            return _run_resumed
         case "gate_requested":
             return _gate_requested
         case "validation_recorded":

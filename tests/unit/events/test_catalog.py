@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from pydantic import TypeAdapter, ValidationError
 
 from tracebound.canonical import canonical_bytes
+from tracebound.errors import ValidationFailed
 from tracebound.events import Event, EventRegistry, Payload, default_registry
 from tracebound.events.anchor import AttemptAnchor
 from tracebound.events.catalog import (
@@ -59,6 +60,7 @@ from tracebound.events.catalog import (
     RetryRequested,
     RouteChosen,
     RunFinished,
+    RunResumed,
     RunStarted,
     SignalKind,
     SloAlertRaised,
@@ -337,7 +339,9 @@ def _samples() -> list[Payload]:
             reasons=("sensitive_paths: touches policy-sensitive files",),
             paths=("requirements.txt",),
             owners=("@security-lead",),
+            repository_wide=False,
         ),
+        RunResumed(run_id=RunId("run-1"), step_id=StepId("step-1"), decision="approved"),
         ValidationRecorded(
             run_id=RunId("run-1"),
             step_id=StepId("step-1"),
@@ -403,6 +407,7 @@ RUNTIME_KINDS = [
     "repair_attempted",
     "route_chosen",
     "run_finished",
+    "run_resumed",
     "run_started",
     "slo_alert_raised",
     "validation_recorded",
@@ -502,7 +507,8 @@ def test_payload_round_trips_through_canonical_record_bytes(payload: Payload) ->
     prefix = event_prefix(event)
     record = json.loads(prefix + b"}")  # the prefix is the record up to its payload
     assert record["event_type"] == payload.kind
-    decoded = default_registry().decode_payload(record["event_type"], 1, record["payload"])
+    version = type(payload).SCHEMA_VERSION
+    decoded = default_registry().decode_payload(record["event_type"], version, record["payload"])
     assert decoded == payload
     # And the decoded payload hashes to the same bytes: no drift on a second write.
     assert event_prefix(_event(decoded)) == prefix
@@ -827,3 +833,53 @@ def test_generated_payloads_round_trip_both_ways(payload: Payload, n: int) -> No
     decoded = default_registry().decode_payload(payload.kind, 1, record["payload"])
     assert decoded == payload
     assert canonical_bytes(decoded.model_dump(mode="json")) == canonical_bytes(record["payload"])
+
+
+# --- GateRequested v2 (docs/adr/0012) ---------------------------------------------------------
+
+GATE_V1 = {
+    "kind": "gate_requested",
+    "run_id": "run-1",
+    "step_id": "execute",
+    "role": "Executor",
+    "reasons": ["sensitive_paths: touches policy-sensitive files"],
+    "paths": ["requirements.txt"],
+    "owners": ["@alice"],
+}
+
+
+def test_a_v1_gate_is_upcast_to_repository_wide() -> None:
+    """v1 never said whether a reason named no path, so it is read as if one did: a v1
+    gate then needs a default owner as well as the owners of its paths (fail closed)."""
+    assert GateRequested.SCHEMA_VERSION == 2
+    gate = default_registry().decode_payload("gate_requested", 1, GATE_V1)
+    assert isinstance(gate, GateRequested)
+    assert gate.repository_wide is True
+    assert (gate.paths, gate.owners) == (("requirements.txt",), ("@alice",))  # kept as recorded
+    # A current record is read as it says, and must say it.
+    current = {**GATE_V1, "repository_wide": False}
+    assert not default_registry().decode_payload("gate_requested", 2, current).repository_wide  # type: ignore[attr-defined]
+    with pytest.raises(ValidationFailed, match="repository_wide"):
+        default_registry().decode_payload("gate_requested", 2, GATE_V1)
+
+
+def test_an_event_of_a_v1_gate_describes_the_upcast_payload() -> None:
+    dumped = _event(default_registry().decode_payload("gate_requested", 1, GATE_V1))
+    old = {**dumped.model_dump(mode="json"), "schema_version": 1, "payload": GATE_V1}
+    again = Event.model_validate(old)
+    assert again.schema_version == 2 and again.payload.repository_wide  # type: ignore[attr-defined]
+
+
+def test_a_gate_that_names_no_path_is_repository_wide_by_construction() -> None:
+    with pytest.raises(ValidationError, match="names no path"):
+        GateRequested(
+            run_id=RunId("r"),
+            step_id=StepId("s"),
+            role="Executor",
+            reasons=("untrusted_code_execution: proposes to execute: sh",),
+            paths=(),
+            owners=(),
+            repository_wide=False,
+        )
+    with pytest.raises(ValidationError, match="repository_wide"):
+        GateRequested.model_validate({**GATE_V1, "paths": ["x"]})  # the flag is required

@@ -5,14 +5,16 @@ from __future__ import annotations
 from collections import Counter
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader
 from tests.unit.replay import replay_pipelines as rp
 
-from tracebound.events.catalog import StepRecorded
+from tracebound import Payload
+from tracebound.errors import UnknownEventType
+from tracebound.events.catalog import RepairAttempted, StepRecorded
 from tracebound.export.otel import OtelRunHook, export_ledger_metrics, observe_redactions
 from tracebound.ids import RunId, StepId
 from tracebound.pipeline.runner import Runner, approve
@@ -46,6 +48,7 @@ def _attrs(**kw: Any) -> frozenset[tuple[str, Any]]:
         "reason": "tracebound.redaction.reason",
         "succeeded": "tracebound.repair.succeeded",
         "metric": "tracebound.slo.metric",
+        "decision": "tracebound.gate.decision",
     }
     return frozenset((names[k], v) for k, v in kw.items())
 
@@ -82,6 +85,7 @@ def test_live_counters_are_exact(live: tuple[Runner, Points]) -> None:
         _attrs(role="Critic", status="success", ptype=R): 3,
     }
     assert points["tracebound.pipeline.gate_triggers"] == {_attrs(role="Executor", ptype=R): 1}
+    assert points["tracebound.pipeline.resumes"] == {_attrs(decision="approved", ptype=R): 1}
     assert points["tracebound.pipeline.repairs"] == {
         _attrs(role="Executor", succeeded=True, ptype=R): 1
     }
@@ -143,3 +147,41 @@ def test_a_run_resumed_by_another_process_keeps_its_pipeline_type(tmp_path: Path
     types = Counter(dict(k)["tracebound.pipeline.type"] for k in steps)
     assert set(types) == {"remediation"}
     assert steps[_attrs(role="Critic", status="success", ptype="remediation")] == 1
+
+
+# --- exporting a ledger that is not only pipeline events, or from the middle ----------------
+
+
+class _TicketOpened(Payload):
+    """A user's own event type, registered only in the code that wrote it (here: nowhere)."""
+
+    kind: Literal["h4_ticket_opened"] = "h4_ticket_opened"
+    title: str
+
+
+def test_export_skips_event_types_it_has_no_model_for(
+    live: tuple[Runner, Points], tmp_path: Path
+) -> None:
+    runner, points = live
+    runner.ledger.record("tickets/1", [_TicketOpened(title="an event of the user's own")])
+    with pytest.raises(UnknownEventType):  # this process cannot decode it...
+        list(runner.ledger.store.read_log(start=runner.ledger.store.size()))
+    reader = InMemoryMetricReader()
+    read = export_ledger_metrics(runner.ledger.store, MeterProvider(metric_readers=[reader]))
+    assert read == runner.ledger.store.size()  # ...and the export reads past it all the same
+    live_only = {"tracebound.redactions"}
+    assert _points(reader) == {k: v for k, v in points.items() if k not in live_only}
+
+
+def test_an_export_from_the_middle_still_knows_the_repaired_role(
+    live: tuple[Runner, Points],
+) -> None:
+    runner, _ = live
+    store = runner.ledger.store
+    (repair,) = [e for e in store.read_log() if isinstance(e.payload, RepairAttempted)]
+    reader = InMemoryMetricReader()
+    # A later export (a new process, say) that starts after the repaired step was recorded.
+    export_ledger_metrics(store, MeterProvider(metric_readers=[reader]), start=repair.position)
+    assert _points(reader)["tracebound.pipeline.repairs"] == {
+        _attrs(role="Executor", succeeded=True, ptype="remediation"): 1
+    }

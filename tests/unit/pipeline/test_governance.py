@@ -114,14 +114,58 @@ def test_codeowners_last_match_wins_and_unowned_paths_have_no_approver() -> None
     assert owners.owners_of("README.md") == ("@platform",)
     assert owners.owners_of("src/app.py") == ("@backend",)
     assert owners.owners_of("src/crypto/keys.py") == ("@security", "@alice")
-    owners.check_approver("alice", ["src/crypto/keys.py"])
-    owners.check_approver("@Alice", ["src/crypto/keys.py"])
+    owners.check_approver("alice", ["src/crypto/keys.py"], repository_wide=False)
+    owners.check_approver("@Alice", ["src/crypto/keys.py"], repository_wide=False)
     with pytest.raises(NotAnOwner):
-        owners.check_approver("alice", ["src/crypto/keys.py", "src/app.py"])
+        owners.check_approver("alice", ["src/crypto/keys.py", "src/app.py"], repository_wide=False)
     narrow = CodeOwners.parse("docs/** @writers\n")
     with pytest.raises(NotAnOwner) as info:
-        narrow.check_approver("writers", ["setup.py"])
+        narrow.check_approver("writers", ["setup.py"], repository_wide=False)
     assert "nobody" in str(info.value)
+
+
+def test_a_repository_wide_gate_needs_every_path_owned_and_a_default_owner() -> None:
+    owners = CodeOwners.parse(
+        "*  @platform\nrequirements.txt  @alice @platform\nsrc/**  @bob @platform\n"
+    )
+    paths = ["requirements.txt", "src/app.py"]
+    with pytest.raises(NotAnOwner, match="default owners"):
+        owners.check_approver("@alice", ["requirements.txt"], repository_wide=True)
+    for who in ("@alice", "@bob"):  # each owns one path, and neither the repository
+        with pytest.raises(NotAnOwner):
+            owners.check_approver(who, paths, repository_wide=True)
+    owners.check_approver("@PLATFORM", paths, repository_wide=True)
+    lone = CodeOwners.parse("*  @platform\nrequirements.txt  @alice\n")
+    with pytest.raises(NotAnOwner, match=r"CODEOWNER of requirements\.txt"):
+        lone.check_approver("@platform", ["requirements.txt"], repository_wide=True)
+    # With no path at all the gate is the repository's whatever the flag says.
+    with pytest.raises(NotAnOwner, match="default owners"):
+        lone.check_approver("@alice", [], repository_wide=False)
+    lone.check_approver("platform", [], repository_wide=False)
+
+
+def test_approvers_are_those_who_pass_the_check() -> None:
+    owners = CodeOwners.parse(
+        "*  @platform @ops\nrequirements.txt  @alice @Platform\nsrc/**  @bob @platform\n"
+    )
+    assert owners.approvers(["requirements.txt"], repository_wide=False) == ("@alice", "@Platform")
+    assert owners.approvers(["requirements.txt"], repository_wide=True) == ("@Platform",)
+    assert owners.approvers(["requirements.txt", "src/x.py"], repository_wide=False) == (
+        "@Platform",
+    )
+    assert owners.approvers([], repository_wide=False) == ("@platform", "@ops")
+    assert CodeOwners.parse("src/** @bob\n").approvers(["docs/x.md"], repository_wide=False) == ()
+    cases = [(["requirements.txt"], True), (["src/x.py", "requirements.txt"], False), ([], True)]
+    for paths, wide in cases:
+        approvers = {o.lower() for o in owners.approvers(paths, repository_wide=wide)}
+        for who in ("@platform", "@ops", "@alice", "@bob"):
+            allowed = who.lower() in approvers
+            try:
+                owners.check_approver(who, paths, repository_wide=wide)
+            except NotAnOwner:
+                assert not allowed, (who, paths, wide)
+            else:
+                assert allowed, (who, paths, wide)
 
 
 def test_codeowners_fail_closed() -> None:
