@@ -61,3 +61,16 @@ def test_an_out_path_in_a_missing_folder_names_that_path(tmp_path: Path) -> None
     assert code == 2, output
     message = json.loads(output)["error"]["message"]
     assert str(out) in message and ".tmp" not in message
+
+
+def test_an_unknown_format_names_the_choices_in_plain_words(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    code, output = _export(tmp_path, store, "--no-proofs", "--format", "csv", "--json")
+    assert code == 2, output
+    error = json.loads(output)["error"]
+    assert error["kind"] == "UsageError"
+    assert error["message"] == (
+        "Invalid value for '--format': 'csv' is not one of 'jsonl', 'parquet'"
+    )
+    code, output = _export(tmp_path, store, "--no-proofs", "--format", "jsonl")
+    assert code == 0 and len(output.splitlines()) == 2

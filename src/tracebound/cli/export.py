@@ -47,11 +47,23 @@ class Format(StrEnum):
     parquet = "parquet"
 
 
+def _format(value: str) -> str:
+    # Checked here, not by typer's enum conversion, which words a bad value as
+    # "Value error, 'csv' is not one of ...": a pydantic phrase a user should not see.
+    if value not in Format.__members__:
+        choices = ", ".join(f"'{f.value}'" for f in Format)
+        raise typer.BadParameter(f"{value!r} is not one of {choices}")
+    return value
+
+
 @export_app.command("anchors")
 def export_anchors(
-    fmt: Annotated[Format, typer.Option("--format", help="jsonl, or parquet (needs pyarrow).")] = (
-        Format.jsonl
-    ),
+    format_name: Annotated[
+        str,
+        typer.Option(
+            "--format", callback=_format, help="jsonl, or parquet (needs pyarrow).", metavar="FMT"
+        ),
+    ] = Format.jsonl.value,
     out: Annotated[
         Path | None,
         typer.Option("--out", "-o", help="Write here; JSON lines go to stdout without it."),
@@ -70,6 +82,7 @@ def export_anchors(
     Proofs are against the newest signed checkpoint; one is signed first when it does not
     cover the last anchor and the signing key is available.
     """
+    fmt = Format(format_name)
     with handled(as_json):
         if fmt is Format.parquet:
             if out is None:
