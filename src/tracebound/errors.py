@@ -167,7 +167,9 @@ class RunAlreadyResumed(ConcurrencyError):
 
     A resume records ``run_resumed`` at the stream version it read before it runs anything
     (an apply hook, a step, an event), so of two resumes of one run exactly one goes on.
-    Retrying does not help: the run is the other process's now.
+    Retrying does not help: the run is the other process's now. If that process is known
+    to have died before finishing, a human may take the run over (``tracebound resume RUN
+    --take-over NAME``).
     """
 
     def __init__(self, run_id: str, step_id: str, detail: str) -> None:
@@ -176,7 +178,8 @@ class RunAlreadyResumed(ConcurrencyError):
         self.detail = detail
         super().__init__(
             f"run {run_id} was already resumed from its gate at {step_id} by another "
-            f"process ({detail}); nothing was run"
+            f"process ({detail}); nothing was run. If that process died before finishing, "
+            "take the run over: tracebound resume RUN --take-over NAME"
         )
 
     def __reduce__(self) -> tuple[type[RunAlreadyResumed], tuple[str, str, str]]:

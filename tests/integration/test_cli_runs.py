@@ -208,6 +208,46 @@ def test_two_resumes_at_once_apply_once_and_the_other_exits_typed(
     ]
 
 
+def test_a_resume_killed_inside_the_apply_hook_is_taken_over_by_name(
+    sh: Shell, tmp_path: Path
+) -> None:
+    hold = tmp_path / "hold"
+    hold.mkdir()
+    env = {**sh.env, "TB_HOLD_DIR": str(hold)}
+    run = sh.start("held")
+    sh.tb_json("approve", run, "execute", "--as", "@alice")
+    resume = [sys.executable, "-m", "tracebound", "resume", run, "--json"]
+    first = subprocess.Popen(
+        resume, cwd=sh.cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        while not (hold / "inside").exists() and first.poll() is None:
+            time.sleep(0.01)  # polling, not a timing assertion: wait for the apply hook
+        assert (hold / "inside").exists(), first.communicate()
+    finally:
+        first.kill()  # SIGKILL: the claim is recorded, the run never finishes
+        first.communicate(timeout=180)
+
+    def again(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*resume, *extra], cwd=sh.cwd, env=env, capture_output=True, text=True,
+            timeout=180, check=False,
+        )  # fmt: skip
+
+    stuck = again()
+    assert stuck.returncode == 2, (stuck.stdout, stuck.stderr)
+    assert "--take-over" in json.loads(stuck.stdout)["error"]["message"]
+    taken = again("--take-over", "@oncall")
+    assert taken.returncode == 0, (taken.stdout, taken.stderr)
+    assert json.loads(taken.stdout)["status"] == "completed"
+    assert len(list(hold.glob("applied-*"))) == 2  # the killed process's, and the take-over's
+    done = again("--take-over", "@oncall")
+    assert done.returncode == 2 and "not waiting at a gate" in done.stdout
+    log = sh.tb_json("log", "--stream", f"run/{run}")["events"]
+    claims = [e["payload"].get("taken_over_by") for e in log if e["event_type"] == "run_resumed"]
+    assert claims == [None, "@oncall"]
+
+
 def test_metrics_check_exit_codes(sh: Shell) -> None:
     sh.start("clean")
     assert sh.tb_json("metrics", "--check")["violations"] == []

@@ -346,3 +346,99 @@ def test_a_finished_run_is_not_resumed_again_and_an_undecided_one_is_not_claimed
         kinds = [type(p) for p in payloads(runner, result.run_id)]
         assert kinds.count(RunResumed) == 1 and kinds.count(ApprovalRecorded) == 1
     assert len(applied.by) == 1
+
+
+# -- 3. taking over a run whose claimant died ----------------------------------------------
+
+
+class DiesInside(Applied):
+    """An apply hook whose first caller dies inside it, as a killed process would: the
+    claim is recorded, nothing after it."""
+
+    def __call__(self, ctx: StepContext, artifact: object) -> None:
+        super().__call__(ctx, artifact)
+        if len(self.by) == 1:
+            raise KeyboardInterrupt
+
+
+def abandoned_run(kit: Kit, applied: Applied) -> tuple[Pipeline, str]:
+    pipe = gated_pipeline(applied)
+    run_id = decided_run(kit, pipe, "approved")
+    dying = runner_on(kit, 5)
+    with dying.ledger, pytest.raises(KeyboardInterrupt):
+        dying.resume(pipe, run_id)
+    return pipe, run_id
+
+
+def test_a_run_whose_claimant_died_is_taken_over_by_a_named_human(kit: Kit) -> None:
+    applied = DiesInside()
+    pipe, run_id = abandoned_run(kit, applied)
+    runner = runner_on(kit, 6)
+    with runner.ledger:
+        assert type(payloads(runner, run_id)[-1]) is RunResumed  # claimed, then nothing
+        with pytest.raises(RunAlreadyResumed, match="--take-over"):
+            runner.resume(pipe, run_id)
+        result = runner.resume(pipe, run_id, take_over_by="@oncall")
+        assert result.status == "completed"
+        stream = payloads(runner, run_id)
+        assert runner.ledger.verify(require_signed=False).damage is None
+    claims = [p for p in stream if isinstance(p, RunResumed)]
+    assert [c.taken_over_by for c in claims] == [None, "@oncall"]
+    assert [p.status for p in stream if isinstance(p, RunFinished)] == ["gated", "completed"]
+    assert len(applied.by) == 2  # the hook ran again: the dead claimant's run did not count
+
+
+def test_a_take_over_needs_a_claim_to_take_over_and_a_name(kit: Kit) -> None:
+    applied = Applied()
+    pipe = gated_pipeline(applied)
+    run_id = decided_run(kit, pipe, "approved")
+    runner = runner_on(kit, 6)
+    with runner.ledger:
+        before = runner.ledger.store.stream_head(run_stream(run_id))
+        with pytest.raises(TraceboundError, match="nothing to take over"):
+            runner.resume(pipe, run_id, take_over_by="@oncall")
+        with pytest.raises(TraceboundError, match="names the human"):
+            runner.resume(pipe, run_id, take_over_by="  ")
+        assert runner.ledger.store.stream_head(run_stream(run_id)) == before
+    assert applied.by == []
+
+
+def test_two_take_overs_at_once_finish_the_run_once(kit: Kit) -> None:
+    applied = DiesInside()
+    pipe, run_id = abandoned_run(kit, applied)
+    together = threading.Barrier(2, timeout=WAIT)
+
+    class LoadsTogether(Runner):
+        def _load(self, pipeline: Pipeline, run_id: str) -> Any:
+            loaded = super()._load(pipeline, run_id)
+            together.wait()
+            return loaded
+
+    runners = {n: runner_on(kit, 10 + i, cls=LoadsTogether) for i, n in enumerate("AB")}
+    out: dict[str, object] = {}
+
+    def take_over(name: str) -> None:
+        try:
+            out[name] = runners[name].resume(pipe, run_id, take_over_by=f"@{name}")
+        except TraceboundError as exc:
+            out[name] = exc
+
+    threads = [threading.Thread(target=take_over, args=(n,), name=n) for n in runners]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(WAIT)
+    finally:
+        for r in runners.values():
+            r.ledger.close()
+    finished = [n for n, v in out.items() if isinstance(v, RunResult)]
+    assert len(finished) == 1 and sum(isinstance(v, RunAlreadyResumed) for v in out.values()) == 1
+    assert len(applied.by) == 2  # the dead claimant's, and the one take-over's
+    with runner_on(kit, 99).ledger as ledger:
+        claims = [
+            e.payload.taken_over_by
+            for e in ledger.store.read_stream(run_stream(run_id))
+            if isinstance(e.payload, RunResumed)
+        ]
+    assert claims == [None, f"@{finished[0]}"]

@@ -409,16 +409,27 @@ def resume(
     redaction_key: RedactionKeyOpt = None,
     key: KeyOpt = None,
     witness: WitnessOpt = None,
+    take_over: Annotated[
+        str | None,
+        typer.Option(
+            "--take-over",
+            metavar="NAME",
+            help="Take over a run another resume claimed and did not finish (its process "
+            "died), as NAME. The gated step's apply hook runs again.",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Continue a gated run after a human decided; prints how it ended.
 
     The pipeline is imported from the reference the run recorded (`Pipeline(ref=...)`)
     unless --pipeline names it. The run is claimed before anything runs: when another
-    resume got there first, this one runs nothing and exits 2 (RunAlreadyResumed). The
-    run's evidence is written to <evidence-dir>/<run>.json, signed when a signing key
-    exists. Exit 0 completed, 1 failed or rejected, 2 not resumable (not gated, claimed by
-    another resume), 3 still waiting at a gate.
+    resume got there first, this one runs nothing and exits 2 (RunAlreadyResumed). If that
+    resume's process died before finishing, --take-over NAME claims the run again, in
+    NAME's name; use it only when the claimant is known to be dead. The run's evidence is
+    written to <evidence-dir>/<run>.json, signed when a signing key exists. Exit 0
+    completed, 1 failed or rejected, 2 not resumable (not gated, claimed by another resume,
+    nothing to take over), 3 still waiting at a gate.
     """
     from tracebound.export.evidence import EvidenceWriter  # noqa: PLC0415 - lazy, for startup time
     from tracebound.pipeline.config import load_pipeline  # noqa: PLC0415 - lazy, for startup time
@@ -442,7 +453,7 @@ def resume(
             runner = config.build_runner(
                 ledger, validations=_validations(validations), evidence=writer
             )
-            result = runner.resume(pipe, run)
+            result = runner.resume(pipe, run, take_over_by=take_over)
         finally:
             ledger.close()
     code = {"completed": 0, "gated": EXIT_INCOMPLETE}.get(result.status, EXIT_DAMAGED)

@@ -723,12 +723,16 @@ class RunResumed(Payload):
     resumes of one run exactly one records it and goes on; the other raises
     :class:`~tracebound.errors.RunAlreadyResumed` having run and written nothing.
     ``decision`` is the one acted on: ``approved`` continues the run, ``rejected`` ends it.
+
+    ``taken_over_by`` names the human who took a claimed run over because the process that
+    claimed it died (``tracebound resume RUN --take-over NAME``); None for a first claim.
     """
 
     kind: Literal["run_resumed"] = "run_resumed"
     run_id: _RunId
     step_id: _StepId
     decision: Literal["approved", "rejected"]
+    taken_over_by: _Text | None = None
 
 
 RUNTIME_PAYLOAD_TYPES: tuple[type[Payload], ...] = (

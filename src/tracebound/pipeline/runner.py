@@ -245,36 +245,53 @@ class Runner:
         )
         return await self._drive(run, 0)
 
-    def resume(self, pipeline: Pipeline, run_id: str) -> RunResult:
+    def resume(
+        self, pipeline: Pipeline, run_id: str, *, take_over_by: str | None = None
+    ) -> RunResult:
         """Continue a run paused at a gate, once a human approved or rejected it.
 
         The run is claimed first (``run_resumed``, appended at the stream version just
         read), so two resumes started together cannot both run the step's apply hook: the
         second raises :class:`~tracebound.errors.RunAlreadyResumed` having done nothing.
-        """
-        return asyncio.run(self.aresume(pipeline, run_id))
 
-    async def aresume(self, pipeline: Pipeline, run_id: str) -> RunResult:
+        ``take_over_by`` names a human who takes over a run whose claiming process died
+        before it finished: the run is claimed again (the claim records the name) and the
+        gated step's apply hook runs again. Only for a claimant known to be dead: nothing
+        stops a live one (docs/pipeline.md).
+        """
+        return asyncio.run(self.aresume(pipeline, run_id, take_over_by=take_over_by))
+
+    async def aresume(
+        self, pipeline: Pipeline, run_id: str, *, take_over_by: str | None = None
+    ) -> RunResult:
         """The async form of :meth:`resume`.
 
         Raises:
             RunAlreadyResumed: another process claimed the run first (its ``run_resumed``
                 is in the stream); this one ran no step or hook and wrote nothing.
-            ConfigError: no such run, another pipeline's run, or not waiting at a gate.
+            ConfigError: no such run, another pipeline's run, or not waiting at a gate;
+                a take-over of a run nobody claimed, or without a name.
         """
+        if take_over_by is not None and not take_over_by.strip():
+            raise ConfigError("a take-over names the human who takes the run over")
         loaded = self._load(pipeline, run_id)
         run, gate, decision = loaded.run, loaded.gate, loaded.decision
         if gate is None:
             raise ConfigError(f"run {run_id} is not waiting at a gate ({run.result.status})")
-        if loaded.claimed is not None:
+        if loaded.claimed is not None and take_over_by is None:
             raise RunAlreadyResumed(run.run_id, gate.step_id, _claimed(loaded.claimed))
+        if loaded.claimed is None and take_over_by is not None:
+            raise ConfigError(
+                f"run {run_id} was not claimed by another resume: there is nothing to take "
+                "over; resume it without a take-over"
+            )
         if decision is None:
             run.result.status, run.result.gated_step = "gated", gate.step_id
             return run.result
         name = gate.step_id.split("~", 1)[0]
         # Before the claim: a pipeline without the step fails here, leaving the run unclaimed.
         start = pipeline.index(name) if decision.decision == "approved" else 0
-        self._claim(run, gate, decision, loaded.version)
+        self._claim(run, gate, decision, loaded.version, taken_over_by=take_over_by)
         if decision.decision == "rejected":
             self._finish(run, "rejected", gate.step_id, f"rejected by {decision.approver}")
             return run.result
@@ -282,11 +299,23 @@ class Runner:
         return await self._drive(run, start)
 
     def _claim(
-        self, run: _Run, gate: GateRequested, decision: ApprovalRecorded, version: int
+        self,
+        run: _Run,
+        gate: GateRequested,
+        decision: ApprovalRecorded,
+        version: int,
+        *,
+        taken_over_by: str | None,
     ) -> None:
         """Record ``run_resumed`` at the stream version :meth:`_load` read, before anything
-        else: an apply hook is a side effect, so of two resumes exactly one may go on."""
-        claim = RunResumed(run_id=run.run_id, step_id=gate.step_id, decision=decision.decision)
+        else: an apply hook is a side effect, so of two resumes (or take-overs) exactly one
+        may go on."""
+        claim = RunResumed(
+            run_id=run.run_id,
+            step_id=gate.step_id,
+            decision=decision.decision,
+            taken_over_by=taken_over_by,
+        )
         try:
             self._emit(run, claim, expected_version=version)
         except ConcurrencyConflict:
