@@ -32,6 +32,14 @@ Two modes, one fold (:class:`_Fold`), so they cannot disagree:
 * :class:`OtelRunHook` is a Runner's ``on_event``: each event is counted as it becomes
   durable.
 
+The fold keeps two small caches per run (its pipeline type, its steps' roles) and drops a
+run's entries when the run finishes for good (``run_finished`` ``completed``, ``failed`` or
+``rejected``), so a long-running process does not grow with every run. A ``gated`` finish is
+a pause: the run may be resumed in this process, and its steps, resume and repairs still need
+the type and the roles. With a ``store`` the entries are dropped at ``gated`` too and read
+back from the run's stream on resume; without one they are kept until the run's final
+finish (nothing else could tell them again).
+
 Redactions happen before anything is written, so the ledger holds only which steps were
 redacted and why; exact counts per span come from
 :class:`~tracebound.pipeline.redaction.RedactionStats`, observed by :func:`observe_redactions`.
@@ -47,6 +55,7 @@ from tracebound.errors import ConfigError, DamageKind, LedgerDamaged, UnknownEve
 from tracebound.events.catalog import (
     GateRequested,
     RepairAttempted,
+    RunFinished,
     RunResumed,
     RunStarted,
     SloAlertRaised,
@@ -88,6 +97,9 @@ REASON: Final = "tracebound.redaction.reason"
 SUCCEEDED: Final = "tracebound.repair.succeeded"
 METRIC: Final = "tracebound.slo.metric"
 DECISION: Final = "tracebound.gate.decision"
+_FINAL: Final = frozenset({"completed", "failed", "rejected"})
+"""``run_finished`` statuses after which nothing more is recorded for the run's metrics
+(``gated`` is a pause: a resume follows)."""
 
 
 class PipelineInstruments:
@@ -136,13 +148,26 @@ class _Fold:
     attribute a repair to the role it repairs). A run resumed in a new process has no
     ``run_started`` in this process's stream of events, and an export that starts past a
     run's first events has not seen them either, so ``store`` is asked for what is missing.
+
+    Both caches are per run and a run's entries are dropped when it finishes (see the module
+    docstring): at a final status always, at ``gated`` only when ``store`` can tell them
+    again on resume.
     """
 
     def __init__(self, instruments: PipelineInstruments, store: LedgerStore | None) -> None:
         self.i = instruments
         self._store = store
         self._types: dict[str, str] = {}
-        self._roles: dict[tuple[str, str], str] = {}
+        self._roles: dict[str, dict[str, str]] = {}  # run_id -> step_id -> role
+
+    @property
+    def runs(self) -> frozenset[str]:
+        """The runs the fold holds cached state for."""
+        return frozenset(self._types) | frozenset(self._roles)
+
+    def _forget(self, run_id: str) -> None:
+        self._types.pop(run_id, None)
+        self._roles.pop(run_id, None)
 
     def _type(self, run_id: str | None) -> str:
         if run_id is None:
@@ -156,15 +181,16 @@ class _Fold:
         return found or UNKNOWN
 
     def _role(self, run_id: str, step_id: str) -> str:
-        found = self._roles.get((run_id, step_id))
+        roles = self._roles.setdefault(run_id, {})
+        found = roles.get(step_id)
         if found is None and self._store is not None:
             try:
                 for e in self._store.read_stream(run_stream(run_id)):
                     if isinstance(e.payload, StepRecorded):
-                        self._roles.setdefault((run_id, e.payload.step_id), e.payload.role)
+                        roles.setdefault(e.payload.step_id, e.payload.role)
             except UnknownEventType:
                 pass  # a type registered only elsewhere, in the run's stream: not a step
-            found = self._roles.setdefault((run_id, step_id), UNKNOWN)
+            found = roles.setdefault(step_id, UNKNOWN)
         return found or UNKNOWN
 
     def add(self, event: RecordedEvent) -> None:
@@ -185,10 +211,12 @@ class _Fold:
         elif isinstance(p, SloAlertRaised):
             attrs = {METRIC: p.metric, ROLE: p.role or "any", PIPELINE_TYPE: p.pipeline_type}
             self.i.slo_alerts.add(1, attrs)
+        elif isinstance(p, RunFinished) and (p.status in _FINAL or self._store is not None):
+            self._forget(p.run_id)  # at gated only if the store can tell the resume again
 
     def _step(self, p: StepRecorded) -> None:
         ptype = self._type(p.run_id)
-        self._roles[(p.run_id, p.step_id)] = p.role
+        self._roles.setdefault(p.run_id, {})[p.step_id] = p.role
         self.i.steps.add(1, {ROLE: p.role, STATUS: p.status, PIPELINE_TYPE: ptype})
         group = {ROLE: p.role, PIPELINE_TYPE: ptype}
         if p.redaction_reason:
@@ -237,7 +265,9 @@ class OtelRunHook:
     Args:
         meter_provider: the provider (default: the global one).
         store: the ledger's store, to find the pipeline type of a run resumed in this
-            process (its ``run_started`` was recorded by another).
+            process (its ``run_started`` was recorded by another). With it, a run's cached
+            entries are also dropped when it pauses at a gate (they are read back on
+            resume); without it, they are kept until the run finishes for good.
     """
 
     def __init__(
@@ -251,6 +281,12 @@ class OtelRunHook:
 
     def __call__(self, event: RecordedEvent) -> None:
         self._fold.add(event)
+
+    @property
+    def tracked_runs(self) -> frozenset[str]:
+        """The runs this hook holds cached state for (runs not finished for good, or gated
+        without a ``store`` to re-read them from); empty once every run has finished."""
+        return self._fold.runs
 
 
 def observe_redactions(stats: RedactionStats, meter_provider: MeterProvider | None = None) -> None:

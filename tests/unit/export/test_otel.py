@@ -185,3 +185,71 @@ def test_an_export_from_the_middle_still_knows_the_repaired_role(
     assert _points(reader)["tracebound.pipeline.repairs"] == {
         _attrs(role="Executor", succeeded=True, ptype="remediation"): 1
     }
+
+
+# --- a long-running process: the hook forgets finished runs -----------------------------------
+
+
+def _replayed(runner: Runner) -> Points:
+    reader = InMemoryMetricReader()
+    export_ledger_metrics(runner.ledger.store, MeterProvider(metric_readers=[reader]))
+    return _points(reader)
+
+
+@pytest.mark.parametrize("with_store", [True, False])
+def test_the_hook_forgets_every_run_that_finished(tmp_path: Path, with_store: bool) -> None:
+    reader = InMemoryMetricReader()
+    runner = rp.make_runner(tmp_path)
+    hook = OtelRunHook(
+        MeterProvider(metric_readers=[reader]),
+        store=runner.ledger.store if with_store else None,
+    )
+    runner.on_event = hook
+    n = 0
+    for _ in range(3):
+        for pipeline in (rp.deterministic, rp.repaired, rp.harmful):
+            runner.run(pipeline, {"ticket": f"T-{n}"})
+            n += 1
+            assert hook.tracked_runs == frozenset()  # completed or failed: nothing kept
+    rejected = runner.run(rp.gated, {"ticket": "T-rejected"})
+    approve(runner.ledger, RunId(rejected.run_id), StepId("execute"), "alice",
+            decision="rejected", codeowners=runner.codeowners)  # fmt: skip
+    runner.resume(rp.gated, rejected.run_id)
+    assert hook.tracked_runs == frozenset()  # rejected: finished for good
+    # The numbers are still the ledger's, also for the runs whose entries were dropped.
+    live = {k: v for k, v in _points(reader).items() if k != "tracebound.redactions"}
+    assert live == _replayed(runner)
+    assert "unknown" not in {
+        dict(k)["tracebound.pipeline.type"] for k in live["tracebound.pipeline.steps"]
+    }
+
+
+@pytest.mark.parametrize("with_store", [True, False])
+def test_a_run_resumed_in_the_same_process_keeps_its_metrics(
+    tmp_path: Path, with_store: bool
+) -> None:
+    reader = InMemoryMetricReader()
+    runner = rp.make_runner(tmp_path)
+    hook = OtelRunHook(
+        MeterProvider(metric_readers=[reader]),
+        store=runner.ledger.store if with_store else None,
+    )
+    runner.on_event = hook
+    gated = runner.run(rp.gated, {"ticket": "T-1"})
+    # Paused, not finished: without a store nothing else could tell the resume the run's
+    # pipeline type, so it is kept; with one it is dropped and read back on resume.
+    assert hook.tracked_runs == (frozenset() if with_store else {gated.run_id})
+    approve(runner.ledger, RunId(gated.run_id), StepId("execute"), "alice",
+            codeowners=runner.codeowners)  # fmt: skip
+    runner.resume(rp.gated, gated.run_id)
+    assert hook.tracked_runs == frozenset()
+    points = _points(reader)
+    R = "remediation"  # noqa: N806 - a constant, read as one
+    assert points["tracebound.pipeline.resumes"] == {_attrs(decision="approved", ptype=R): 1}
+    assert points["tracebound.pipeline.steps"] == {
+        _attrs(role="Planner", status="success", ptype=R): 1,
+        _attrs(role="Executor", status="gated", ptype=R): 1,
+        _attrs(role="Executor", status="success", ptype=R): 1,
+        _attrs(role="Critic", status="success", ptype=R): 1,
+    }
+    assert {k: v for k, v in points.items() if k != "tracebound.redactions"} == _replayed(runner)

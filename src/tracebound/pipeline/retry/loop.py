@@ -16,24 +16,38 @@ by default, ADR-0014). Each attempt is:
    the next attempt receives it. After the last attempt, or on a planning-side refusal,
    ``AttemptRefused`` closes the run.
 
+If ``FallbackTier.run`` raises instead of returning a plan (the tier's own failure as
+``PlanningFailed``, an interrupt, a gate's error) after it recorded the attempt's anchor and
+moved ``chain_head.bin``, the verifying side still closes that attempt: its attempts-log
+line (what the anchor says: the plan's tag, no verdict), its cost and learning rows, its
+anchor file line, and ``AttemptRefused(cause="not_retryable")`` (``budget_exceeded`` for a
+budget refusal), whose ``reason`` names the step and the error type. Only then is the
+original error re-raised, so an interrupt still interrupts. An attempt without an anchor
+(the tier failed before its first event, or a ledger write failed) gets nothing.
+
 No raw sandbox output can reach a prompt: the only thing that flows back is the summary.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
+from uuid import UUID
 
 from tracebound.canonical import canonical_bytes
-from tracebound.errors import ConfigError, ValidationFailed
+from tracebound.errors import ConfigError, TraceboundError, ValidationFailed
+from tracebound.events.anchor import AttemptAnchor, PlanOutcomeTag
 from tracebound.events.catalog import (
+    AttemptAnchorRecorded,
     AttemptCompleted,
     CostIncurred,
     CostSource,
     LeafReturned,
     SolutionFound,
+    TransformBuilt,
 )
 from tracebound.events.envelope import Payload
 from tracebound.ids import AdvisoryId, AttemptId, PatchDigest
@@ -42,19 +56,87 @@ from tracebound.pipeline.fallback import (
     ApplyContext,
     FallbackTier,
     FenceWrapper,
+    PlanningFailed,
     PlanOutcome,
     SolvedExampleStore,
     attempt_stream,
     build_attempt_summary,
 )
 from tracebound.pipeline.retry.anchors import AnchorWriter
-from tracebound.pipeline.retry.gates import GateRunner
-from tracebound.pipeline.retry.models import AttemptSummary
+from tracebound.pipeline.retry.gates import GateRunner, RefusalCause
+from tracebound.pipeline.retry.models import AttemptSummary, TrustOutcome
 from tracebound.store.blobs import BlobStore
 
 __all__ = ["LoopResult", "RetryLoop"]
 
 DEFAULT_MAX_RETRIES = 3
+
+
+class _Closed(Protocol):
+    """An attempt the planning side closed by its anchor: a ``PlanOutcome``, or what the
+    ledger says about an attempt whose ``FallbackTier.run`` raised (:class:`_Raised`)."""
+
+    @property
+    def tag(self) -> PlanOutcomeTag: ...
+
+    @property
+    def attempt_id(self) -> UUID: ...
+
+    @property
+    def attempt_index(self) -> int: ...
+
+    @property
+    def workflow_id(self) -> str: ...
+
+    @property
+    def patch(self) -> str | None: ...
+
+    @property
+    def patch_blake3(self) -> str | None: ...
+
+    @property
+    def refusal_reason(self) -> str | None: ...
+
+    @property
+    def trust(self) -> TrustOutcome | None: ...
+
+    @property
+    def anchor(self) -> AttemptAnchor: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Raised:
+    """An anchored attempt whose ``FallbackTier.run`` raised, rebuilt from the ledger.
+
+    Everything comes from the recorded anchor (and the attempt's ``TransformBuilt`` for the
+    patch digest): the patch text itself was never handed back, and no verdict was reached
+    (the anchor carries no trust fields on these paths), so ``trust`` is None.
+    """
+
+    anchor: AttemptAnchor
+    patch_blake3: str | None
+    patch: None = None
+    trust: None = None
+
+    @property
+    def tag(self) -> PlanOutcomeTag:
+        return self.anchor.validator_outcome
+
+    @property
+    def attempt_id(self) -> UUID:
+        return self.anchor.attempt_id
+
+    @property
+    def attempt_index(self) -> int:
+        return self.anchor.attempt_index
+
+    @property
+    def workflow_id(self) -> str:
+        return self.anchor.workflow_id
+
+    @property
+    def refusal_reason(self) -> str | None:
+        return self.anchor.refusal_reason
 
 
 @dataclass
@@ -119,6 +201,9 @@ class RetryLoop:
         Raises:
             ValidationFailed: ``workflow_id`` already has attempts (an earlier run, or one
                 that was interrupted); nothing is planned, paid for or run.
+            BaseException: whatever ``FallbackTier.run`` raised (``PlanningFailed``, an
+                interrupt, a gate's error), unchanged, once the verifying side has closed
+                the attempt if the planning side anchored it (see the module docstring).
         """
         if self.ledger.store.stream_head(attempt_stream(workflow_id)) is not None:
             raise ValidationFailed(
@@ -130,13 +215,17 @@ class RetryLoop:
         hook = self.gates.anchor_hook(target)
         for index in range(self.max_retries + 1):
             started = self.ledger.clock.now()
-            plan = self.tier.run(
-                ctx,
-                workflow_id=workflow_id,
-                attempt_index=index,
-                prior_attempts=list(result.summaries),
-                verify=hook,
-            )
+            try:
+                plan = self.tier.run(
+                    ctx,
+                    workflow_id=workflow_id,
+                    attempt_index=index,
+                    prior_attempts=list(result.summaries),
+                    verify=hook,
+                )
+            except BaseException as exc:  # closed on the verifying side, then re-raised as it is
+                self._close_raised(ctx, workflow_id, index, started, exc)
+                raise
             result.attempts.append(plan)
             self.gates.record_attempt(plan)
             self._record_cost(plan, workflow_id)
@@ -145,10 +234,7 @@ class RetryLoop:
                 self.anchors.write(plan.anchor)
             if plan.trust is None:  # the planning side refused: nothing was verified
                 reason = plan.refusal_reason or "refused by the planner"
-                if reason == "budget":
-                    self.gates.refuse(plan, cause="budget_exceeded", reason=reason)
-                else:
-                    self.gates.refuse(plan, cause="not_retryable", reason=reason)
+                self.gates.refuse(plan, cause=_refusal_cause(plan), reason=reason)
                 result.reason = reason
                 return result
             if plan.trust.passed:
@@ -169,7 +255,89 @@ class RetryLoop:
             "unreachable: the loop returns on its last attempt"
         )  # pragma: no cover
 
-    def _record_cost(self, plan: PlanOutcome, workflow_id: str) -> None:
+    def _close_raised(
+        self,
+        ctx: ApplyContext,
+        workflow_id: str,
+        index: int,
+        started: datetime,
+        exc: BaseException,
+    ) -> None:
+        """The verifying side's record of an attempt whose ``FallbackTier.run`` raised.
+
+        If the planning side anchored the attempt (and so moved ``chain_head.bin``), record
+        what a planning-side refusal gets: the attempts-log line, the cost and learning
+        rows, the anchor file line, then ``AttemptRefused``. Each step runs through the
+        usual checks (``RetryLedger`` re-verifies the chain and refuses a line out of
+        order); a step that fails is noted on ``exc`` and the next one still runs, since
+        the caller re-raises ``exc`` whatever happens here. An interrupt arriving during
+        these writes propagates (a second Ctrl-C stops them).
+        """
+        raised = self._raised_attempt(workflow_id, index, exc)
+        if raised is None:
+            return  # nothing anchored: the attempt left no planning record to answer
+
+        steps: list[tuple[str, Callable[[], object]]] = [
+            ("the attempts log line", lambda: self.gates.record_attempt(raised)),
+            ("the cost row", lambda: self._record_cost(raised, workflow_id)),
+            ("the learning rows", lambda: self._record_learning(ctx, raised, workflow_id, started)),
+        ]
+        if self.anchors is not None:
+            anchors = self.anchors
+            steps.append(("the anchor file line", lambda: anchors.write(raised.anchor)))
+        reason = _raised_reason(raised.anchor, exc)
+        cause = _refusal_cause(raised)
+        steps.append(
+            ("AttemptRefused", lambda: self.gates.refuse(raised, cause=cause, reason=reason))
+        )
+        for what, step in steps:
+            try:
+                step()
+            except Exception as failed:  # noqa: BLE001 - noted; the original error is what surfaces
+                detail = str(failed) if isinstance(failed, TraceboundError) else ""
+                exc.add_note(
+                    f"the verifying side could not record {what} for attempt {index} of "
+                    f"{workflow_id!r}: {type(failed).__name__}" + (f": {detail}" if detail else "")
+                )
+
+    def _raised_attempt(self, workflow_id: str, index: int, exc: BaseException) -> _Raised | None:
+        """The attempt's anchor as the ledger holds it, if the planning side recorded one.
+
+        The ledger is the authority: whatever ``exc`` is, the attempt counts as anchored iff
+        ``attempts/<workflow_id>`` holds an ``AttemptAnchorRecorded`` with this index (a
+        ``RetryLoop`` run starts on an empty stream and uses each index once).
+        """
+        try:
+            events = list(self.ledger.store.read_stream(attempt_stream(workflow_id)))
+        except Exception as failed:  # noqa: BLE001 - the store itself is failing: noted, nothing more to record
+            exc.add_note(
+                f"the verifying side could not read {attempt_stream(workflow_id)} to close "
+                f"attempt {index}: {type(failed).__name__}"
+            )
+            return None
+        anchor = next(
+            (
+                e.payload.anchor
+                for e in events
+                if isinstance(e.payload, AttemptAnchorRecorded)
+                and e.payload.anchor.attempt_index == index
+            ),
+            None,
+        )
+        if anchor is None:
+            return None
+        digest = next(
+            (
+                e.payload.patch_digest_blake3
+                for e in events
+                if isinstance(e.payload, TransformBuilt)
+                and e.payload.attempt_id == anchor.attempt_id
+            ),
+            None,
+        )
+        return _Raised(anchor, None if anchor.validator_outcome == "Refused" else digest)
+
+    def _record_cost(self, plan: _Closed, workflow_id: str) -> None:
         """What the attempt spent, for the cost ledger (cached and reasoning tokens apart).
 
         The token breakdown is read back from the attempt's own ``LeafReturned`` event, so
@@ -197,7 +365,7 @@ class RetryLoop:
         self.ledger.record(f"costs/{workflow_id}", [cost], workflow_id=workflow_id)
 
     def _record_learning(
-        self, ctx: ApplyContext, plan: PlanOutcome, workflow_id: str, started: datetime
+        self, ctx: ApplyContext, plan: _Closed, workflow_id: str, started: datetime
     ) -> None:
         """Stage 7's inputs: every attempt completed, and the patch that solved it, if any.
 
@@ -240,3 +408,31 @@ class RetryLoop:
             fence=self.fence,
             evidence_paths=tuple(report.evidence_paths) if report else (),
         )
+
+
+def _refusal_cause(plan: _Closed) -> RefusalCause:
+    """``AttemptRefused.cause`` for an attempt that ended without a verdict: the planner
+    refused for money (``budget_exceeded``), or anything else the loop does not retry."""
+    return "budget_exceeded" if plan.refusal_reason == "budget" else "not_retryable"
+
+
+def _raised_reason(anchor: AttemptAnchor, exc: BaseException) -> str:
+    """``AttemptRefused.reason`` for an anchored attempt whose ``FallbackTier.run`` raised.
+
+    ``<step> (<error type>)``: ``interrupted`` for Ctrl-C or ``SystemExit``; else
+    ``verify_error`` when the gates raised, else the anchor's refusal reason
+    (``tier_error``, ``leaf_error``, ...). Type names only: a message may quote a prompt or
+    a credential (for ``PlanningFailed``, the type of the original error, as
+    ``phase4.tier_error`` records it).
+    """
+    name = exc.cause if isinstance(exc, PlanningFailed) else type(exc).__name__
+    if not isinstance(exc, Exception):
+        step = "interrupted"
+    elif "phase4.verify_error" in anchor.extras:
+        step = "verify_error"
+    else:
+        step = anchor.refusal_reason or "tier_error"
+    return (
+        f"{step} ({name}): the attempt was closed by its anchor, then raised; "
+        "the loop stopped without retrying"
+    )
