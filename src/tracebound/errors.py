@@ -169,7 +169,7 @@ class RunAlreadyResumed(ConcurrencyError):
     (an apply hook, a step, an event), so of two resumes of one run exactly one goes on.
     Retrying does not help: the run is the other process's now. If that process is known
     to have died before finishing, a human may take the run over (``tracebound resume RUN
-    --take-over NAME``).
+    --take-over --as NAME``).
     """
 
     def __init__(self, run_id: str, step_id: str, detail: str) -> None:
@@ -179,7 +179,7 @@ class RunAlreadyResumed(ConcurrencyError):
         super().__init__(
             f"run {run_id} was already resumed from its gate at {step_id} by another "
             f"process ({detail}); nothing was run. If that process died before finishing, "
-            "take the run over: tracebound resume RUN --take-over NAME"
+            "take the run over: tracebound resume RUN --take-over --as NAME"
         )
 
     def __reduce__(self) -> tuple[type[RunAlreadyResumed], tuple[str, str, str]]:

@@ -237,15 +237,37 @@ def test_a_resume_killed_inside_the_apply_hook_is_taken_over_by_name(
     stuck = again()
     assert stuck.returncode == 2, (stuck.stdout, stuck.stderr)
     assert "--take-over" in json.loads(stuck.stdout)["error"]["message"]
-    taken = again("--take-over", "@oncall")
+    taken = again("--take-over", "--as", "@oncall")
     assert taken.returncode == 0, (taken.stdout, taken.stderr)
     assert json.loads(taken.stdout)["status"] == "completed"
     assert len(list(hold.glob("applied-*"))) == 2  # the killed process's, and the take-over's
-    done = again("--take-over", "@oncall")
-    assert done.returncode == 2 and "not waiting at a gate" in done.stdout
+    done = again("--take-over", "--as", "@oncall")
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "not waiting at a gate" in json.loads(done.stdout)["error"]["message"]
     log = sh.tb_json("log", "--stream", f"run/{run}")["events"]
     claims = [e["payload"].get("taken_over_by") for e in log if e["event_type"] == "run_resumed"]
     assert claims == [None, "@oncall"]
+
+
+def test_take_over_is_refused_without_a_claim_or_a_name_and_writes_nothing(sh: Shell) -> None:
+    run = sh.start("gated")
+    sh.tb_json("approve", run, "execute", "--as", "@alice")
+    events = len(sh.tb_json("log", "--stream", f"run/{run}")["events"])
+    refusals = {
+        ("--take-over", "--as", "@oncall"): "resume it without a take-over",
+        ("--take-over",): "--take-over needs --as NAME",
+        ("--as", "@oncall"): "goes with --take-over",
+        ("--take-over", "--as", " "): "names the human",
+    }
+    for args, why in refusals.items():
+        error = sh.tb_json("resume", run, *args, code=2)["error"]
+        assert (error["kind"], why in error["message"]) == ("ConfigError", True), (args, error)
+        plain = sh.tb("resume", run, *args, code=2)
+        assert why in " ".join((plain.stdout + plain.stderr).split()), (args, plain)
+    assert len(sh.tb_json("log", "--stream", f"run/{run}")["events"]) == events
+    help_text = " ".join(sh.tb("resume", "--help").stdout.split())
+    assert "--take-over" in help_text and "known to be dead" in help_text
+    assert sh.tb_json("resume", run)["status"] == "completed"  # the plain resume still works
 
 
 def test_metrics_check_exit_codes(sh: Shell) -> None:

@@ -442,3 +442,93 @@ def test_two_take_overs_at_once_finish_the_run_once(kit: Kit) -> None:
             if isinstance(e.payload, RunResumed)
         ]
     assert claims == [None, f"@{finished[0]}"]
+
+
+def test_a_take_over_after_the_hook_applies_the_approved_artifact_not_a_new_one(
+    kit: Kit,
+) -> None:
+    """The dead claimant got past the apply hook and died in a later step: the take-over
+    starts again from the gate, with the artifact the human approved. The gated step's
+    function is not called again (a fresh artifact was never approved)."""
+    applied: list[tuple[str, ...]] = []
+    calls: list[str] = []
+    reviews: list[str] = []
+
+    def execute(ctx: StepContext) -> dict[str, Any]:
+        calls.append("execute")
+        return tpc("Executor", diffs=[diff("requirements.txt")], actions=[f"bump #{len(calls)}"])
+
+    def review(ctx: StepContext) -> dict[str, Any]:
+        reviews.append("review")
+        if len(reviews) == 1:
+            raise KeyboardInterrupt  # the claimant dies here, after the hook and its record
+        return tpc("Critic")
+
+    pipe = Pipeline("claimed")
+    pipe.planner(name="plan")(lambda ctx: tpc("Planner"))
+    pipe.executor(name="execute", apply=lambda ctx, a: applied.append(tuple(a.actions)))(execute)
+    pipe.critic(name="review")(review)
+    run_id = decided_run(kit, pipe, "approved")
+    dying = runner_on(kit, 5)
+    with dying.ledger, pytest.raises(KeyboardInterrupt):
+        dying.resume(pipe, run_id)
+    runner = runner_on(kit, 6)
+    with runner.ledger:
+        result = runner.resume(pipe, run_id, take_over_by="@oncall")
+        stream = payloads(runner, run_id)
+    assert result.status == "completed"
+    assert calls == ["execute"]  # called once, before the gate
+    assert applied == [("bump #1",), ("bump #1",)]  # the approved artifact, both times
+    recorded = [(p.step_id, p.status) for p in stream if isinstance(p, StepRecorded)]
+    # the dead claimant's record of the hook stays in the ledger; the take-over adds its own
+    assert recorded == [("plan", "success"), ("execute", "gated"), ("execute", "success"),
+                        ("execute", "success"), ("review", "success")]  # fmt: skip
+    assert [s.step_id for s in result.steps] == ["plan", "execute", "execute", "review"]
+
+
+@pytest.mark.parametrize("other", ["take-over", "plain resume"])
+def test_a_take_over_racing_another_resume_goes_on_alone(kit: Kit, other: str) -> None:
+    applied = DiesInside()
+    pipe, run_id = abandoned_run(kit, applied)
+    together = threading.Barrier(2, timeout=WAIT)
+
+    class LoadsTogether(Runner):
+        def _load(self, pipeline: Pipeline, run_id: str) -> Any:
+            loaded = super()._load(pipeline, run_id)
+            together.wait()
+            return loaded
+
+    runners = {n: runner_on(kit, 10 + i, cls=LoadsTogether) for i, n in enumerate("AB")}
+    by = {"A": "@A", "B": "@B" if other == "take-over" else None}
+    out: dict[str, object] = {}
+
+    def take_over(name: str) -> None:
+        try:
+            out[name] = runners[name].resume(pipe, run_id, take_over_by=by[name])
+        except TraceboundError as exc:
+            out[name] = exc
+
+    threads = [threading.Thread(target=take_over, args=(n,), name=n) for n in runners]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(WAIT)
+    finally:
+        for r in runners.values():
+            r.ledger.close()
+    finished = [n for n, v in out.items() if isinstance(v, RunResult)]
+    refused = [v for v in out.values() if isinstance(v, RunAlreadyResumed)]
+    assert len(finished) == 1 and len(refused) == 1, out
+    if other == "plain resume":
+        assert finished == ["A"]  # a plain resume never takes a claimed run
+    assert len(applied.by) == 2  # the dead claimant's, and the one take-over's
+    with runner_on(kit, 99).ledger as ledger:
+        claims = [
+            e.payload.taken_over_by
+            for e in ledger.store.read_stream(run_stream(run_id))
+            if isinstance(e.payload, RunResumed)
+        ]
+    assert claims == [None, by[finished[0]]]
+    if other == "take-over":  # the loser is told who took the run over
+        assert f"taken over by {by[finished[0]]}" in str(refused[0])

@@ -410,12 +410,21 @@ def resume(
     key: KeyOpt = None,
     witness: WitnessOpt = None,
     take_over: Annotated[
-        str | None,
+        bool,
         typer.Option(
             "--take-over",
-            metavar="NAME",
-            help="Take over a run another resume claimed and did not finish (its process "
-            "died), as NAME. The gated step's apply hook runs again.",
+            help="Claim a run another resume claimed and never finished because its process "
+            "died (only then: a live one would go on too). Needs --as NAME. The gated step's "
+            "apply hook runs again.",
+        ),
+    ] = False,
+    name: Annotated[
+        str | None,
+        typer.Option(
+            "--as",
+            help="With --take-over: the human who takes the run over (recorded in the "
+            "run_resumed event as taken_over_by).",
+            show_default=False,
         ),
     ] = None,
     as_json: JsonOpt = False,
@@ -425,16 +434,27 @@ def resume(
     The pipeline is imported from the reference the run recorded (`Pipeline(ref=...)`)
     unless --pipeline names it. The run is claimed before anything runs: when another
     resume got there first, this one runs nothing and exits 2 (RunAlreadyResumed). If that
-    resume's process died before finishing, --take-over NAME claims the run again, in
-    NAME's name; use it only when the claimant is known to be dead. The run's evidence is
-    written to <evidence-dir>/<run>.json, signed when a signing key exists. Exit 0
-    completed, 1 failed or rejected, 2 not resumable (not gated, claimed by another resume,
-    nothing to take over), 3 still waiting at a gate.
+    resume's process is known to be dead (killed, its machine lost) and the run never
+    finished, `--take-over --as NAME` claims it again in NAME's name and runs the gated
+    step's apply hook again, so side effects the dead process made may repeat. The run's
+    evidence is written to <evidence-dir>/<run>.json, signed when a signing key exists.
+    Exit 0 completed, 1 failed or rejected, 2 not resumable (not gated or finished, claimed
+    by another resume, nothing to take over, --take-over without --as), 3 still waiting at
+    a gate.
     """
     from tracebound.export.evidence import EvidenceWriter  # noqa: PLC0415 - lazy, for startup time
     from tracebound.pipeline.config import load_pipeline  # noqa: PLC0415 - lazy, for startup time
 
     with handled(as_json):
+        if take_over and name is None:
+            raise ConfigError(
+                "--take-over needs --as NAME: the human who takes the run over is recorded"
+            )
+        if name is not None and not take_over:
+            raise ConfigError(
+                "--as names who takes a run over and goes with --take-over; a plain resume "
+                "records no name"
+            )
         config = _config(
             store,
             policy=policy,
@@ -453,7 +473,7 @@ def resume(
             runner = config.build_runner(
                 ledger, validations=_validations(validations), evidence=writer
             )
-            result = runner.resume(pipe, run, take_over_by=take_over)
+            result = runner.resume(pipe, run, take_over_by=name if take_over else None)
         finally:
             ledger.close()
     code = {"completed": 0, "gated": EXIT_INCOMPLETE}.get(result.status, EXIT_DAMAGED)

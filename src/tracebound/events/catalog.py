@@ -725,7 +725,7 @@ class RunResumed(Payload):
     ``decision`` is the one acted on: ``approved`` continues the run, ``rejected`` ends it.
 
     ``taken_over_by`` names the human who took a claimed run over because the process that
-    claimed it died (``tracebound resume RUN --take-over NAME``); None for a first claim.
+    claimed it died (``tracebound resume RUN --take-over --as NAME``); None for a first claim.
     """
 
     kind: Literal["run_resumed"] = "run_resumed"

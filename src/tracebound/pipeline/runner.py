@@ -824,6 +824,7 @@ class Runner:
         claimed: RecordedEvent | None = None
         finished: RunFinished | None = None
         steps: list[StepRecorded] = []
+        at_claim: int | None = None  # how many steps were recorded when the gate was claimed
         version = 0
         for e in self.ledger.store.read_stream(run_stream(run_id)):
             version = e.stream_version
@@ -833,11 +834,12 @@ class Runner:
             elif isinstance(p, StepRecorded):
                 steps.append(p)
             elif isinstance(p, GateRequested):
-                gate, decision, claimed = p, None, None
+                gate, decision, claimed, at_claim = p, None, None, None
             elif isinstance(p, ApprovalRecorded) and gate and p.step_id == gate.step_id:
                 decision = p
             elif isinstance(p, RunResumed) and gate and p.step_id == gate.step_id:
                 claimed = e
+                at_claim = len(steps) if at_claim is None else at_claim
             elif isinstance(p, RunFinished):
                 finished = p
         if started is None:
@@ -850,8 +852,11 @@ class Runner:
         status: RunStatus = finished.status if finished else "gated"
         rid = RunId(run_id)
         run = _Run(rid, pipeline, inputs, RunResult(rid, status))
-        self._restore_steps(run, steps)
         waiting = finished is not None and finished.status == "gated"
+        # A claimed run (what a take-over continues) is rebuilt as it stood at its gate:
+        # whatever the dead claimant recorded after its claim stays in the ledger but is not
+        # built on, so the gated step applies the artifact the human approved, not a new one.
+        self._restore_steps(run, steps if at_claim is None or not waiting else steps[:at_claim])
         if not waiting:
             return _Loaded(run, None, None, None, version)
         return _Loaded(run, gate, decision, claimed, version)
@@ -883,10 +888,12 @@ class _Loaded(NamedTuple):
 
 
 def _claimed(event: RecordedEvent) -> str:
-    """Where and when another process claimed a run, for RunAlreadyResumed's message."""
+    """Where, when and (for a take-over) by whom another process claimed a run, for
+    RunAlreadyResumed's message."""
+    by = event.payload.taken_over_by if isinstance(event.payload, RunResumed) else None
     return (
         f"run_resumed recorded at position {event.position}, "
-        f"{event.timestamp:%Y-%m-%d %H:%M:%S} UTC"
+        f"{event.timestamp:%Y-%m-%d %H:%M:%S} UTC" + (f", taken over by {by}" if by else "")
     )
 
 
