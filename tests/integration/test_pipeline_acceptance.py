@@ -387,3 +387,96 @@ def test_async_steps_and_router(kit: Kit) -> None:
     assert result.status == "completed"
     (choice,) = payloads(kit, result, RouteChosen)
     assert isinstance(choice, RouteChosen) and choice.chosen == "fast-executor"
+
+
+def test_a_repair_of_an_approved_step_is_gated_again(kit: Kit) -> None:
+    """The human approved one artifact. A repair that re-runs the approved step produces
+    another one: it must not be applied with the lifted scopes on the first approval."""
+    applied: list[tuple[str, int]] = []
+    pipe = Pipeline("bump-then-check", pipeline_type="remediation")
+
+    @pipe.planner()
+    def plan(ctx: StepContext) -> dict[str, object]:
+        return tpc("Planner")
+
+    @pipe.executor(apply=lambda ctx, artifact: applied.append((ctx.step_id, len(ctx.scopes))))
+    def execute(ctx: StepContext) -> dict[str, object]:
+        return tpc("Executor", diffs=[diff("requirements.txt")], goal=f"pin v{ctx.attempt}")
+
+    @pipe.critic()
+    def critique(ctx: StepContext) -> dict[str, object]:
+        if ctx.attempt == 0:
+            ctx.report("the pin breaks the build", origin="execute")
+        return tpc("Critic")
+
+    first = kit.runner().run(pipe, {})
+    assert (first.status, first.gated_step) == ("gated", "execute")
+    runner = kit.runner()
+    approve(runner.ledger, RunId(first.run_id), StepId("execute"), "alice",
+            codeowners=runner.codeowners)  # fmt: skip
+    second = kit.runner().resume(pipe, first.run_id)
+    # The approved artifact was applied once; the repair's new artifact waits for a human.
+    assert applied == [("execute", 2)]
+    assert (second.status, second.gated_step) == ("gated", "execute~r1")
+    gates = [p for p in payloads(kit, second, GateRequested) if isinstance(p, GateRequested)]
+    assert [g.step_id for g in gates] == ["execute", "execute~r1"]
+    repaired = next(s for s in steps(kit, second) if s.step_id == "execute~r1")
+    assert (repaired.status, repaired.scopes_granted) == ("gated", ("read",))
+
+    runner = kit.runner()
+    approve(runner.ledger, RunId(first.run_id), StepId("execute~r1"), "alice",
+            codeowners=runner.codeowners)  # fmt: skip
+    done = kit.runner().resume(pipe, first.run_id)
+    assert done.status == "completed"
+    assert applied == [("execute", 2), ("execute~r1", 2)]
+    # The resume finished the paused repair (the Critic re-checked it) and went no further.
+    assert [s.step_id for s in steps(kit, done)] == [
+        "plan", "execute", "execute", "critique", "execute~r1", "execute~r1", "critique~r1",
+    ]  # fmt: skip
+    repairs = [p for p in payloads(kit, done, RepairAttempted) if isinstance(p, RepairAttempted)]
+    assert [(r.repair_step_id, r.attempt, r.succeeded) for r in repairs] == [
+        ("execute~r1", 1, False),
+        ("execute~r1", 1, True),
+    ]
+
+
+def test_a_resumed_repair_goes_on_from_its_gate_not_from_its_origin(kit: Kit) -> None:
+    """The Critic blames the planner: the repair re-runs plan~r1, then execute~r1, which is
+    gated. The resume applies execute~r1 and re-checks it; plan~r1 does not run again."""
+    planned: list[int] = []
+    applied: list[str] = []
+    pipe = Pipeline("replan", pipeline_type="remediation")
+
+    @pipe.planner()
+    def plan(ctx: StepContext) -> dict[str, object]:
+        planned.append(ctx.attempt)
+        return tpc("Planner", goal=f"plan v{ctx.attempt}")
+
+    @pipe.executor(apply=lambda ctx, artifact: applied.append(ctx.step_id))
+    def execute(ctx: StepContext) -> dict[str, object]:
+        return tpc("Executor", diffs=[diff("requirements.txt")], goal=f"pin v{ctx.attempt}")
+
+    @pipe.critic()
+    def critique(ctx: StepContext) -> dict[str, object]:
+        if ctx.attempt == 0:
+            ctx.report("the plan missed the advisory", origin="plan")
+        return tpc("Critic")
+
+    runner = kit.runner()
+    first = runner.run(pipe, {})
+    approve(runner.ledger, RunId(first.run_id), StepId("execute"), "alice",
+            codeowners=runner.codeowners)  # fmt: skip
+    second = kit.runner().resume(pipe, first.run_id)
+    assert (second.status, second.gated_step) == ("gated", "execute~r1")
+    assert planned == [0, 1] and applied == ["execute"]
+    runner = kit.runner()
+    approve(runner.ledger, RunId(first.run_id), StepId("execute~r1"), "bob",
+            codeowners=runner.codeowners)  # fmt: skip
+    done = kit.runner().resume(pipe, first.run_id)
+    assert done.status == "completed"
+    assert planned == [0, 1] and applied == ["execute", "execute~r1"]
+    repairs = [p for p in payloads(kit, done, RepairAttempted) if isinstance(p, RepairAttempted)]
+    assert [(r.origin_step_id, r.repair_step_id, r.succeeded) for r in repairs] == [
+        ("plan", "plan~r1", False),
+        ("plan", "plan~r1", True),
+    ]

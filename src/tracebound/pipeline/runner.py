@@ -291,12 +291,13 @@ class Runner:
         name = gate.step_id.split("~", 1)[0]
         # Before the claim: a pipeline without the step fails here, leaving the run unclaimed.
         start = pipeline.index(name) if decision.decision == "approved" else 0
+        paused = _paused_repair(run_id, gate, loaded.repair)
         self._claim(run, gate, decision, loaded.version, taken_over_by=take_over_by)
         if decision.decision == "rejected":
             self._finish(run, "rejected", gate.step_id, f"rejected by {decision.approver}")
             return run.result
         run.approved.add(name)
-        return await self._drive(run, start)
+        return await self._drive(run, start, paused=paused)
 
     def _claim(
         self,
@@ -327,10 +328,25 @@ class Runner:
 
     # -- driving -----------------------------------------------------------------------
 
-    async def _drive(self, run: _Run, start: int) -> RunResult:
+    async def _drive(
+        self, run: _Run, start: int, *, paused: RepairAttempted | None = None
+    ) -> RunResult:
+        """Run the steps from ``start``; ``paused`` is the repair a gate at ``start`` paused,
+        which is finished first (from the gated step through the step that failed)."""
         specs = run.pipeline.steps
         try:
             i = start
+            if paused is not None:
+                # The failed step is the furthest the run got: a repair only re-runs steps
+                # up to it, and nothing after it ran before its failure stopped the pass.
+                last = max(run.pipeline.index(o.name) for o in run.result.steps)
+                failed = next(o for o in reversed(run.result.steps) if o.name == specs[last].name)
+                status = await self._repair(run, failed, last, paused=paused, resume_at=start)
+                if status != "completed":
+                    if status == "failed":
+                        self._finish(run, "failed", failed.step_id, failed.reason)
+                    return run.result
+                i = last + 1
             while i < len(specs):
                 outcome = await self._execute(run, specs[i])
                 if outcome.status == "gated":
@@ -354,18 +370,31 @@ class Runner:
         self._finish(run, "completed")
         return run.result
 
-    async def _repair(self, run: _Run, failed: StepOutcome, failed_index: int) -> RunStatus:
+    async def _repair(
+        self,
+        run: _Run,
+        failed: StepOutcome,
+        failed_index: int,
+        *,
+        paused: RepairAttempted | None = None,
+        resume_at: int = 0,
+    ) -> RunStatus:
         """Re-run from the blamed origin through the failed step; a Critic's finding
-        re-runs through the Critic too, so the repair is judged by the same check."""
-        origin = failed.error_origin
+        re-runs through the Critic too, so the repair is judged by the same check.
+
+        A resume continues the attempt a gate ``paused`` from the gated step (``resume_at``),
+        with that attempt's number, origin and first step; later attempts start at the origin.
+        """
+        origin = paused.origin_step_id if paused is not None else failed.error_origin
         if origin is None:
             return "failed"
         base = origin.split("~", 1)[0]
         first = run.pipeline.index(base)
         last = failed_index
-        for attempt in range(1, run.pipeline.max_repairs + 1):
-            ok, first_id = True, None
-            for spec in run.pipeline.steps[first : last + 1]:
+        for attempt in range(paused.attempt if paused else 1, run.pipeline.max_repairs + 1):
+            ok, first_id = True, paused.repair_step_id if paused else None
+            start, paused = (resume_at if paused else first), None
+            for spec in run.pipeline.steps[start : last + 1]:
                 notes = tuple(f.reason for f in failed.findings) or (failed.reason or "",)
                 outcome = await self._execute(run, spec, attempt=attempt, notes=notes)
                 first_id = first_id or outcome.step_id
@@ -617,7 +646,12 @@ class Runner:
             sr.outcome.reason = self._scrub(f"apply failed: {_describe(exc)}")
 
     def _after_gate(self, sr: _StepRun, ctx: StepContext, gated: StepOutcome) -> StepOutcome:
-        """The gated step, approved: run its apply hook with the lifted scopes and record it."""
+        """The gated step, approved: run its apply hook with the lifted scopes and record it.
+
+        The approval is spent here: it covered this artifact, once. A repair that runs the
+        step again produces another artifact, which the policy gates afresh.
+        """
+        sr.run.approved.discard(sr.spec.name)
         outcome = sr.outcome
         outcome.step_id, outcome.artifact = gated.step_id, gated.artifact
         outcome.artifact_hash = gated.artifact_hash
@@ -822,6 +856,7 @@ class Runner:
         gate: GateRequested | None = None
         decision: ApprovalRecorded | None = None
         claimed: RecordedEvent | None = None
+        repair: RepairAttempted | None = None
         finished: RunFinished | None = None
         steps: list[StepRecorded] = []
         at_claim: int | None = None  # how many steps were recorded when the gate was claimed
@@ -840,6 +875,8 @@ class Runner:
             elif isinstance(p, RunResumed) and gate and p.step_id == gate.step_id:
                 claimed = e
                 at_claim = len(steps) if at_claim is None else at_claim
+            elif isinstance(p, RepairAttempted):
+                repair = p
             elif isinstance(p, RunFinished):
                 finished = p
         if started is None:
@@ -858,8 +895,8 @@ class Runner:
         # built on, so the gated step applies the artifact the human approved, not a new one.
         self._restore_steps(run, steps if at_claim is None or not waiting else steps[:at_claim])
         if not waiting:
-            return _Loaded(run, None, None, None, version)
-        return _Loaded(run, gate, decision, claimed, version)
+            return _Loaded(run, None, None, None, None, version)
+        return _Loaded(run, gate, decision, claimed, repair, version)
 
     def _restore_steps(self, run: _Run, steps: list[StepRecorded]) -> None:
         """The recorded steps' outcomes, with their artifacts read back from the blobs."""
@@ -877,14 +914,32 @@ class Runner:
 
 class _Loaded(NamedTuple):
     """A run rebuilt from its stream, with the gate it waits at (if it does), the human
-    decision on that gate and the ``run_resumed`` that claimed it (if any), and the stream
-    version read: the one a claim must be appended at."""
+    decision on that gate, the ``run_resumed`` that claimed it (if any), the last
+    ``repair_attempted`` (the one a gate in a repair paused), and the stream version read:
+    the one a claim must be appended at."""
 
     run: _Run
     gate: GateRequested | None
     decision: ApprovalRecorded | None
     claimed: RecordedEvent | None
+    repair: RepairAttempted | None
     version: int
+
+
+def _paused_repair(
+    run_id: str, gate: GateRequested, repair: RepairAttempted | None
+) -> RepairAttempted | None:
+    """The repair attempt a gate paused, when the gated step is a repair's re-run
+    (``name~rN``): what a resume must finish before the pass goes on."""
+    _, sep, attempt = gate.step_id.partition("~r")
+    if not sep:
+        return None
+    if repair is None or repair.succeeded or str(repair.attempt) != attempt:
+        raise ConfigError(
+            f"run {run_id} waits at {gate.step_id}, a repair's step, but its stream records "
+            "no unfinished repair attempt of that number: it cannot be resumed"
+        )
+    return repair
 
 
 def _claimed(event: RecordedEvent) -> str:
