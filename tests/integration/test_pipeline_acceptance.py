@@ -480,3 +480,46 @@ def test_a_resumed_repair_goes_on_from_its_gate_not_from_its_origin(kit: Kit) ->
         ("plan", "plan~r1", False),
         ("plan", "plan~r1", True),
     ]
+
+
+def test_two_repairs_of_one_gated_step_get_distinct_ids_and_approvals(kit: Kit) -> None:
+    """The Critic and later the Reviewer each blame the gated executor: two repair loops
+    re-run it, each re-run is gated under its own id, and each id is approved once."""
+    applied: list[str] = []
+    pipe = Pipeline("twice", pipeline_type="remediation")
+
+    @pipe.planner()
+    def plan(ctx: StepContext) -> dict[str, object]:
+        return tpc("Planner")
+
+    @pipe.executor(apply=lambda ctx, artifact: applied.append(ctx.step_id))
+    def execute(ctx: StepContext) -> dict[str, object]:
+        return tpc("Executor", diffs=[diff("requirements.txt")], goal=f"pin {len(applied)}")
+
+    @pipe.critic()
+    def critique(ctx: StepContext) -> dict[str, object]:
+        if ctx.attempt == 0:
+            ctx.report("the pin breaks the build", origin="execute")
+        return tpc("Critic")
+
+    @pipe.reviewer()
+    def review(ctx: StepContext) -> dict[str, object]:
+        if ctx.attempt == 0:
+            ctx.report("the pin is not the advisory's fix", origin="execute")
+        return tpc("Reviewer")
+
+    result = kit.runner().run(pipe, {})
+    gated = []
+    while result.status == "gated":
+        assert result.gated_step is not None
+        gated.append(result.gated_step)
+        runner = kit.runner()
+        approve(runner.ledger, result.run_id, result.gated_step, "alice",
+                codeowners=runner.codeowners)  # fmt: skip
+        result = kit.runner().resume(pipe, result.run_id)
+    assert result.status == "completed"
+    assert gated == ["execute", "execute~r1", "execute~r2"]
+    assert applied == gated
+    ids = [s.step_id for s in steps(kit, result) if s.status != "gated"]
+    assert len(ids) == len(set(ids)), ids  # every executed step has its own id
+    assert ids[-3:] == ["execute~r2", "critique~r2", "review~r1"]

@@ -475,7 +475,7 @@ class Runner:
         return outcome
 
     def _begin(self, run: _Run, spec: StepSpec, attempt: int) -> _StepRun:
-        step_id = StepId(spec.name if attempt == 0 else f"{spec.name}~r{attempt}")
+        step_id = StepId(spec.name if attempt == 0 else _rerun_id(run, spec.name))
         parent = run.accepted.get(spec.after) if spec.after else None
         approved = spec.name in run.approved
         return _StepRun(
@@ -869,7 +869,7 @@ class Runner:
             elif isinstance(p, StepRecorded):
                 steps.append(p)
             elif isinstance(p, GateRequested):
-                gate, decision, claimed, at_claim = p, None, None, None
+                gate, decision, claimed, at_claim, repair = p, None, None, None, None
             elif isinstance(p, ApprovalRecorded) and gate and p.step_id == gate.step_id:
                 decision = p
             elif isinstance(p, RunResumed) and gate and p.step_id == gate.step_id:
@@ -914,8 +914,8 @@ class Runner:
 
 class _Loaded(NamedTuple):
     """A run rebuilt from its stream, with the gate it waits at (if it does), the human
-    decision on that gate, the ``run_resumed`` that claimed it (if any), the last
-    ``repair_attempted`` (the one a gate in a repair paused), and the stream version read:
+    decision on that gate, the ``run_resumed`` that claimed it (if any), the
+    ``repair_attempted`` recorded after that gate (the repair attempt it paused), and the stream version read:
     the one a claim must be appended at."""
 
     run: _Run
@@ -931,15 +931,22 @@ def _paused_repair(
 ) -> RepairAttempted | None:
     """The repair attempt a gate paused, when the gated step is a repair's re-run
     (``name~rN``): what a resume must finish before the pass goes on."""
-    _, sep, attempt = gate.step_id.partition("~r")
-    if not sep:
+    if "~r" not in gate.step_id:
         return None
-    if repair is None or repair.succeeded or str(repair.attempt) != attempt:
+    if repair is None or repair.succeeded:
         raise ConfigError(
             f"run {run_id} waits at {gate.step_id}, a repair's step, but its stream records "
-            "no unfinished repair attempt of that number: it cannot be resumed"
+            "no repair attempt the gate paused: it cannot be resumed"
         )
     return repair
+
+
+def _rerun_id(run: _Run, name: str) -> str:
+    """``name~rN``, N one past the step's last re-run in this run: ids stay unique when a
+    second repair loop re-runs a step again (gates, approvals and blame name steps by id)."""
+    prefix = f"{name}~r"
+    done = (o.step_id[len(prefix) :] for o in run.result.steps if o.step_id.startswith(prefix))
+    return f"{prefix}{max((int(n) for n in done if n.isdigit()), default=0) + 1}"
 
 
 def _claimed(event: RecordedEvent) -> str:
@@ -969,13 +976,16 @@ def approve(
             (or, for a repository-wide gate, is not a default owner as well).
     """
     gate: GateRequested | None = None
+    decided: ApprovalRecorded | None = None  # a decision on the latest gate of this step
     for e in ledger.store.read_stream(run_stream(run_id)):
         if isinstance(e.payload, GateRequested) and e.payload.step_id == step_id:
-            gate = e.payload
+            gate, decided = e.payload, None
         elif isinstance(e.payload, ApprovalRecorded) and gate and e.payload.step_id == step_id:
-            raise ConfigError(f"{step_id} in run {run_id} was already {e.payload.decision}")
+            decided = e.payload
     if gate is None:
         raise ConfigError(f"step {step_id!r} of run {run_id!r} is not waiting for approval")
+    if decided is not None:
+        raise ConfigError(f"{step_id} in run {run_id} was already {decided.decision}")
     if decision == "approved":
         if codeowners is None:
             raise PolicyError("approving needs a CODEOWNERS file: nobody else may lift a gate")
