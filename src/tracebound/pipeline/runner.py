@@ -915,8 +915,8 @@ class Runner:
 class _Loaded(NamedTuple):
     """A run rebuilt from its stream, with the gate it waits at (if it does), the human
     decision on that gate, the ``run_resumed`` that claimed it (if any), the
-    ``repair_attempted`` recorded after that gate (the repair attempt it paused), and the stream version read:
-    the one a claim must be appended at."""
+    ``repair_attempted`` recorded after that gate (the repair attempt it paused), and the
+    stream version read: the one a claim must be appended at."""
 
     run: _Run
     gate: GateRequested | None
