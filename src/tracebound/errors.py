@@ -38,6 +38,7 @@ __all__ = [
     "PolicyUnusable",
     "ProofError",
     "RunAlreadyResumed",
+    "RunTakenOver",
     "SignatureInvalid",
     "SigningKeyError",
     "StorageError",
@@ -69,8 +70,8 @@ class DamageKind(StrEnum):
     REORDER = "reorder"  # events are present but not where they were written
     TRUNCATION = "truncation"  # the log ends before a signed checkpoint says it should
     FORGED_SIGNATURE = "forged-signature"  # a checkpoint whose signature does not verify
-    ROLLBACK = "rollback"  # the store is older than the witness's newest checkpoint
-    FORK = "fork"  # same size as a signed checkpoint, different root
+    ROLLBACK = "rollback"  # older than the witness's checkpoint: a shorter log, or checkpoints
+    FORK = "fork"  # the witness's checkpoint is no prefix of the log (same size or longer)
     TORN_TAIL = "torn-tail"  # a partially written final record (crash mid-append)
     MALFORMED = "malformed"  # a record that cannot be decoded at all
 
@@ -184,6 +185,29 @@ class RunAlreadyResumed(ConcurrencyError):
 
     def __reduce__(self) -> tuple[type[RunAlreadyResumed], tuple[str, str, str]]:
         return (type(self), (self.run_id, self.step_id, self.detail))
+
+
+class RunTakenOver(ConcurrencyError):
+    """A human took this run over while this process was still running it.
+
+    Every event of a run is appended at the version of the run's stream its process last
+    wrote, so a claimant that was slow, not dead, stops at its next write once another
+    process took the run over (``tracebound resume RUN --take-over --as NAME``): it records
+    nothing more. What it did before that write (an apply hook's side effects) is done.
+    """
+
+    def __init__(self, run_id: str, by: str, detail: str) -> None:
+        self.run_id = run_id
+        self.by = by
+        self.detail = detail
+        super().__init__(
+            f"run {run_id} was taken over by {by} ({detail}) while this process ran it; "
+            "it stopped at its next write and recorded nothing more. What it did before "
+            "(apply hooks included) is done and its events stay in the ledger"
+        )
+
+    def __reduce__(self) -> tuple[type[RunTakenOver], tuple[str, str, str]]:
+        return (type(self), (self.run_id, self.by, self.detail))
 
 
 # --- contract --------------------------------------------------------------------------

@@ -23,7 +23,7 @@ import pytest
 
 from tests.integration.pipeline_kit import CODEOWNERS, POLICY, Kit, diff, tpc
 from tracebound import FixedClock, Ledger, SequentialIds, SQLiteStore
-from tracebound.errors import RunAlreadyResumed, TraceboundError
+from tracebound.errors import ConfigError, RunAlreadyResumed, RunTakenOver, TraceboundError
 from tracebound.events.catalog import (
     ApprovalRecorded,
     GateRequested,
@@ -532,3 +532,75 @@ def test_a_take_over_racing_another_resume_goes_on_alone(kit: Kit, other: str) -
     assert claims == [None, by[finished[0]]]
     if other == "take-over":  # the loser is told who took the run over
         assert f"taken over by {by[finished[0]]}" in str(refused[0])
+
+
+def test_a_slow_claimant_stops_at_its_next_write_once_the_run_is_taken_over(kit: Kit) -> None:
+    """The claimant was slow, not dead: held inside its apply hook while a human took the
+    run over and finished it. Let go, it records nothing more: RunTakenOver at its next
+    write, and the stream ends with the take-over's run."""
+    applied = Applied(hold=True)
+    pipe = gated_pipeline(applied)
+    run_id = decided_run(kit, pipe, "approved")
+    slow, oncall = runner_on(kit, 10), runner_on(kit, 11)
+    out: dict[str, object] = {}
+    thread = resume_in_thread("slow", slow, pipe, run_id, out)
+    try:
+        assert applied.inside.wait(WAIT), out
+        result = oncall.resume(pipe, run_id, take_over_by="@oncall")
+        assert result.status == "completed"
+        head = oncall.ledger.store.stream_head(run_stream(run_id))
+    finally:
+        applied.release.set()
+        thread.join(WAIT)
+        slow.ledger.close()
+    with oncall.ledger:
+        error = out["slow"]
+        assert isinstance(error, RunTakenOver), error
+        assert error.run_id == run_id and error.by == "@oncall" and "position" in error.detail
+        assert oncall.ledger.store.stream_head(run_stream(run_id)) == head  # nothing after
+        stream = payloads(oncall, run_id)
+        assert oncall.ledger.verify(require_signed=False).damage is None
+    assert applied.by == ["slow", "MainThread"]
+    claims = [p for p in stream if isinstance(p, RunResumed)]
+    assert [c.taken_over_by for c in claims] == [None, "@oncall"]
+    assert [p.status for p in stream if isinstance(p, RunFinished)] == ["gated", "completed"]
+    executed = [p.status for p in stream if isinstance(p, StepRecorded) and p.step_id == "execute"]
+    assert executed == ["gated", "success"]  # the slow claimant's step was never recorded
+
+
+def test_an_approval_recorded_while_the_run_writes_is_read_past(kit: Kit) -> None:
+    """A human approves the gate between gate_requested and the run's next events: the run
+    reads past the decision instead of failing its own write."""
+    applied = Applied()
+    pipe = gated_pipeline(applied)
+
+    class ApprovesAtTheGate(Runner):
+        def _emit(self, run: Any, payload: Payload, **kw: Any) -> Any:
+            recorded = super()._emit(run, payload, **kw)
+            if isinstance(payload, GateRequested):
+                with runner_on(kit, 50).ledger as ledger:
+                    approve(ledger, run.run_id, payload.step_id, "@alice",
+                            codeowners=self.codeowners)  # fmt: skip
+            return recorded
+
+    runner = runner_on(kit, 1, cls=ApprovesAtTheGate)
+    with runner.ledger:
+        first = runner.run(pipe, {})
+        assert (first.status, first.gated_step) == ("gated", "execute")
+        kinds = [p.kind for p in payloads(runner, first.run_id)]
+        assert kinds[-4:] == [
+            "gate_requested", "approval_recorded", "step_recorded", "run_finished",
+        ]  # fmt: skip
+        assert runner.resume(pipe, first.run_id).status == "completed"
+        assert applied.by == ["MainThread"]
+
+
+def test_a_run_id_already_in_the_ledger_is_refused(kit: Kit) -> None:
+    pipe = gated_pipeline(Applied())
+    runner = runner_on(kit, 1)
+    with runner.ledger:
+        first = runner.run(pipe, {})
+        before = runner.ledger.store.stream_head(run_stream(first.run_id))
+        with pytest.raises(ConfigError, match="already in this ledger"):
+            runner.run(pipe, {}, run_id=first.run_id)
+        assert runner.ledger.store.stream_head(run_stream(first.run_id)) == before

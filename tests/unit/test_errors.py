@@ -16,7 +16,7 @@ TREE = {
         E.LedgerDamaged, E.AuditChainCorrupted, E.LedgerAttemptOutOfOrder, E.ProofError,
         E.CheckpointError,
     },
-    E.ConcurrencyError: {E.ConcurrencyConflict, E.RunAlreadyResumed},
+    E.ConcurrencyError: {E.ConcurrencyConflict, E.RunAlreadyResumed, E.RunTakenOver},
     E.ContractError: {E.CanonicalizationError, E.EventTypeError, E.UpcastError,
                       E.ValidationFailed},
     E.PolicyError: {E.PolicyUnusable, E.GateRequired, E.BudgetExceeded, E.AttemptRefusedError},
@@ -47,6 +47,7 @@ def test_every_exported_error_is_in_the_tree() -> None:
         E.LedgerDamaged(E.DamageKind.GAP, 12, "position 12 is missing"),
         E.ConcurrencyConflict("s", 3, 5),
         E.RunAlreadyResumed("run-1", "execute", "run_resumed at version 7"),
+        E.RunTakenOver("run-1", "@oncall", "run_resumed recorded at position 9"),
         E.ValidationFailed("payload.x", "too short"),
     ],
 )

@@ -414,8 +414,8 @@ def resume(
         typer.Option(
             "--take-over",
             help="Claim a run another resume claimed and never finished because its process "
-            "died (only then: a live one would go on too). Needs --as NAME. The gated step's "
-            "apply hook runs again.",
+            "died (a live one would stop at its next write, RunTakenOver, but finish what it "
+            "was doing). Needs --as NAME. The gated step's apply hook runs again.",
         ),
     ] = False,
     name: Annotated[

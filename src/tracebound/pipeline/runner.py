@@ -45,6 +45,7 @@ from tracebound.errors import (
     ConfigError,
     PolicyError,
     RunAlreadyResumed,
+    RunTakenOver,
     ValidationFailed,
 )
 from tracebound.events.catalog import (
@@ -73,7 +74,6 @@ from tracebound.pipeline.redaction import Redaction, Redactor
 from tracebound.pipeline.runtime import Pipeline, RoleName, StepContext, StepSpec
 from tracebound.pipeline.validations import ValidationInput, ValidationRegistry
 from tracebound.store.blobs import BlobStore
-from tracebound.store.port import ANY_VERSION
 
 __all__ = ["RunResult", "Runner", "StepOutcome", "run_stream"]
 
@@ -131,6 +131,7 @@ class _Run:
     inputs: Mapping[str, Any]
     result: RunResult
     accepted: dict[str, StepOutcome] = field(default_factory=dict)  # latest good outcome
+    version: int = 0  # of the run's stream, as this process last wrote or read it
     approved: set[str] = field(default_factory=set)  # step names whose gate was lifted
     # ids of artifacts validate_tpc accepted in this process (envelope included); kept alive
     # by the outcomes that hold them, so an id is never reused within the run
@@ -231,18 +232,19 @@ class Runner:
         redacted = self.redactor.redact(dict(inputs)).value
         ref = self.blobs.put(canonical_bytes(redacted))
         run = _Run(rid, pipeline, redacted, RunResult(rid, "completed"))
-        self._emit(
-            run,
-            RunStarted(
-                run_id=rid,
-                pipeline=pipeline.name,
-                pipeline_type=pipeline.pipeline_type,
-                critical=pipeline.critical,
-                pipeline_ref=pipeline.ref,
-                inputs_digest=ref.digest,
-                inputs_pointer=ref.pointer,
-            ),
+        started = RunStarted(
+            run_id=rid,
+            pipeline=pipeline.name,
+            pipeline_type=pipeline.pipeline_type,
+            critical=pipeline.critical,
+            pipeline_ref=pipeline.ref,
+            inputs_digest=ref.digest,
+            inputs_pointer=ref.pointer,
         )
+        try:  # at version 0: the run's stream must not exist yet
+            self._emit(run, started, read_past_decisions=False)
+        except ConcurrencyConflict:
+            raise ConfigError(f"run {rid} is already in this ledger; run ids are unique") from None
         return await self._drive(run, 0)
 
     def resume(
@@ -318,7 +320,7 @@ class Runner:
             taken_over_by=taken_over_by,
         )
         try:
-            self._emit(run, claim, expected_version=version)
+            self._emit(run, claim, read_past_decisions=False)
         except ConcurrencyConflict:
             stream = run_stream(run.run_id)
             for e in self.ledger.store.read_stream(stream, from_version=version + 1):
@@ -743,14 +745,33 @@ class Runner:
         return self.redactor.redact_text(text).value
 
     def _emit(
-        self, run: _Run, payload: Payload, *, expected_version: int | None = ANY_VERSION
+        self, run: _Run, payload: Payload, *, read_past_decisions: bool = True
     ) -> RecordedEvent:
-        (recorded,) = self.ledger.record(
-            run_stream(run.run_id),
-            [payload],
-            workflow_id=run.run_id,
-            expected_version=expected_version,
-        )
+        """Append to the run's stream at the version this process last wrote or read.
+
+        That fences a claimant that was slow, not dead: once a human took the run over, its
+        next write raises :class:`RunTakenOver` and it records nothing more. A decision a
+        human recorded meanwhile (an approval of the gate just requested) is read past.
+        """
+        stream = run_stream(run.run_id)
+        while True:
+            try:
+                (recorded,) = self.ledger.record(
+                    stream, [payload], workflow_id=run.run_id, expected_version=run.version
+                )
+                break
+            except ConcurrencyConflict:
+                if not read_past_decisions:
+                    raise
+                moved = list(self.ledger.store.read_stream(stream, from_version=run.version + 1))
+                for e in moved:
+                    if isinstance(e.payload, RunResumed):
+                        by = e.payload.taken_over_by or "another resume"
+                        raise RunTakenOver(run.run_id, by, _claimed(e)) from None
+                if not moved or not all(isinstance(e.payload, ApprovalRecorded) for e in moved):
+                    raise
+                run.version = moved[-1].stream_version
+        run.version = recorded.stream_version
         if self.on_event is not None:
             self.on_event(recorded)
         return recorded
@@ -888,7 +909,7 @@ class Runner:
         inputs = orjson.loads(self.blobs.get(started.inputs_digest))
         status: RunStatus = finished.status if finished else "gated"
         rid = RunId(run_id)
-        run = _Run(rid, pipeline, inputs, RunResult(rid, status))
+        run = _Run(rid, pipeline, inputs, RunResult(rid, status), version=version)
         waiting = finished is not None and finished.status == "gated"
         # A claimed run (what a take-over continues) is rebuilt as it stood at its gate:
         # whatever the dead claimant recorded after its claim stays in the ledger but is not
