@@ -25,6 +25,15 @@ budget refusal), whose ``reason`` names the step and the error type. Only then i
 original error re-raised, so an interrupt still interrupts. An attempt without an anchor
 (the tier failed before its first event, or a ledger write failed) gets nothing.
 
+If ``FallbackTier.run`` returned and the loop itself then raises (an interrupt, or a failure
+of its own bookkeeping: the attempts log, the cost row, the retry request...), the attempt
+is closed the same way, as what it was (the plan, with its verdict): whichever of those
+records is not in its store yet, then ``AttemptRefused`` with the same causes and a
+``reason`` of ``interrupted (<type>) during <step>`` or ``record_error (<type>) during
+<step>``, unless the attempt passed the gates or the loop had already written its refusal
+(each attempt has at most one). Then an interrupt or a tracebound error surfaces as itself,
+anything else as :class:`BookkeepingFailed` (the original is its ``__cause__``).
+
 No raw sandbox output can reach a prompt: the only thing that flows back is the summary.
 """
 
@@ -43,6 +52,7 @@ from tracebound.events.anchor import AttemptAnchor, PlanOutcomeTag
 from tracebound.events.catalog import (
     AttemptAnchorRecorded,
     AttemptCompleted,
+    AttemptRefused,
     CostIncurred,
     CostSource,
     LeafReturned,
@@ -63,11 +73,11 @@ from tracebound.pipeline.fallback import (
     build_attempt_summary,
 )
 from tracebound.pipeline.retry.anchors import AnchorWriter
-from tracebound.pipeline.retry.gates import GateRunner, RefusalCause
+from tracebound.pipeline.retry.gates import GateRunner, RefusalCause, gate_stream
 from tracebound.pipeline.retry.models import AttemptSummary, TrustOutcome
 from tracebound.store.blobs import BlobStore
 
-__all__ = ["LoopResult", "RetryLoop"]
+__all__ = ["BookkeepingFailed", "LoopResult", "RetryLoop"]
 
 DEFAULT_MAX_RETRIES = 3
 
@@ -139,6 +149,30 @@ class _Raised:
         return self.anchor.refusal_reason
 
 
+class BookkeepingFailed(TraceboundError):
+    """The loop's own bookkeeping failed after ``FallbackTier.run`` returned an attempt.
+
+    Raised for an error that is not a tracebound error (those, and interrupts, surface as
+    themselves), once the attempt has been closed on the verifying side (see the module
+    docstring). ``step`` is what the loop was recording, ``cause`` the original error's
+    type; the original is the ``__cause__``. Only its type name is in the message, which
+    could otherwise quote a prompt or a credential.
+    """
+
+    def __init__(self, attempt_id: UUID, workflow_id: str, step: str, cause: str) -> None:
+        self.attempt_id = attempt_id
+        self.workflow_id = workflow_id
+        self.step = step
+        self.cause = cause
+        super().__init__(
+            f"attempt {attempt_id} of workflow {workflow_id!r}: the retry loop failed with "
+            f"{cause} during {step}; the attempt is closed on the verifying side"
+        )
+
+    def __reduce__(self) -> tuple[type[BookkeepingFailed], tuple[UUID, str, str, str]]:
+        return (type(self), (self.attempt_id, self.workflow_id, self.step, self.cause))
+
+
 @dataclass
 class LoopResult:
     """How the loop ended, and every attempt it made, in order."""
@@ -203,7 +237,11 @@ class RetryLoop:
                 that was interrupted); nothing is planned, paid for or run.
             BaseException: whatever ``FallbackTier.run`` raised (``PlanningFailed``, an
                 interrupt, a gate's error), unchanged, once the verifying side has closed
-                the attempt if the planning side anchored it (see the module docstring).
+                the attempt if the planning side anchored it (see the module docstring);
+                an interrupt or tracebound error raised by the loop's own bookkeeping,
+                unchanged, once the attempt is closed.
+            BookkeepingFailed: any other error of the loop's own bookkeeping, once the
+                attempt is closed.
         """
         if self.ledger.store.stream_head(attempt_stream(workflow_id)) is not None:
             raise ValidationFailed(
@@ -215,6 +253,12 @@ class RetryLoop:
         hook = self.gates.anchor_hook(target)
         for index in range(self.max_retries + 1):
             started = self.ledger.clock.now()
+            plan: PlanOutcome | None = None
+            doing = "the attempts log line"
+            # One try for the whole attempt, so that no bytecode between the tier's return
+            # and the end of the loop's own writes is unguarded: once ``plan`` is bound the
+            # tier has anchored and settled the attempt, and whatever raises from there on
+            # (an interrupt, a failing write of the loop's own) must still close it.
             try:
                 plan = self.tier.run(
                     ctx,
@@ -223,37 +267,147 @@ class RetryLoop:
                     prior_attempts=list(result.summaries),
                     verify=hook,
                 )
-            except BaseException as exc:  # closed on the verifying side, then re-raised as it is
-                self._close_raised(ctx, workflow_id, index, started, exc)
-                raise
-            result.attempts.append(plan)
-            self.gates.record_attempt(plan)
-            self._record_cost(plan, workflow_id)
-            self._record_learning(ctx, plan, workflow_id, started)
-            if self.anchors is not None:
-                self.anchors.write(plan.anchor)
-            if plan.trust is None:  # the planning side refused: nothing was verified
-                reason = plan.refusal_reason or "refused by the planner"
-                self.gates.refuse(plan, cause=_refusal_cause(plan), reason=reason)
-                result.reason = reason
-                return result
-            if plan.trust.passed:
-                if self.retrieval is not None:
-                    self.retrieval.on_validated(ctx, plan)
-                result.status = "passed"
-                return result
-            if index == self.max_retries:
-                reason = f"no patch passed the gates in {index + 1} attempts"
-                self.gates.refuse(plan, cause="retry_limit", reason=reason)
-                result.reason = reason
-                return result
-            summary = self._summary(plan)
-            result.summaries.append(summary)
-            pointer = self.blobs.put(canonical_bytes(summary.model_dump(mode="json"))).digest
-            self.gates.request_retry(plan, plan.trust, pointer)
+                result.attempts.append(plan)
+                for what, step in self._closing_steps(ctx, plan, workflow_id, started):
+                    doing = what
+                    step()
+                if plan.trust is None:  # the planning side refused: nothing was verified
+                    doing = "AttemptRefused"
+                    reason = plan.refusal_reason or "refused by the planner"
+                    self.gates.refuse(plan, cause=_refusal_cause(plan), reason=reason)
+                    result.reason = reason
+                    return result
+                if plan.trust.passed:
+                    doing = "the solved example"
+                    if self.retrieval is not None:
+                        self.retrieval.on_validated(ctx, plan)
+                    result.status = "passed"
+                    return result
+                if index == self.max_retries:
+                    doing = "AttemptRefused"
+                    reason = f"no patch passed the gates in {index + 1} attempts"
+                    self.gates.refuse(plan, cause="retry_limit", reason=reason)
+                    result.reason = reason
+                    return result
+                doing = "the retry request"
+                summary = self._summary(plan)
+                result.summaries.append(summary)
+                pointer = self.blobs.put(canonical_bytes(summary.model_dump(mode="json"))).digest
+                self.gates.request_retry(plan, plan.trust, pointer)
+            except BaseException as exc:
+                if plan is None:  # the tier raised: closed as its anchor says, re-raised as is
+                    self._close_raised(ctx, workflow_id, index, started, exc)
+                    raise
+                # The tier returned, then the loop failed: an interrupt and a tracebound
+                # error surface as themselves, anything else typed (BookkeepingFailed).
+                typed = exc
+                if isinstance(exc, Exception) and not isinstance(exc, TraceboundError):
+                    typed = BookkeepingFailed(
+                        plan.attempt_id, workflow_id, doing, type(exc).__name__
+                    )
+                kind = "interrupted" if not isinstance(exc, Exception) else "record_error"
+                reason = (
+                    f"{kind} ({type(exc).__name__}) during {doing}: the tier returned the "
+                    "attempt, then the loop raised; the loop stopped without retrying"
+                )
+                self._close(ctx, plan, workflow_id, started, exc=typed, reason=reason)
+                if typed is exc:
+                    raise
+                raise typed from exc
         raise AssertionError(
             "unreachable: the loop returns on its last attempt"
         )  # pragma: no cover
+
+    def _closing_steps(
+        self,
+        ctx: ApplyContext,
+        closed: _Closed,
+        workflow_id: str,
+        started: datetime,
+        *,
+        once: bool = False,
+    ) -> list[tuple[str, Callable[[], object]]]:
+        """The verifying side's records of one attempt, in order, named for notes.
+
+        With ``once``, each step first asks the record's own store whether it is there
+        already and does nothing if so: after an error it is unknown how far the loop got,
+        and a second attempts line is refused (``LedgerAttemptOutOfOrder``), a second cost
+        row would count the money twice. The anchors file checks for itself.
+        """
+        attempt_id = str(closed.attempt_id)
+
+        def attempt_line() -> None:
+            retry = self.gates.retry_ledger(workflow_id) if once else None
+            if retry is None or not retry.has_attempt(AttemptId(closed.attempt_id)):
+                self.gates.record_attempt(closed)
+
+        def cost_row() -> None:
+            if not (once and self._has(f"costs/{workflow_id}", attempt_id, CostIncurred)):
+                self._record_cost(closed, workflow_id)
+
+        def learning_rows() -> None:
+            if not (once and self._has(f"learning/{workflow_id}", attempt_id, AttemptCompleted)):
+                self._record_learning(ctx, closed, workflow_id, started)
+
+        steps: list[tuple[str, Callable[[], object]]] = [
+            ("the attempts log line", attempt_line),
+            ("the cost row", cost_row),
+            ("the learning rows", learning_rows),
+        ]
+        if self.anchors is not None:
+            anchors = self.anchors
+            steps.append(("the anchor file line", lambda: anchors.write(closed.anchor)))
+        return steps
+
+    def _has(self, stream: str, attempt_id: str, kind: type[Payload]) -> bool:
+        """Whether ``stream`` holds a ``kind`` event of this attempt (by ``attempt_id`` in
+        the payload, else by ``correlation_id``)."""
+        return any(
+            isinstance(e.payload, kind)
+            and str(getattr(e.payload, "attempt_id", e.correlation_id)) == attempt_id
+            for e in self.ledger.store.read_stream(stream)
+        )
+
+    def _close(
+        self,
+        ctx: ApplyContext,
+        closed: _Closed,
+        workflow_id: str,
+        started: datetime,
+        *,
+        exc: BaseException,
+        reason: str,
+    ) -> None:
+        """Close an attempt the planning side anchored, after an error: whichever of its
+        records is missing (see :meth:`_closing_steps`), then ``AttemptRefused`` unless the
+        attempt passed the gates or already has one (a passed attempt did not end without
+        success; a refusal the loop already wrote is the attempt's one refusal).
+
+        Each step runs through the usual checks (``RetryLedger`` re-verifies the chain and
+        refuses a line out of order); a step that fails is noted on ``exc`` and the next
+        one still runs, since the caller raises ``exc`` whatever happens here. An interrupt
+        arriving during these writes propagates (a second Ctrl-C stops them).
+        """
+        steps = self._closing_steps(ctx, closed, workflow_id, started, once=True)
+        if closed.trust is None or not closed.trust.passed:
+            cause = _refusal_cause(closed)
+            attempt_id = str(closed.attempt_id)
+
+            def refusal() -> None:
+                if not self._has(gate_stream(workflow_id), attempt_id, AttemptRefused):
+                    self.gates.refuse(closed, cause=cause, reason=reason)
+
+            steps.append(("AttemptRefused", refusal))
+        for what, step in steps:
+            try:
+                step()
+            except Exception as failed:  # noqa: BLE001 - noted; the original error is what surfaces
+                detail = str(failed) if isinstance(failed, TraceboundError) else ""
+                exc.add_note(
+                    f"the verifying side could not record {what} for attempt "
+                    f"{closed.attempt_index} of {workflow_id!r}: {type(failed).__name__}"
+                    + (f": {detail}" if detail else "")
+                )
 
     def _close_raised(
         self,
@@ -266,39 +420,14 @@ class RetryLoop:
         """The verifying side's record of an attempt whose ``FallbackTier.run`` raised.
 
         If the planning side anchored the attempt (and so moved ``chain_head.bin``), record
-        what a planning-side refusal gets: the attempts-log line, the cost and learning
-        rows, the anchor file line, then ``AttemptRefused``. Each step runs through the
-        usual checks (``RetryLedger`` re-verifies the chain and refuses a line out of
-        order); a step that fails is noted on ``exc`` and the next one still runs, since
-        the caller re-raises ``exc`` whatever happens here. An interrupt arriving during
-        these writes propagates (a second Ctrl-C stops them).
+        what a planning-side refusal gets (:meth:`_close`), as the ledger says the attempt
+        ended (:class:`_Raised`).
         """
         raised = self._raised_attempt(workflow_id, index, exc)
         if raised is None:
             return  # nothing anchored: the attempt left no planning record to answer
-
-        steps: list[tuple[str, Callable[[], object]]] = [
-            ("the attempts log line", lambda: self.gates.record_attempt(raised)),
-            ("the cost row", lambda: self._record_cost(raised, workflow_id)),
-            ("the learning rows", lambda: self._record_learning(ctx, raised, workflow_id, started)),
-        ]
-        if self.anchors is not None:
-            anchors = self.anchors
-            steps.append(("the anchor file line", lambda: anchors.write(raised.anchor)))
         reason = _raised_reason(raised.anchor, exc)
-        cause = _refusal_cause(raised)
-        steps.append(
-            ("AttemptRefused", lambda: self.gates.refuse(raised, cause=cause, reason=reason))
-        )
-        for what, step in steps:
-            try:
-                step()
-            except Exception as failed:  # noqa: BLE001 - noted; the original error is what surfaces
-                detail = str(failed) if isinstance(failed, TraceboundError) else ""
-                exc.add_note(
-                    f"the verifying side could not record {what} for attempt {index} of "
-                    f"{workflow_id!r}: {type(failed).__name__}" + (f": {detail}" if detail else "")
-                )
+        self._close(ctx, raised, workflow_id, started, exc=exc, reason=reason)
 
     def _raised_attempt(self, workflow_id: str, index: int, exc: BaseException) -> _Raised | None:
         """The attempt's anchor as the ledger holds it, if the planning side recorded one.
@@ -362,7 +491,14 @@ class RetryLoop:
             model=returned[-1].model if returned else None,
             role="Executor",
         )
-        self.ledger.record(f"costs/{workflow_id}", [cost], workflow_id=workflow_id)
+        # correlation_id: the row names its attempt, so a close after an error can tell
+        # whether it was written already (CostIncurred itself carries no attempt id).
+        self.ledger.record(
+            f"costs/{workflow_id}",
+            [cost],
+            workflow_id=workflow_id,
+            correlation_id=str(plan.attempt_id),
+        )
 
     def _record_learning(
         self, ctx: ApplyContext, plan: _Closed, workflow_id: str, started: datetime
