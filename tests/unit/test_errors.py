@@ -67,7 +67,8 @@ def test_sqlite_errors_are_translated(tmp_path: Path) -> None:
 
 
 def test_every_public_exception_in_the_package_has_the_one_root() -> None:
-    """Errors defined next to their code (CopyDiverged, EvidenceInvalid, ...) count too."""
+    """Errors defined next to their code (CopyDiverged, EvidenceInvalid, ...) count too, and
+    each hangs from one of the five branches, not from the root alone."""
     import importlib
     import pkgutil
 
@@ -86,5 +87,9 @@ def test_every_public_exception_in_the_package_has_the_one_root() -> None:
                 and not name.startswith("_")
             ):
                 found.append(obj)
-                assert issubclass(obj, E.TraceboundError), f"{obj.__module__}.{name}"
+                where = f"{obj.__module__}.{name}"
+                assert issubclass(obj, E.TraceboundError), where
+                assert obj is E.TraceboundError or issubclass(obj, tuple(TREE)), (
+                    f"{where}: no branch"
+                )
     assert len(found) > len(E.__all__) - 2  # the walk really found the package's errors

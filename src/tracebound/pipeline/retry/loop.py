@@ -47,7 +47,7 @@ from typing import Literal, Protocol
 from uuid import UUID
 
 from tracebound.canonical import canonical_bytes
-from tracebound.errors import ConfigError, TraceboundError, ValidationFailed
+from tracebound.errors import ConfigError, StorageError, TraceboundError, ValidationFailed
 from tracebound.events.anchor import AttemptAnchor, PlanOutcomeTag
 from tracebound.events.catalog import (
     AttemptAnchorRecorded,
@@ -149,8 +149,9 @@ class _Raised:
         return self.anchor.refusal_reason
 
 
-class BookkeepingFailed(TraceboundError):
-    """The loop's own bookkeeping failed after ``FallbackTier.run`` returned an attempt.
+class BookkeepingFailed(StorageError):
+    """The loop's own bookkeeping failed after ``FallbackTier.run`` returned an attempt: a
+    storage error, for what failed is recording the attempt (the branch of the tree).
 
     Raised for an error that is not a tracebound error (those, and interrupts, surface as
     themselves), once the attempt has been closed on the verifying side (see the module
