@@ -96,7 +96,9 @@ _STREAM_JSON_MAX: Final = 4096
 def _stream_json(sid: str) -> bytes:
     cached = _STREAM_JSON.get(sid)
     if cached is None:
-        cached = canonical_bytes(sid)
+        # A caller's own id type may subclass str: its plain value is the id. (Without this
+        # the answer hung on whether the plain id happened to be cached already.)
+        cached = canonical_bytes(sid if type(sid) is str else str.__str__(sid))
         if type(sid) is str:
             if len(_STREAM_JSON) >= _STREAM_JSON_MAX:
                 _STREAM_JSON.clear()
