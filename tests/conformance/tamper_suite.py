@@ -380,7 +380,10 @@ class TamperSuite:
         attacker.rewrite_chain(14)
         attacker.replace_checkpoints([])
         d = damage_of(world)
-        assert d.kind is DamageKind.ROLLBACK  # the store's checkpoints are behind the witness
+        # Same size as the witness's checkpoint, another root: the witnessed log was not
+        # rolled back to, it was replaced (no signed checkpoint left to narrow it down).
+        assert (d.kind, d.position) == (DamageKind.FORK, 1)
+        assert "positions 1..30" in d.detail
 
     def test_copy_back_older_snapshot_is_rollback(
         self, world: LedgerWorld, attacker: Attacker
@@ -400,6 +403,37 @@ class TamperSuite:
         assert (d.kind, d.position) == (DamageKind.ROLLBACK, 11)
         with world.open() as ledger:  # 10 events behind the witness: none "not yet signed"
             assert ledger.verify(workers=1).uncovered == 0
+
+    def test_a_rollback_grown_back_past_the_witness_is_a_fork(
+        self, world: LedgerWorld, attacker: Attacker
+    ) -> None:
+        """An older copy put back, then other events appended: shorter than the witness's
+        checkpoint it is a rollback; as long or longer it is a fork (the witnessed tree is
+        not a prefix of the log), at the first position after the last matching checkpoint.
+        ``checkpoint`` refuses to sign it, and the witness keeps what it held."""
+        with world.open() as ledger:
+            for i in range(10):
+                ledger.record("run", [cost(i)])
+            ledger.checkpoint()
+        snapshot = attacker.snapshot()
+        with world.open() as ledger:
+            for i in range(10, 20):
+                ledger.record("run", [cost(i)])
+            ledger.checkpoint()
+            witnessed = ledger.witness.latest(world.signer.verifier)  # type: ignore[union-attr]
+        attacker.restore(snapshot)
+        for size, kind in ((15, DamageKind.ROLLBACK), (20, DamageKind.FORK), (23, DamageKind.FORK)):
+            with world.open() as ledger:
+                while ledger.store.size() < size:
+                    ledger.record("run", [cost(500 + ledger.store.size())])
+            d = damage_of(world)
+            assert (d.kind, d.position) == (kind, 16 if kind is DamageKind.ROLLBACK else 11), d
+            with world.open() as ledger, pytest.raises(LedgerDamaged) as info:
+                ledger.checkpoint()
+            assert (info.value.kind, info.value.position) == (d.kind, d.position)
+        with world.open() as ledger:
+            assert ledger.witness.latest(world.signer.verifier) == witnessed  # type: ignore[union-attr]
+            assert ledger.store.checkpoints()[-1][0] == 10
 
     # -- what verify and checkpoint cover ------------------------------------------------
 
@@ -576,6 +610,40 @@ class TamperSuite:
             assert run.full_reason is not None and "Merkle nodes" in run.full_reason
             assert verify_bundle(ledger.prove(280), world.signer.verifier).size == 300
             assert ledger.checkpoint_run().incremental  # the nodes agree again
+
+    def test_stored_nodes_forged_beyond_or_deleted_between_are_named(
+        self, filled: Callable[[int], LedgerWorld], attacker: Attacker
+    ) -> None:
+        """``merkle_node_count`` was ``MAX(idx) + 1``: one forged row at 2**40 and no node
+        of that level was ever stored again, unsaid. Now a checkpoint names the level and
+        the missing node, and ``--full`` stores them again. (JSONL's nodes files:
+        ``tests/unit/store/test_stored_nodes.py``.)"""
+        if not isinstance(attacker, SqlAttacker):
+            pytest.skip("SQL stores; the JSONL nodes files are tested in tests/unit/store")
+        world = filled(600)
+        forged = (1, 2**40, b"\x42" * 32)
+        p = attacker.param
+        attacker.sql_many(f"INSERT INTO merkle_nodes (level, idx, hash) VALUES ({p}, {p}, {p})",
+                          [forged])  # fmt: skip
+        with world.open() as ledger:
+            for i in range(600):
+                ledger.record("run-x", [cost(1000 + i)])
+            with pytest.raises(ProofError, match=f"node 2 of level 1 .* index {2**40}"):
+                ledger.checkpoint()
+            assert ledger.checkpoint_run(full=True).checkpoint.size == 1200
+        assert attacker.rows("SELECT idx FROM merkle_nodes WHERE level = 1 ORDER BY idx") == [
+            (0,),
+            (1,),
+            (2,),
+            (3,),
+        ]
+        assert attacker.sql("DELETE FROM merkle_nodes WHERE level = 1 AND idx = 1") == 1
+        with world.open() as ledger:
+            with pytest.raises(ProofError, match="stored Merkle nodes disagree"):
+                ledger.prove(700)  # needs node 1 (positions 257..512)
+            run = ledger.checkpoint_run()
+            assert not run.incremental and "node 1 of level 1" in str(run.full_reason)
+            assert verify_bundle(ledger.prove(700), world.signer.verifier).size == 1200
 
     def test_a_wrong_stored_node_never_reaches_the_witness(
         self, filled: Callable[[int], LedgerWorld], small_trees: list[tuple[int, int]]

@@ -71,3 +71,43 @@ class TestSQLiteTamper(TamperSuite):
     @pytest.fixture
     def attacker(self, world: World) -> SQLiteAttacker:
         return SQLiteAttacker(world.store_dir)
+
+
+def test_cli_names_rollback_and_fork_after_a_rollback_grown_back(world: World) -> None:
+    """`tracebound verify --json` and `checkpoint` on a store put back to an older copy
+    and then appended to: `rollback` while it is shorter than the witness's checkpoint,
+    `fork` once it is as long or longer (the witnessed tree is no prefix of it)."""
+    import json
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from tests.integration.conftest import cost
+    from tracebound.cli.app import app
+
+    with world.open() as ledger:
+        for i in range(10):
+            ledger.record("run", [cost(i)])
+        ledger.checkpoint()
+    snapshot = world.store_dir.with_name("snapshot")
+    shutil.copytree(world.store_dir, snapshot)
+    with world.open() as ledger:
+        for i in range(10, 20):
+            ledger.record("run", [cost(i)])
+        ledger.checkpoint()
+    shutil.rmtree(world.store_dir)
+    shutil.copytree(snapshot, world.store_dir)
+    store = f"sqlite:///{world.db}"
+    verifier = str(world.signer.verifier)
+    where = ("--store", store, "--verifier-key", verifier, "--witness", str(world.witness_path))
+    for size, kind, position in ((15, "rollback", 16), (20, "fork", 11), (25, "fork", 11)):
+        with world.open() as ledger:
+            while ledger.store.size() < size:
+                ledger.record("run", [cost(500 + ledger.store.size())])
+        result = CliRunner().invoke(app, ["verify", *where, "--json"])
+        assert result.exit_code == 1, result.output
+        damage = json.loads(result.stdout)["damage"]
+        assert (damage["kind"], damage["position"]) == (kind, position), damage
+        human = CliRunner().invoke(app, ["verify", *where])
+        assert result.exit_code == 1
+        assert f"DAMAGED: {kind} at position {position}" in " ".join(human.stdout.split())

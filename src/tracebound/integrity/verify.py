@@ -517,18 +517,23 @@ def check_against_checkpoints(
     reported as FORGED_SIGNATURE there). ``log.roots`` must hold a root for every
     checkpoint size not beyond ``log.size``.
 
+    Against the witness, which the store's holder cannot reach:
+
+    * a log shorter than the witness's checkpoint is a ROLLBACK (at its first missing
+      position), whatever it holds: it was put back to an older state;
+    * a log as long or longer whose tree at the witness's size has another root is a
+      FORK: the witnessed tree is not a prefix of it (no consistency proof joins them),
+      whether the store was rolled back and grown again or rewritten in place. It is
+      reported after the largest checkpoint that still matches;
+    * a log that matches the witness but whose own checkpoints stop before it is a
+      ROLLBACK of the store's checkpoints (the events are the witnessed ones).
+
     Raises:
-        LedgerDamaged: ROLLBACK, TRUNCATION, or TAMPER (with the first suspect position).
+        LedgerDamaged: ROLLBACK, TRUNCATION, FORK or TAMPER (with the first suspect
+            position).
     """
     newest = max((c.size for c in checkpoints), default=0)
     check_length(log.size, newest, witness.size if witness is not None else None)
-    if witness is not None and witness.size > newest:
-        raise LedgerDamaged(
-            DamageKind.ROLLBACK,
-            newest + 1,
-            f"the witness holds a checkpoint of {witness.size} events, newer than any in the "
-            f"store (newest {newest}): the store's checkpoints were rolled back",
-        )
     matched: list[int] = []
     for cp in sorted([*checkpoints, *([witness] if witness else [])], key=lambda c: c.size):
         # The damage lies after the largest smaller checkpoint that still matches.
@@ -537,18 +542,26 @@ def check_against_checkpoints(
             matched.append(cp.size)
             continue
         if cp is witness:
-            # The store's own checkpoints agree (or were replaced): only the outside witness
-            # still remembers that a different log was signed at this size.
+            # The store's own checkpoints agree (or were replaced, or rolled back): only the
+            # outside witness still remembers that a different log was signed at this size.
+            grown = "" if log.size == cp.size else f" (the log has {log.size})"
             raise LedgerDamaged(
                 DamageKind.FORK,
                 good + 1,
                 f"the witness's checkpoint of {cp.size} events has a different root than the "
-                f"log: the log forked from what was signed somewhere in positions "
-                f"{good + 1}..{cp.size}",
+                f"log's first {cp.size}{grown}: the log forked from what was signed somewhere "
+                f"in positions {good + 1}..{cp.size}",
             )
         raise LedgerDamaged(
             DamageKind.TAMPER,
             good + 1,
             f"the log's Merkle root at size {cp.size} differs from the signed checkpoint; "
             f"the log was rewritten somewhere in positions {good + 1}..{cp.size}",
+        )
+    if witness is not None and witness.size > newest:
+        raise LedgerDamaged(
+            DamageKind.ROLLBACK,
+            newest + 1,
+            f"the witness holds a checkpoint of {witness.size} events, newer than any in the "
+            f"store (newest {newest}): the store's checkpoints were rolled back",
         )

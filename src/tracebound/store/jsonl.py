@@ -58,6 +58,7 @@ from tracebound.errors import (
     DamageKind,
     IntegrityError,
     LedgerDamaged,
+    ProofError,
     StorageError,
     StoreClosed,
     StoreNotFound,
@@ -1042,10 +1043,19 @@ class JsonlStore(ChainedAppends):
     def merkle_node_count(self, level: int) -> int:
         with self._mutex, _io("read"):
             self._check_open()
+            path = self._nodes_path(level)
             try:
-                return self._nodes_path(level).stat().st_size // 32
+                size = path.stat().st_size
             except FileNotFoundError:
                 return 0
+        if size % 32:  # not rounded down: a node cut short, or bytes added, is named
+            raise ProofError(
+                f"the Merkle nodes file {path.name} holds {size} bytes, not whole nodes of 32 "
+                f"(level {level}): its last node was cut short (a crash while it was written) "
+                "or bytes were added; `tracebound checkpoint --full` stores the nodes again "
+                "from the verified log"
+            )
+        return size // 32
 
     def add_merkle_nodes(self, level: int, start: int, hashes: Sequence[bytes]) -> None:
         with self._mutex, _io("write"):

@@ -18,7 +18,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol, Self, runtime_checkable
 
-from tracebound.errors import ConcurrencyError
+from tracebound.errors import ConcurrencyError, ProofError, short_repr
 from tracebound.events.envelope import Event, RecordedEvent
 from tracebound.events.record import RawRecord
 from tracebound.ids import ChainHead, StreamId, StreamVersion
@@ -44,6 +44,7 @@ __all__ = [
     "TrackingTransaction",
     "check_import",
     "contiguous_nodes",
+    "node_count",
 ]
 
 ANY_VERSION: None = None
@@ -157,7 +158,16 @@ class MerkleNodeStore(Protocol):
         ...
 
     def merkle_node_count(self, level: int) -> int:
-        """The index after the last stored node of ``level`` (0 when there is none)."""
+        """How many nodes of ``level`` are stored (0 when there is none): nodes ``0 ..
+        n - 1``, every one of them, which is also the lowest missing index.
+
+        Raises:
+            ProofError: the stored nodes of ``level`` are not exactly ``0 .. n - 1`` (a
+                node deleted from the middle, one written far beyond the others, an index
+                below 0 or not an integer, a nodes file that is not whole nodes): they
+                were written by hand. Nothing is ignored or rounded away; ``checkpoint
+                --full`` drops the nodes and stores them again from the verified log.
+        """
         ...
 
     def add_merkle_nodes(self, level: int, start: int, hashes: Sequence[bytes]) -> None:
@@ -385,3 +395,46 @@ def contiguous_nodes(rows: Iterable[tuple[int, bytes]], start: int) -> list[byte
             break
         out.append(bytes(digest))
     return out
+
+
+_REBUILD = "`tracebound checkpoint --full` stores the nodes again from the verified log"
+
+
+def node_count(
+    level: int, rows: int, lowest: object, highest: object, first_gap: Callable[[], int]
+) -> int:
+    """What :meth:`MerkleNodeStore.merkle_node_count` returns, from ``COUNT(*)``,
+    ``MIN(idx)`` and ``MAX(idx)`` of a level's stored nodes.
+
+    Distinct integer indexes from 0 whose highest is ``rows - 1`` are exactly ``0 .. rows
+    - 1``. Anything else was written by hand and is named, never counted past:
+    ``first_gap()`` (asked only then) is the lowest index ``i >= 0`` whose ``i + 1`` is
+    not stored.
+
+    Raises:
+        ProofError: an index below 0 or not an integer, or a node missing below the
+            highest stored one.
+    """
+    if rows == 0:
+        return 0
+    for index in (lowest, highest):
+        if type(index) is not int:
+            raise ProofError(
+                f"a stored Merkle node of level {level} has the index {short_repr(index)}, "
+                f"not an integer: the nodes were written by hand; {_REBUILD}"
+            )
+    assert isinstance(lowest, int)  # for mypy: checked above
+    assert isinstance(highest, int)
+    if lowest < 0:
+        raise ProofError(
+            f"a stored Merkle node of level {level} has the index {lowest}, below 0: the "
+            f"nodes were written by hand; {_REBUILD}"
+        )
+    if highest != rows - 1:
+        missing = 0 if lowest > 0 else first_gap() + 1
+        raise ProofError(
+            f"node {missing} of level {level} is missing, but the store holds a node of "
+            f"that level at index {highest} ({rows} in all): a node was deleted, or one "
+            f"written beyond the ones stored; {_REBUILD}"
+        )
+    return rows

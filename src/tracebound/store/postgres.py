@@ -89,6 +89,7 @@ from tracebound.store.port import (
     StreamHead,
     check_import,
     contiguous_nodes,
+    node_count,
 )
 
 if TYPE_CHECKING:
@@ -370,8 +371,15 @@ class _Statements:
             "SELECT idx, hash FROM {merkle_nodes} WHERE level = %s AND idx >= %s AND idx < %s "
             "ORDER BY idx"
         )
+        # Not MAX(idx) + 1 alone: one forged row at 2**40 made that the count (and at
+        # 2**63 - 1 an overflow). node_count() checks the three against each other.
         self.merkle_node_count = q(
-            "SELECT COALESCE(MAX(idx) + 1, 0) FROM {merkle_nodes} WHERE level = %s"
+            "SELECT COUNT(*), MIN(idx), MAX(idx) FROM {merkle_nodes} WHERE level = %s"
+        )
+        self.first_node_gap = q(
+            "SELECT idx FROM (SELECT idx, LEAD(idx) OVER (ORDER BY idx) AS next "
+            "FROM {merkle_nodes} WHERE level = %s AND idx >= 0) AS t "
+            "WHERE next IS NULL OR next - 1 <> idx ORDER BY idx LIMIT 1"
         )
         self.add_merkle_nodes = q(
             "INSERT INTO {merkle_nodes} (level, idx, hash) "
@@ -889,7 +897,12 @@ class PostgresStore(ChainedAppends):
     def merkle_node_count(self, level: int) -> int:
         if not self._has_nodes:
             return 0
-        return int(self._fetch("read", self._sql.merkle_node_count, (level,))[0][0])
+        ((rows, lowest, highest),) = self._fetch("read", self._sql.merkle_node_count, (level,))
+
+        def first_gap() -> int:
+            return int(self._fetch("read", self._sql.first_node_gap, (level,))[0][0])
+
+        return node_count(level, int(rows), lowest, highest, first_gap)
 
     def add_merkle_nodes(self, level: int, start: int, hashes: Sequence[bytes]) -> None:
         if not self._has_nodes:  # an older ledger opened without CREATE: nothing is kept

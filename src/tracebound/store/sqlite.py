@@ -54,6 +54,7 @@ from tracebound.store.port import (
     StreamHead,
     check_import,
     contiguous_nodes,
+    node_count,
 )
 
 __all__ = ["DB_FILENAME", "SCHEMA_VERSION", "SQLiteStore"]
@@ -171,6 +172,12 @@ _HEAD_SQL: Final = (
     "ORDER BY stream_version DESC LIMIT 1"
 )
 _LAST_SQL: Final = "SELECT COALESCE(MAX(position), 0) FROM events"
+_FIRST_NODE_GAP_SQL: Final = (
+    # The lowest stored index whose successor is not stored (``next - 1``: no overflow).
+    "SELECT idx FROM (SELECT idx, LEAD(idx) OVER (ORDER BY idx) AS next FROM merkle_nodes "
+    "WHERE level = ? AND idx >= 0) AS t WHERE next IS NULL OR next - 1 <> idx "
+    "ORDER BY idx LIMIT 1"
+)
 
 
 class _PyWriter:
@@ -847,15 +854,24 @@ class SQLiteStore(ChainedAppends):
         return contiguous_nodes(rows, start)
 
     def merkle_node_count(self, level: int) -> int:
+        # Not MAX(idx) + 1 alone: one forged row at 2**40 made that the count. The column
+        # is not STRICT, so an index edited by hand may be text or real: it is named.
         with _translated("read"):
-            (count,) = (
-                self._conn()
-                .execute(
-                    "SELECT COALESCE(MAX(idx) + 1, 0) FROM merkle_nodes WHERE level = ?", (level,)
-                )
-                .fetchone()
-            )
-        return int(count)
+            conn = self._conn()
+            rows, lowest, highest, odd = conn.execute(
+                "SELECT COUNT(*), MIN(idx), MAX(idx), "
+                "MIN(CASE typeof(idx) WHEN 'integer' THEN NULL ELSE quote(idx) END) "
+                "FROM merkle_nodes WHERE level = ?",
+                (level,),
+            ).fetchone()
+
+            def first_gap() -> int:
+                (gap,) = conn.execute(_FIRST_NODE_GAP_SQL, (level,)).fetchone()
+                return int(gap)
+
+            if odd is not None:  # quote(): the stored value as SQL writes it
+                lowest = highest = odd
+            return node_count(level, int(rows), lowest, highest, first_gap)
 
     def add_merkle_nodes(self, level: int, start: int, hashes: Sequence[bytes]) -> None:
         with self._write_lock, _translated("write"):

@@ -5,7 +5,10 @@ can also delete its newest checkpoints and every event after an older one: the o
 genuinely signed state still verifies. A witness closes that hole by remembering the newest
 checkpoint somewhere the attacker is assumed not to reach, and by accepting only checkpoints
 that extend the one it holds (same origin, not smaller, consistent by an RFC 6962 proof).
-``verify`` then compares the store with the witness to detect rollback and forks.
+``verify`` then compares the store with the witness: a log shorter than the witnessed
+checkpoint is a ``rollback``; one as long or longer whose tree at that size has another
+root (the witnessed tree is no prefix of it: a store put back and grown again, or
+rewritten) is a ``fork``.
 
 :class:`Witness` is the protocol; :class:`FileWitness` keeps one note file per log, by default
 in ``$TRACEBOUND_WITNESS_DIR`` or ``~/.local/state/tracebound/witness``. Other witness kinds
@@ -63,9 +66,10 @@ class Witness(Protocol):
         """Replace the held checkpoint with ``note_text`` if it extends it; return the new one.
 
         Raises:
-            CheckpointError: bad signature, other origin, smaller size (rollback) or same
-                size with another root (fork).
-            ProofError: the consistency proof from the held checkpoint does not verify.
+            CheckpointError: bad signature, other origin, smaller size (``rollback: ...``)
+                or same size with another root (``fork: ...``).
+            ProofError: larger, but the consistency proof from the held checkpoint does not
+                verify (``fork: ...``: the log forked, or the proof is wrong).
         """
         ...
 
@@ -107,7 +111,16 @@ def _check_extends(held: Checkpoint, new: Checkpoint, proof: Sequence[bytes]) ->
         if proof:
             raise ProofError("a consistency proof from the empty tree must be empty")
         return
-    verify_consistency(held.size, new.size, held.root, new.root, proof)
+    try:
+        verify_consistency(held.size, new.size, held.root, new.root, proof)
+    except ProofError as exc:
+        # The witness cannot tell a forked log from a wrong proof of a good one; a ledger
+        # checks its proof before handing it over, so from there it is a fork.
+        raise ProofError(
+            f"fork: checkpoint of size {new.size} is not shown to extend the witnessed "
+            f"checkpoint of size {held.size} (the consistency proof does not verify: the "
+            f"log forked after it, or the proof is wrong): {exc}"
+        ) from exc
 
 
 class FileWitness:
@@ -214,8 +227,9 @@ class FileWitness:
 
         Raises:
             SignatureInvalid: the new note (or the held one) does not verify.
-            CheckpointError: malformed note, other origin, rollback, or fork.
-            ProofError: inconsistent growth.
+            CheckpointError: malformed note, other origin, rollback (smaller), or fork
+                (same size, another root).
+            ProofError: fork (larger, but not consistent with the held checkpoint).
             StorageError: the file could not be read or written.
         """
         new = open_checkpoint(note_text, verifier, origin=self.origin)

@@ -150,3 +150,31 @@ def test_an_id_column_of_the_wrong_type_is_malformed_damage(column: str, value: 
     damage = ChunkVerifier(1).feed_all(records).damage
     assert damage is not None
     assert (damage.kind, damage.position) == (DamageKind.MALFORMED, 2)
+
+
+def test_a_log_rolled_back_and_grown_again_is_a_fork_not_a_rollback() -> None:
+    """The store went back to its checkpoint of 5 events, then other events were appended.
+    Shorter than the witness's checkpoint it is a rollback; as long or longer, the log is
+    not the one the witness signed (no consistency proof joins them): a fork, found after
+    the store's last checkpoint that still matches."""
+    signed = make_log([0, 1, 0, 2, 1, 0, 0, 1, 2, 0])
+    witnessed = Checkpoint("o", 10, root_of([leaf_hash(r.hash) for r in signed]))
+    regrown = [*signed[:5], *make_log([0, 1, 0, 2, 1, 3, 3, 3, 3, 3, 3, 3])[5:]]
+    assert regrown[:5] == signed[:5] and regrown[5] != signed[5]
+    kept = Checkpoint("o", 5, root_of([leaf_hash(r.hash) for r in signed[:5]]))
+
+    def damage(size: int, checkpoints: list[Checkpoint]) -> tuple[DamageKind, int | None]:
+        log = verify_records(regrown[:size], root_sizes=[5, 10])
+        with pytest.raises(LedgerDamaged) as info:
+            check_against_checkpoints(log, checkpoints, witnessed)
+        return info.value.kind, info.value.position
+
+    assert damage(8, [kept]) == (DamageKind.ROLLBACK, 9)  # shorter: rolled back
+    assert damage(10, [kept]) == (DamageKind.FORK, 6)  # same size, another root
+    assert damage(12, [kept]) == (DamageKind.FORK, 6)  # longer, but does not extend it
+    assert damage(12, []) == (DamageKind.FORK, 1)  # the store's checkpoints dropped too
+    # The events are the signed ones, only the store's checkpoints went back: rollback.
+    log = verify_records(signed, root_sizes=[5, 10])
+    with pytest.raises(LedgerDamaged) as info:
+        check_against_checkpoints(log, [kept], witnessed)
+    assert (info.value.kind, info.value.position) == (DamageKind.ROLLBACK, 6)

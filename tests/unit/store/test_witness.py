@@ -174,3 +174,20 @@ def test_unreadable_witness_is_a_storage_error(tmp_path: Path) -> None:
     (tmp_path / "dir.note").mkdir()
     with pytest.raises(StorageError):
         FileWitness(tmp_path / "dir.note").latest(LOG.verifier)
+
+
+def test_refusals_name_rollback_and_fork(witness: FileWitness) -> None:
+    """Shorter than the held checkpoint: rollback. Same size with another root, or longer
+    without a consistency proof from the held one: fork (or a wrong proof), never a bare
+    proof failure that leaves the operator to guess."""
+    witness.update(note(20), LOG.verifier, [])
+    with pytest.raises(CheckpointError, match=r"^rollback: .* 19 .* 20"):
+        witness.update(note(19, FORKED), LOG.verifier, [])
+    with pytest.raises(CheckpointError, match=r"^fork: .* 20 "):
+        witness.update(note(20, FORKED), LOG.verifier, [])
+    with pytest.raises(ProofError, match=r"^fork: .* 30 .* 20"):
+        witness.update(note(30, FORKED), LOG.verifier, proof(20, 30, FORKED))
+    with pytest.raises(ProofError, match=r"^fork: .* 30 .* 20"):
+        witness.update(note(30), LOG.verifier, [])
+    held = witness.latest(LOG.verifier)
+    assert held is not None and (held.size, held.root) == (20, root_of(LEAVES[:20]))
