@@ -104,3 +104,147 @@ def test_the_cli_exits_1_with_a_json_error_for_a_truncated_ledger(tmp_path: Path
     plain = CliRunner().invoke(app, args, env=env)
     assert plain.exit_code == 1 and "Traceback" not in plain.output
     assert "chain ok" not in plain.output
+
+
+# -- a gap in the middle of the log ----------------------------------------------------------
+#
+# Three runs, the first gated and resumed after the second, so the log reads
+#   1-6 run A (to its gate) | 7-12 run B | 13-17 run A (approved, resumed) | 18-23 run C
+# and run A's records are not consecutive positions. Each test deletes rows from the
+# SQLite file and expects replay to name the same kind and position as `verify` does.
+
+
+def _interleaved(tmp_path: Path) -> dict[str, str]:
+    from tests.unit.replay.replay_pipelines import gated
+
+    from tracebound.ids import RunId, StepId
+    from tracebound.pipeline.runner import approve
+
+    runner = make_runner(tmp_path)
+    a = runner.run(gated, {"ticket": "A"}).run_id
+    b = runner.run(deterministic, {"ticket": "B"}).run_id
+    approve(runner.ledger, RunId(a), StepId("execute"), "alice", codeowners=runner.codeowners)
+    runner.resume(gated, a)
+    c = runner.run(deterministic, {"ticket": "C"}).run_id
+    runner.ledger.checkpoint()
+    runner.ledger.close()
+    with sqlite3.connect(tmp_path / "store" / "ledger.db") as conn:
+        layout = conn.execute("SELECT stream_id FROM events ORDER BY position").fetchall()
+    streams = [f"run/{r}" for r in (a, b, c)]
+    assert [streams.index(s) for (s,) in layout] == [0] * 6 + [1] * 6 + [0] * 5 + [2] * 6
+    return {"A": a, "B": b, "C": c}
+
+
+def _verify_says(tmp_path: Path) -> LedgerDamaged:
+    runner = make_runner(tmp_path)
+    try:
+        report = runner.ledger.verify(workers=1)
+    finally:
+        runner.ledger.close()
+    assert report.damage is not None
+    return report.damage
+
+
+@pytest.mark.parametrize(
+    ("deleted", "replayed", "why"),
+    [
+        (3, "A", "a middle event of the run's own stream"),
+        (9, "A", "another run's event between the run's own"),
+        (13, "A", "the run's own event right after another run's"),
+        (7, "B", "the run's first event (run_started), in the middle of the log"),
+        (17, "A", "the run's last event, with other events after it"),
+        (12, "B", "the run's last event, right before another run's"),
+    ],
+)
+def test_a_deleted_event_in_the_middle_of_the_log_is_a_gap_where_verify_says(
+    tmp_path: Path, deleted: int, replayed: str, why: str
+) -> None:
+    runs = _interleaved(tmp_path)
+    _sql(tmp_path, ("DELETE FROM events WHERE position = ?", (deleted,)))
+    damage = _replay(tmp_path, runs[replayed])
+    assert (damage.kind, damage.position) == (DamageKind.GAP, deleted), why
+    said = _verify_says(tmp_path)
+    assert (damage.kind, damage.position) == (said.kind, said.position)
+    assert f"position {deleted} is missing" in damage.detail
+
+
+def test_of_two_gaps_the_first_in_the_log_is_named(tmp_path: Path) -> None:
+    runs = _interleaved(tmp_path)
+    _sql(tmp_path, ("DELETE FROM events WHERE position IN (9, 15)", ()))
+    damage = _replay(tmp_path, runs["A"])
+    assert (damage.kind, damage.position) == (DamageKind.GAP, 9)
+
+
+def test_renumbered_events_after_a_deleted_one_are_reorder_where_verify_says(
+    tmp_path: Path,
+) -> None:
+    runs = _interleaved(tmp_path)
+    _sql(
+        tmp_path,
+        ("DELETE FROM checkpoints", ()),  # so that the length is not what gives it away
+        ("DELETE FROM events WHERE position = 3", ()),
+        ("UPDATE events SET position = position - 1 WHERE position > 3", ()),
+    )
+    (tmp_path / "witness" / "kit.note").unlink()
+    damage = _replay(tmp_path, runs["A"])
+    said = _verify_says(tmp_path)
+    assert (said.kind, said.position) == (DamageKind.REORDER, 3)
+    assert (damage.kind, damage.position) == (said.kind, said.position)
+
+
+def test_damage_inside_the_log_is_named_before_its_length(tmp_path: Path) -> None:
+    """`verify` reports the first bad position; a log that is also short comes after it."""
+    runs = _interleaved(tmp_path)
+    _sql(tmp_path, ("DELETE FROM events WHERE position IN (9, 22, 23)", ()))
+    damage = _replay(tmp_path, runs["A"])
+    said = _verify_says(tmp_path)
+    assert (said.kind, said.position) == (DamageKind.GAP, 9)
+    assert (damage.kind, damage.position) == (said.kind, said.position)
+
+
+def test_a_gap_outside_the_runs_span_is_left_to_verify_and_the_report_says_so(
+    tmp_path: Path,
+) -> None:
+    """Replay checks the positions from the one before the run's first event to the one
+    after its last; the rest of the log is `tracebound verify`'s (docs/pipeline.md)."""
+    runs = _interleaved(tmp_path)
+    _sql(tmp_path, ("DELETE FROM events WHERE position = 3", ()))
+    runner = make_runner(tmp_path)
+    try:
+        report = replay_run(runner.ledger, runner.blobs, runs["C"])
+    finally:
+        runner.ledger.close()
+    assert report.positions == (17, 23)
+    assert report.as_dict()["positions"] == {"from": 17, "to": 23}
+
+
+def test_the_cli_names_a_gap_in_the_middle_of_the_log(tmp_path: Path) -> None:
+    from tracebound.cli.app import app
+
+    runs = _interleaved(tmp_path)
+    _sql(tmp_path, ("DELETE FROM events WHERE position = 9", ()))
+    store, blobs = str(tmp_path / "store"), str(tmp_path / "blobs")
+    args = ["replay", runs["A"], "--store", store, "--blobs", blobs]
+    env = {"HOME": str(tmp_path / "home")}
+    result = CliRunner().invoke(app, [*args, "--json"], env=env)
+    assert result.exit_code == 1, result.output
+    error = json.loads(result.stdout)["error"]
+    assert error["kind"] == "LedgerDamaged"
+    assert error["message"].startswith("gap at position 9: position 9 is missing")
+    plain = CliRunner().invoke(app, args, env=env)
+    assert plain.exit_code == 1 and "Traceback" not in plain.output
+    assert "chain ok" not in plain.output and "gap at position 9" in plain.output
+
+
+def test_the_cli_says_which_positions_replay_checked(tmp_path: Path) -> None:
+    from tracebound.cli.app import app
+
+    runs = _interleaved(tmp_path)
+    store, blobs = str(tmp_path / "store"), str(tmp_path / "blobs")
+    args = ["replay", runs["A"], "--store", store, "--blobs", blobs]
+    env = {"HOME": str(tmp_path / "home")}
+    result = CliRunner().invoke(app, [*args, "--json"], env=env)
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["ok"] is True and out["chain"] == "ok"
+    assert out["positions"] == {"from": 1, "to": 18}  # run A is at 1..17; 18 is run C's

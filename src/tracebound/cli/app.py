@@ -69,7 +69,13 @@ from tracebound.integrity.chain import GENESIS, chain_hash
 from tracebound.integrity.merkle import EMPTY_ROOT
 from tracebound.integrity.note import Checkpoint
 from tracebound.integrity.verify import link_damage
-from tracebound.ledger import ORIGIN_KEY, InclusionBundle, stored_origin, verify_bundle
+from tracebound.ledger import (
+    ORIGIN_KEY,
+    InclusionBundle,
+    VerifyReport,
+    stored_origin,
+    verify_bundle,
+)
 from tracebound.store.keyfile import generate_keypair
 from tracebound.store.port import AppendRequest, LedgerStore
 from tracebound.store.url import open_store
@@ -741,6 +747,30 @@ def checkpoint(
     console.print("The witness now holds it; a rollback of the store will be detected.")
 
 
+def _coverage(report: VerifyReport, stored: list[int]) -> dict[str, int] | None:
+    """How the verified events split between what signatures cover and what they do not.
+
+    ``signature_checked``: covered by a checkpoint (or the witness's) whose signature was
+    checked; ``signature_unchecked``: covered only by a stored checkpoint whose signature
+    could not be checked (no verifier key); ``after_last_checkpoint``: after the newest
+    stored checkpoint, chain-checked only. They add up to ``size``; ``uncovered`` is the
+    last two. ``roots_compared``: signed roots the log's Merkle root was compared with.
+    None when the ledger is damaged (the counts would describe a log that is not intact).
+    """
+    if report.damage is not None:
+        return None
+    checked = report.checks.get("signature") == "ok"
+    signed = max(report.checkpoint_size or 0, report.witness_size or 0)
+    covered = min(report.size, signed)
+    after = max(0, report.size - max(signed, max(stored, default=0)))
+    return {
+        "signature_checked": covered,
+        "signature_unchecked": report.size - covered - after,
+        "after_last_checkpoint": after,
+        "roots_compared": (len(stored) if checked else 0) + (report.checks.get("witness") == "ok"),
+    }
+
+
 @app.command()
 def verify(
     store: StoreOpt = None,
@@ -757,37 +787,55 @@ def verify(
     Exit 0 only when everything agrees; 1 names the first bad position and the kind of
     damage; 3 when nothing is damaged but something could not be checked (no checkpoint,
     key or witness yet).
+
+    Without a verifier key the stored checkpoints are there but unchecked: the events they
+    cover are reported as signed, signature not checked; only the events after the newest
+    stored checkpoint are "not yet signed" (``coverage`` in the JSON).
     """
     with handled(as_json):
         ledger = open_ledger(store, key=key, verifier_key=verifier_key, witness=witness)
         try:
             with progress_bar("verifying", enabled=not as_json) as update:
                 report = ledger.verify(progress=update, workers=workers)
+            stored = [size for size, _note in ledger.store.checkpoints()]
         finally:
             ledger.close()
     code = EXIT_OK if report.ok else EXIT_INCOMPLETE
     if report.damage is not None:
         code = EXIT_DAMAGED
+    newest_stored = max(stored, default=None)
+    coverage = _coverage(report, stored)
     if as_json:
-        emit_json(report.as_dict())
+        # `uncovered` keeps its meaning (no checked signature covers these events); the
+        # keys after it say which of them are signed but unchecked (docs: README).
+        emit_json(
+            {**report.as_dict(), "stored_checkpoint_size": newest_stored, "coverage": coverage}
+        )
         raise typer.Exit(code)
     table = Table(title="tracebound verify", show_header=False)
     table.add_column("check")
     table.add_column("result")
     for check in ("chain", "positions", "merkle", "signature", "witness"):
         status = report.checks.get(check, "not reached")
+        if check == "merkle" and status == "ok" and coverage and not coverage["roots_compared"]:
+            status = "root computed, not compared: no checked checkpoint or witness"
         colour = "green" if status == "ok" else ("red" if status in {"failed"} else "yellow")
         table.add_row(check, f"[{colour}]{escape(status)}[/]")
     table.add_row("events", f"{report.size:,} in {report.streams:,} stream(s)")
-    for label, size in (("signed up to", report.checkpoint_size),
-                        ("witness holds", report.witness_size)):  # fmt: skip
-        table.add_row(label, "-" if size is None else f"{size:,}")
-    # Without a verifier key the checkpoints were not read: "not yet signed" (and
-    # "run checkpoint", which needs the signing key) would be wrong.
     unchecked = report.checks.get("signature") == "no verifier key given"
-    if report.uncovered and not unchecked:
+    signed_up_to = "-" if report.checkpoint_size is None else f"{report.checkpoint_size:,}"
+    if unchecked and newest_stored is not None:
+        # The checkpoints are there; only their signatures could not be checked.
+        signed_up_to = f"{newest_stored:,} (signature not checked: no verifier key)"
+    table.add_row("signed up to", signed_up_to)
+    table.add_row(
+        "witness holds", "-" if report.witness_size is None else f"{report.witness_size:,}"
+    )
+    if coverage and coverage["after_last_checkpoint"]:
         table.add_row(
-            "not yet signed", f"{report.uncovered:,} (chain-checked; run `tracebound checkpoint`)"
+            "not yet signed",
+            f"{coverage['after_last_checkpoint']:,} after the newest checkpoint "
+            "(chain-checked; run `tracebound checkpoint`)",
         )
     console.print(table)
     if unchecked and report.damage is None:

@@ -5,8 +5,15 @@ store holds the payloads by digest. :func:`replay_run` puts the two together aga
 trusts neither:
 
 * every record of the run is read back as stored bytes and re-hashed, and each must link
-  to the one before it (BLAKE3 chain, from genesis): a damaged stream raises
-  :class:`~tracebound.errors.LedgerDamaged`, because nothing built on it could be trusted;
+  to the one before it (BLAKE3 chain, from genesis, stream versions 1, 2, 3...): a damaged
+  stream raises :class:`~tracebound.errors.LedgerDamaged`, because nothing built on it
+  could be trusted;
+* the log's positions must be contiguous over the run's *span*, from the position before
+  its first record to the one after its last: a deleted event there (the run's own or
+  another stream's, its first or its last) is a GAP at the missing position. Only the
+  chain hashes of the span are read, not the whole log: a gap or an edit elsewhere in the
+  log is ``tracebound verify``'s to find. Damage is named as ``verify`` names it: the
+  first bad position the checks reach, and the same kind;
 * the log must be at least as long as its newest checkpoint and its witness's: a run cut
   short at the end of the log still chains from genesis, and only the signed length tells
   it from a run that stopped there (TRUNCATION or ROLLBACK);
@@ -48,7 +55,7 @@ from tracebound.events.catalog import (
 from tracebound.events.envelope import RecordedEvent
 from tracebound.events.record import RawRecord, decode_record
 from tracebound.integrity.chain import GENESIS, chain_hash
-from tracebound.integrity.verify import check_length, link_damage
+from tracebound.integrity.verify import ChunkVerifier, _diagnose, check_length, link_damage
 from tracebound.ledger import Ledger
 from tracebound.pipeline.runner import run_stream
 from tracebound.store.blobs import BlobStore
@@ -140,6 +147,9 @@ class ReplayReport:
     blame: list[tuple[str, str | None]] = field(default_factory=list)  # (failed, origin)
     approvals: list[ApprovalRecorded] = field(default_factory=list)
     failures: list[ChecksumFailure] = field(default_factory=list)
+    # The log positions found contiguous: the run's span, from the position before its
+    # first record to the one after its last (within the log). Not the whole log.
+    positions: tuple[int, int] = (0, 0)
 
     @property
     def ok(self) -> bool:
@@ -159,6 +169,7 @@ class ReplayReport:
             "head": self.head.hex(),
             "inputs_digest": self.inputs_digest,
             "chain": "ok",
+            "positions": {"from": self.positions[0], "to": self.positions[1]},
             "steps": [s.as_dict() for s in self.steps],
             "lineage": self.lineage,
             "blame": [{"failed": f, "origin": o} for f, o in self.blame],
@@ -189,17 +200,83 @@ def _ranges(positions: Iterable[int]) -> Iterator[tuple[int, int]]:
         yield first, last
 
 
-def read_run_records(store: LedgerStore, run_id: str) -> list[tuple[RawRecord, RecordedEvent]]:
-    """The run stream's records as stored bytes, each re-hashed and linked from genesis.
+_SPAN_PAGE = 1 << 16  # positions whose hashes are counted per read
 
-    The stream index only says *where* the records are; what is returned is decoded from
-    the bytes that were hashed, so an index that lies cannot change what a caller sees.
 
-    Raises:
-        ConfigError: there is no such run.
-        LedgerDamaged: a record does not hash to its stored hash, does not link to the one
-            before it, is not where the index says, or no longer decodes.
+def _span(store: LedgerStore, first: int, last: int) -> tuple[int, int]:
+    """The positions to find contiguous around a run at ``first .. last``: one more on each
+    side, within the log, so that a deleted first or last event of the run shows too."""
+    return max(1, first - 1), max(last, min(store.size(), last + 1))
+
+
+def _stored(store: LedgerStore, start: int, stop: int) -> int:
+    """How many positions of ``start .. stop`` the store holds (hashes only, when it can)."""
+    read_hashes = getattr(store, "read_hashes", None)
+    if read_hashes is not None:
+        return len(read_hashes(start, stop))
+    return sum(1 for _ in store.read_raw(start=start, stop=stop))
+
+
+def _gap(store: LedgerStore, start: int, stop: int) -> LedgerDamaged | None:
+    """The first position of ``start .. stop`` missing from the log, in `verify`'s words.
+
+    Positions are counted page by page (cheap); only a page that comes up short is read
+    record by record, to name the position.
     """
+    page = start
+    while page <= stop:
+        end = min(stop, page + _SPAN_PAGE - 1)
+        if _stored(store, page, end) == end - page + 1:
+            page = end + 1
+            continue
+        expected = page
+        for raw in store.read_raw(start=page):
+            if raw.position > expected:
+                return LedgerDamaged(
+                    DamageKind.GAP,
+                    expected,
+                    f"position {expected} is missing (next stored is {raw.position})",
+                )
+            if raw.position < expected:
+                return LedgerDamaged(DamageKind.REORDER, raw.position, "position is stored twice")
+            expected += 1
+        return LedgerDamaged(
+            DamageKind.GAP, expected, f"position {expected} is missing (the log ends before it)"
+        )
+    return None
+
+
+def _record_damage(
+    stream: str, version: int, head: bytes, raw: RawRecord
+) -> tuple[LedgerDamaged | None, RecordedEvent | None]:
+    """What is wrong with ``raw`` as the record after (``version``, ``head``) of ``stream``,
+    checked in `verify`'s order (hash, columns, link); else its decoded event."""
+    if raw.stream_id != stream:
+        return LedgerDamaged(
+            DamageKind.TAMPER, raw.position, f"indexed in {stream!r} but stored as another"
+        ), None
+    if chain_hash(raw.prev_hash, raw.body) != raw.hash:
+        return _diagnose(raw, "the record's bytes do not hash to its hash"), None
+    try:
+        event = decode_record(raw.body, raw.hash)
+    except (IntegrityError, ValidationFailed) as exc:
+        return LedgerDamaged(
+            DamageKind.MALFORMED, raw.position, f"the record cannot be decoded: {exc}"
+        ), None
+    if (event.stream_id, event.stream_version, event.position) != (
+        stream,
+        raw.stream_version,
+        raw.position,
+    ):
+        # Moved (REORDER: the bytes say another position) or edited columns (TAMPER).
+        return _diagnose(raw, "the record's bytes disagree with its columns"), None
+    return link_damage(stream, version, head, raw), event
+
+
+def _read_run(
+    store: LedgerStore, run_id: str
+) -> tuple[list[tuple[RawRecord, RecordedEvent]], tuple[int, int]]:
+    """:func:`read_run_records`, and the span of positions found contiguous around it."""
     stream = run_stream(run_id)
     try:
         positions = [e.position for e in store.read_stream(stream)]
@@ -212,37 +289,59 @@ def read_run_records(store: LedgerStore, run_id: str) -> list[tuple[RawRecord, R
     raws: list[RawRecord] = []
     for first, last in _ranges(positions):
         raws += store.read_raw(start=first, stop=last)
+    span = _span(store, min(positions), max(positions))
+    gap = _gap(store, *span)
     out: list[tuple[RawRecord, RecordedEvent]] = []
     version, head = 0, bytes(GENESIS)
     for raw in raws:
-        if raw.stream_id != stream:
-            raise LedgerDamaged(
-                DamageKind.TAMPER, raw.position, f"indexed in {stream!r} but stored as another"
-            )
-        damage = link_damage(stream, version, head, raw)
+        damage, event = _record_damage(stream, version, head, raw)
         if damage is not None:
-            raise damage
-        if chain_hash(raw.prev_hash, raw.body) != raw.hash:
-            raise LedgerDamaged(
-                DamageKind.TAMPER, raw.position, "the record's bytes do not hash to its hash"
-            )
-        try:
-            event = decode_record(raw.body, raw.hash)
-        except (IntegrityError, ValidationFailed) as exc:
-            raise LedgerDamaged(
-                DamageKind.MALFORMED, raw.position, f"the record cannot be decoded: {exc}"
-            ) from exc
-        if (event.stream_id, event.stream_version, event.position) != (
-            stream,
-            raw.stream_version,
-            raw.position,
-        ):
-            raise LedgerDamaged(
-                DamageKind.TAMPER, raw.position, "the record's bytes disagree with its columns"
-            )
+            # A gap before this record comes first (a deleted event of the run is one: its
+            # successor jumps a version, but the missing position is the damage).
+            if gap is not None and (gap.position or 0) <= (damage.position or 0):
+                damage = gap
+            raise _earliest(store, span[0], damage)
+        assert event is not None
         version, head = raw.stream_version, raw.hash
         out.append((raw, event))
-    return out
+    if gap is not None:
+        raise _earliest(store, span[0], gap)
+    return out, span
+
+
+def _earliest(store: LedgerStore, start: int, damage: LedgerDamaged) -> LedgerDamaged:
+    """``damage``, or the first damage before it in the run's span, as `verify` finds it.
+
+    Only on this failure path are the span's records before the damage read and checked
+    with `verify`'s own code: a run's records moved up by a deleted row are found where the
+    first one moved, not where the run's next record happens to be.
+    """
+    if damage.position is None or damage.position <= start:
+        return damage
+    found = ChunkVerifier(start).feed_all(store.read_raw(start=start, stop=damage.position - 1))
+    earlier = found.damage
+    if earlier is not None and earlier.position is not None and earlier.position < damage.position:
+        return earlier
+    return damage
+
+
+def read_run_records(store: LedgerStore, run_id: str) -> list[tuple[RawRecord, RecordedEvent]]:
+    """The run stream's records as stored bytes, each re-hashed and linked from genesis.
+
+    The stream index only says *where* the records are; what is returned is decoded from
+    the bytes that were hashed, so an index that lies cannot change what a caller sees.
+    The log's positions around the run (from the one before its first record to the one
+    after its last) must be contiguous too; the rest of the log is not read.
+
+    Raises:
+        ConfigError: there is no such run.
+        LedgerDamaged: a record does not hash to its stored hash, does not link to the one
+            before it (a stream version skipped: GAP), is not where the index says or where
+            its bytes say (REORDER), or no longer decodes; or a position of the run's span
+            is missing (GAP, at that position). The first bad position is named, as
+            ``tracebound verify`` names it.
+    """
+    return _read_run(store, run_id)[0]
 
 
 def _undecodable(store: LedgerStore, stream: str, exc: Exception) -> LedgerDamaged:
@@ -365,8 +464,14 @@ def replay_run(ledger: Ledger | LedgerStore, blobs: BlobStore, run_id: str) -> R
             :func:`check_not_truncated`).
     """
     store = ledger.store if isinstance(ledger, Ledger) else ledger
+    try:
+        records, span = _read_run(store, run_id)
+    except ConfigError:
+        check_not_truncated(ledger)  # a run cut off the end of the log whole is damage
+        raise
+    # After the run's own checks: damage inside the log comes before its length, as in
+    # `verify`, which names the first bad position.
     check_not_truncated(ledger)
-    records = read_run_records(store, run_id)
     first = records[0][1].payload
     if not isinstance(first, RunStarted):
         raise ConfigError(f"run {run_id!r} does not start with run_started")
@@ -392,6 +497,7 @@ def replay_run(ledger: Ledger | LedgerStore, blobs: BlobStore, run_id: str) -> R
         events=len(records),
         head=records[-1][0].hash,
         failures=failures,
+        positions=span,
     )
     for raw, event in records:
         p = event.payload
