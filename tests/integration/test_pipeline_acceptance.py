@@ -523,3 +523,26 @@ def test_two_repairs_of_one_gated_step_get_distinct_ids_and_approvals(kit: Kit) 
     ids = [s.step_id for s in steps(kit, result) if s.status != "gated"]
     assert len(ids) == len(set(ids)), ids  # every executed step has its own id
     assert ids[-3:] == ["execute~r2", "critique~r2", "review~r1"]
+
+
+def test_a_step_that_failed_its_required_validations_is_not_gated_for_approval(
+    kit: Kit,
+) -> None:
+    """A human is not asked to approve an artifact its own required checks refused: the
+    step is an error (and repaired), never gated and then applied as a success."""
+    applied: list[str] = []
+    pipe = Pipeline("gated-but-red", max_repairs=0)
+
+    @pipe.planner()
+    def plan(ctx: StepContext) -> dict[str, object]:
+        env = tpc("Planner")["handoff_envelope"]
+        return tpc("Planner", handoff_envelope={**env, "required_validations": ["fuzz-suite"]})
+
+    @pipe.executor(apply=lambda ctx, artifact: applied.append(ctx.step_id))
+    def execute(ctx: StepContext) -> dict[str, object]:
+        return tpc("Executor", diffs=[diff("requirements.txt")])
+
+    result = kit.runner().run(pipe, {})
+    assert (result.status, result.failed_step) == ("failed", "execute")
+    assert payloads(kit, result, GateRequested) == [] and applied == []
+    assert [s.status for s in steps(kit, result) if s.step_id == "execute"] == ["error"]

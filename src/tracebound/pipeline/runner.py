@@ -272,7 +272,8 @@ class Runner:
             RunAlreadyResumed: another process claimed the run first (its ``run_resumed``
                 is in the stream); this one ran no step or hook and wrote nothing.
             ConfigError: no such run, another pipeline's run, or not waiting at a gate;
-                a take-over of a run nobody claimed, or without a name.
+                a take-over of a run nobody claimed, or without a name; an approved gate
+                whose gated artifact was never recorded (the process died in between).
         """
         if take_over_by is not None and not take_over_by.strip():
             raise ConfigError("a take-over names the human who takes the run over")
@@ -293,7 +294,17 @@ class Runner:
         name = gate.step_id.split("~", 1)[0]
         # Before the claim: a pipeline without the step fails here, leaving the run unclaimed.
         start = pipeline.index(name) if decision.decision == "approved" else 0
-        paused = _paused_repair(run_id, gate, loaded.repair)
+        paused = None
+        if decision.decision == "approved":
+            gated = run.accepted.get(name)
+            if gated is None or gated.status != "gated" or gated.step_id != gate.step_id:
+                # The process died (or is still writing) between gate_requested and the
+                # gated step_recorded: there is no artifact the approval could cover.
+                raise ConfigError(
+                    f"run {run_id} waits at {gate.step_id}, but the artifact that gate was "
+                    "requested for was never recorded: an approval cannot apply it"
+                )
+            paused = _paused_repair(run_id, gate, loaded.repair)
         self._claim(run, gate, decision, loaded.version, taken_over_by=take_over_by)
         if decision.decision == "rejected":
             self._finish(run, "rejected", gate.step_id, f"rejected by {decision.approver}")
@@ -451,7 +462,8 @@ class Runner:
             alternatives = [self._scrub(a) for a in alternatives]
             self._emit(run, RouteChosen(run_id=run.run_id, step_id=sr.step_id, chosen=chosen,
                                         alternatives=tuple(alternatives), reason=why))  # fmt: skip
-        if self._gate(sr, artifact, redaction_reason):  # 6
+        # 6: a step its own required checks refused is an error, not a question for a human
+        if not sr.failed and self._gate(sr, artifact, redaction_reason):
             return sr.outcome
         outcome = sr.outcome
         if sr.failed:
@@ -477,9 +489,13 @@ class Runner:
         return outcome
 
     def _begin(self, run: _Run, spec: StepSpec, attempt: int) -> _StepRun:
-        step_id = StepId(spec.name if attempt == 0 else _rerun_id(run, spec.name))
-        parent = run.accepted.get(spec.after) if spec.after else None
         approved = spec.name in run.approved
+        gated = run.accepted.get(spec.name)
+        if approved and gated is not None and gated.status == "gated":
+            step_id = gated.step_id  # the approved execution goes on under its own id
+        else:
+            step_id = StepId(spec.name if attempt == 0 else _rerun_id(run, spec.name))
+        parent = run.accepted.get(spec.after) if spec.after else None
         return _StepRun(
             run=run,
             spec=spec,
@@ -880,7 +896,8 @@ class Runner:
         repair: RepairAttempted | None = None
         finished: RunFinished | None = None
         steps: list[StepRecorded] = []
-        at_claim: int | None = None  # how many steps were recorded when the gate was claimed
+        blames: list[BlameAssigned] = []
+        at_claim: tuple[int, int] | None = None  # steps and blames recorded at the claim
         version = 0
         for e in self.ledger.store.read_stream(run_stream(run_id)):
             version = e.stream_version
@@ -895,18 +912,15 @@ class Runner:
                 decision = p
             elif isinstance(p, RunResumed) and gate and p.step_id == gate.step_id:
                 claimed = e
-                at_claim = len(steps) if at_claim is None else at_claim
-            elif isinstance(p, RepairAttempted):
+                at_claim = (len(steps), len(blames)) if at_claim is None else at_claim
+            elif isinstance(p, RepairAttempted) and at_claim is None:
+                # the attempt the gate paused; a claimant's own repairs come after its claim
                 repair = p
+            elif isinstance(p, BlameAssigned):
+                blames.append(p)
             elif isinstance(p, RunFinished):
                 finished = p
-        if started is None:
-            raise ConfigError(f"no run {run_id!r} in this ledger")
-        if started.pipeline != pipeline.name:
-            raise ConfigError(
-                f"run {run_id} is of pipeline {started.pipeline!r}, not {pipeline.name!r}"
-            )
-        inputs = orjson.loads(self.blobs.get(started.inputs_digest))
+        inputs = orjson.loads(self.blobs.get(_started(started, pipeline, run_id).inputs_digest))
         status: RunStatus = finished.status if finished else "gated"
         rid = RunId(run_id)
         run = _Run(rid, pipeline, inputs, RunResult(rid, status), version=version)
@@ -914,20 +928,36 @@ class Runner:
         # A claimed run (what a take-over continues) is rebuilt as it stood at its gate:
         # whatever the dead claimant recorded after its claim stays in the ledger but is not
         # built on, so the gated step applies the artifact the human approved, not a new one.
-        self._restore_steps(run, steps if at_claim is None or not waiting else steps[:at_claim])
+        if at_claim is not None and waiting:
+            steps, blames = steps[: at_claim[0]], blames[: at_claim[1]]
+        self._restore_steps(run, steps, blames)
         if not waiting:
             return _Loaded(run, None, None, None, None, version)
         return _Loaded(run, gate, decision, claimed, repair, version)
 
-    def _restore_steps(self, run: _Run, steps: list[StepRecorded]) -> None:
-        """The recorded steps' outcomes, with their artifacts read back from the blobs."""
+    def _restore_steps(
+        self, run: _Run, steps: list[StepRecorded], blames: list[BlameAssigned]
+    ) -> None:
+        """The recorded steps' outcomes, with their artifacts read back from the blobs and
+        their failures from the blames they recorded: a Critic's findings, or the reason a
+        step failed (its last blame), so a resumed repair hands the same notes on and a run
+        that ends failed says why."""
+        by_detector: dict[str, list[BlameAssigned]] = {}
+        for b in blames:
+            by_detector.setdefault(b.detected_by, []).append(b)
         for s in steps:
             artifact = None
             if s.status in {"success", "gated"}:
                 artifact = TPCArtifact.model_validate(orjson.loads(self.blobs.get(s.artifact_hash)))
+            found = list(by_detector.get(s.step_id, ())) if s.status != "gated" else []
+            failure = found.pop() if s.status == "error" and found else None
+            findings = tuple(Finding(b.failed_step_id, b.reason, b.harmful, b.origin_step_id)
+                             for b in found)  # fmt: skip
+            reason = failure.reason if failure else "; ".join(f.reason for f in findings)
             outcome = StepOutcome(s.step_id, s.step_id.split("~", 1)[0], s.role, s.status,
                                   artifact, s.artifact_hash, s.error_origin, s.latency_ms,
-                                  tuple(s.validations.failed))  # fmt: skip
+                                  tuple(s.validations.failed), findings,
+                                  reason or None)  # fmt: skip
             run.result.steps.append(outcome)
             if s.status in {"success", "gated"}:
                 run.accepted[outcome.name] = outcome
@@ -960,6 +990,17 @@ def _paused_repair(
             "no repair attempt the gate paused: it cannot be resumed"
         )
     return repair
+
+
+def _started(started: RunStarted | None, pipeline: Pipeline, run_id: str) -> RunStarted:
+    """The run's ``run_started``, checked to be there and of this pipeline."""
+    if started is None:
+        raise ConfigError(f"no run {run_id!r} in this ledger")
+    if started.pipeline != pipeline.name:
+        raise ConfigError(
+            f"run {run_id} is of pipeline {started.pipeline!r}, not {pipeline.name!r}"
+        )
+    return started
 
 
 def _rerun_id(run: _Run, name: str) -> str:
