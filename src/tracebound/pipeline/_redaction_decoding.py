@@ -1,4 +1,4 @@
-"""Decoders the redactor looks through: percent-encoding and base64.
+"""Decoders the redactor looks through: percent-encoding (with form ``+``) and base64.
 
 A secret written as ``password%3Dhunter2`` or as ``cGFzc3dvcmQ9aHVudGVyMg==`` is the same
 secret to whoever decodes it, and no detector sees it as written. The redactor decodes such
@@ -8,9 +8,13 @@ only decodes; it knows nothing of detectors.
 - Percent-encoding decodes character by character, so :func:`percent_view` keeps, for
   each decoded character, the characters of the original that wrote it: a hit in the
   decoded text maps back to an exact span of the original.
+- In a form body (``application/x-www-form-urlencoded``) ``+`` is a space. Text that
+  looks form-encoded (:func:`form_encoded`) is decoded with ``+`` as a space as well, so
+  ``%22password%22%3A+%22…`` reads ``"password": "…``.
 - Base64 does not: three bytes are spread over four characters. :func:`base64_texts`
   yields each token that decodes to text, and the redactor takes the whole token when the
-  text holds a secret.
+  text holds a secret. A block wrapped in lines is joined, whether the line breaks are
+  real or ``\n`` escapes inside a JSON string.
 
 Both are strict, so that ordinary text does not decode by accident: ``%`` must be followed
 by two hex digits (and multi-byte sequences must be valid UTF-8), and a base64 token must
@@ -32,7 +36,9 @@ __all__ = [
     "BASE64_MIN_LENGTH",
     "View",
     "base64_texts",
+    "decode_base64",
     "escaped_lines",
+    "form_encoded",
     "might_hold_base64",
     "percent_view",
 ]
@@ -45,6 +51,15 @@ BASE64_MAX_LENGTH = 1 << 20
 """Longest token decoded, to bound memory; longer ones are left to the entropy rule."""
 
 _PERCENT_RUN = re.compile(r"%[0-9A-Fa-f]{2}(?:%[0-9A-Fa-f]{2})*")  # literal first: a fast scan
+# A ``+`` that a form encoder wrote for a space: inside a ``key=value`` value
+# (``q=a+b``; base64 padding is never followed by a ``+``), or next to an escape
+# (``%3A+Basic``). Not one between spaces (``a + b``), nor a leading one (``+1 415``).
+# Each branch starts with a literal, so ``re`` skips ahead to the next ``=``, ``%`` or ``+``.
+_FORM_PLUS = r"=[^\s=&+]*\+(?=[^\s=&+])|%[0-9A-Fa-f]{2}\+(?=[^\s+])|\+%[0-9A-Fa-f]{2}"
+_FORM = re.compile(_FORM_PLUS)
+# What makes a line worth decoding: an escape, or a form's ``+``.
+_ENCODED = re.compile(rf"%[0-9A-Fa-f]{{2}}(?:%[0-9A-Fa-f]{{2}})*|{_FORM_PLUS}")
+_PERCENT_OR_PLUS = re.compile(r"%[0-9A-Fa-f]{2}(?:%[0-9A-Fa-f]{2})*|\+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,13 +105,22 @@ def _utf8_length(lead: int) -> int:
     return 0
 
 
+def form_encoded(text: str) -> bool:
+    """Whether ``text`` holds a ``+`` that a form encoder wrote for a space."""
+    return "+" in text and ("=" in text or "%" in text) and _FORM.search(text) is not None
+
+
 def escaped_lines(text: str) -> Iterator[tuple[int, int]]:
-    """The parts of ``text`` worth decoding: each line that holds a ``%XX`` escape, with
-    the line before and the line after it (a rule may read a key on one line and its value
-    on the next), merged where they touch. Text with an escape on every line is one part.
+    """The parts of ``text`` worth decoding: each line that holds a ``%XX`` escape or a
+    form's ``+`` (:func:`form_encoded`), with the line before and the line after it (a
+    rule may read a key on one line and its value on the next), merged where they touch.
+    Text with an escape on every line is one part.
     """
     window: tuple[int, int] | None = None
-    for run in _PERCENT_RUN.finditer(text):
+    # A form's ``+`` needs an ``=`` or an escape with it: most text with a ``+`` (a diff,
+    # ``a + b``) has neither and is scanned for escapes only.
+    form = "+" in text and ("=" in text or "%" in text)
+    for run in (_ENCODED if form else _PERCENT_RUN).finditer(text):
         if window is not None and run.start() < window[1]:
             continue
         line_start = text.rfind("\n", 0, run.start()) + 1
@@ -114,27 +138,17 @@ def escaped_lines(text: str) -> Iterator[tuple[int, int]]:
         yield window
 
 
-def percent_view(text: str) -> View | None:
-    """``text`` with its ``%XX`` escapes decoded; None when it holds none.
-
-    Escapes are decoded as UTF-8 bytes. An escape that is not part of a valid sequence (a
-    lone ``%C3``, Latin-1 ``%E9``) stays as written. ``+`` stays ``+``: it is a space
-    only in form bodies, and decoding it would split base64 and phone numbers.
-    """
-    if "%" not in text:
-        return None
-    pieces: list[str] = []
-    starts: list[int] = []
-    sources: list[int] = []
-    ends: list[int] = []
-    copied = 0  # the original up to here is in the view
-    length = 0  # the view's length so far
-    for run in _PERCENT_RUN.finditer(text):
+def _decodings(text: str, *, plus: bool) -> Iterator[tuple[int, int, str]]:
+    """``(start, end, char)`` for each escape (or form ``+``) of ``text``, in order: the
+    character that ``text[start:end]`` writes."""
+    for run in (_PERCENT_OR_PLUS if plus else _PERCENT_RUN).finditer(text):
+        if run.group() == "+":
+            yield run.start(), run.end(), " "
+            continue
         data = bytes.fromhex(run.group().replace("%", ""))
         index = 0
         while index < len(data):
             width = _utf8_length(data[index])
-            at = run.start() + 3 * index
             try:
                 char = data[index : index + width].decode("utf-8") if width else ""
             except UnicodeDecodeError:
@@ -142,19 +156,40 @@ def percent_view(text: str) -> View | None:
             if len(char) != 1:
                 index += 1  # not a valid sequence: this escape is copied as written
                 continue
-            if at > copied:
-                starts.append(length)
-                sources.append(copied)
-                ends.append(-1)
-                pieces.append(text[copied:at])
-                length += at - copied
-            starts.append(length)
-            sources.append(at)
-            ends.append(at + 3 * width)
-            pieces.append(char)
-            length += 1
-            copied = at + 3 * width
+            at = run.start() + 3 * index
+            yield at, at + 3 * width, char
             index += width
+
+
+def percent_view(text: str, *, plus: bool = False) -> View | None:
+    """``text`` with its ``%XX`` escapes decoded; None when it holds none.
+
+    Escapes are decoded as UTF-8 bytes. An escape that is not part of a valid sequence (a
+    lone ``%C3``, Latin-1 ``%E9``) stays as written. ``+`` stays ``+`` unless ``plus``
+    (for text that :func:`form_encoded` says is a form body): elsewhere decoding it would
+    split base64 and phone numbers.
+    """
+    if "%" not in text and not (plus and "+" in text):
+        return None
+    pieces: list[str] = []
+    starts: list[int] = []
+    sources: list[int] = []
+    ends: list[int] = []
+    copied = 0  # the original up to here is in the view
+    length = 0  # the view's length so far
+    for at, end, char in _decodings(text, plus=plus):
+        if at > copied:
+            starts.append(length)
+            sources.append(copied)
+            ends.append(-1)
+            pieces.append(text[copied:at])
+            length += at - copied
+        starts.append(length)
+        sources.append(at)
+        ends.append(end)
+        pieces.append(char)
+        length += 1
+        copied = end
     if not pieces:
         return None
     if copied < len(text):
@@ -173,11 +208,16 @@ def percent_view(text: str) -> View | None:
 #   than base64 that happens to be all hex.
 # ``=`` may stand before the run (``password=…``) or after it (glue): see _padded.
 _RUN = r"[A-Za-z0-9+/_\-]"
-_TOKEN = re.compile(
-    rf"(?<!{_RUN})(?={_RUN}{{{BASE64_MIN_LENGTH}}})"  # first the length: most words fail it
+_TOKEN_BODY = (
+    rf"(?={_RUN}{{{BASE64_MIN_LENGTH}}})"  # first the length: most words fail it
     rf"(?=[a-z+/_\-]*[A-Z0-9])(?![0-9A-Fa-f\-]*=*(?!{_RUN}))"
     rf"{_RUN}{{{BASE64_MIN_LENGTH},}}={{0,2}}(?!{_RUN})"
 )
+_TOKEN = re.compile(rf"(?<!{_RUN}){_TOKEN_BODY}")
+# In a JSON string a token may follow a ``\n`` (``\r``, ``\t``) escape, whose letter the
+# run above takes in: the token is what follows the letter. (Searched separately, and only
+# in text with a backslash: a look-behind alternative would slow the scan above 2x.)
+_AFTER_ESCAPE = re.compile(rf"\\[nrt]({_TOKEN_BODY})")
 # Every base64 character as ``a``, any other ASCII character as a space: a text holds a
 # run of 16 exactly when its translation holds ``a`` * 16, which C finds ten times faster
 # than ``re`` scans for it. Prose mostly has none; ids and digests pass to the regex.
@@ -190,9 +230,11 @@ def might_hold_base64(text: str) -> bool:
     return _SIXTEEN in text.translate(_RUNS) and _TOKEN.search(text) is not None
 
 
-# The next line of a wrapped block: a line break, indentation, and a run of any length
-# that fills the rest of the line.
-_NEXT_LINE = re.compile(rf"\r?\n([ \t]*)({_RUN}+={{0,2}})(?=[ \t]*(?:\r?\n|$))")
+# The next line of a wrapped block: a line break (or, inside a JSON string, a ``\n`` or
+# ``\r\n`` escape), indentation, and a run of any length that fills the rest of the line
+# (up to the next break, the end, or the string's closing quote).
+_BREAK = r"(?:\r?\n|(?:\\r)?\\n)"
+_NEXT_LINE = re.compile(rf"{_BREAK}([ \t]*)({_RUN}+={{0,2}})(?=[ \t]*(?:{_BREAK}|$|[\"',]))")
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _DIGESTS = r"(?:sha1|sha224|sha256|sha384|sha512|blake2b|blake3|md5)"
 _DIGEST_LABEL = re.compile(rf"(?i){_DIGESTS}[:\-=]$")  # before a token: ``sha256:…``
@@ -230,7 +272,7 @@ def _strict_bytes(token: str) -> bytes | None:
     return raw
 
 
-def _decode(token: str) -> str | None:
+def decode_base64(token: str) -> str | None:
     """The text a base64 token encodes, or None if it is not strictly base64 of text."""
     raw = _strict_bytes(token)
     if raw is None:
@@ -246,7 +288,7 @@ def _wrapped_block(text: str, first: str, end: int) -> tuple[int, str] | None:
     """The block that ``first`` (ending at ``end``) opens, as ``(end, joined)``, when it is
     wrapped: ``base64`` and MIME break lines every 76 characters, PEM every 64. That is
     lines of one length (a multiple of four, unpadded) at one indentation, and a last line
-    no longer. None when no line follows."""
+    no longer; the breaks may be ``\n`` escapes (JSON). None when no line follows."""
     width = len(first)
     if width % 4 or first.endswith("="):
         return None
@@ -266,6 +308,24 @@ def _wrapped_block(text: str, first: str, end: int) -> tuple[int, str] | None:
     return (end, "".join(lines)) if len(lines) > 1 else None
 
 
+def _tokens(text: str) -> Iterator[tuple[int, str]]:
+    """``(start, token)`` for each candidate token, in order (see :data:`_AFTER_ESCAPE`)."""
+    if "\\" not in text:
+        for match in _TOKEN.finditer(text):
+            yield match.start(), match.group()
+        return
+    escaped = {m.start(1): m.group(1) for m in _AFTER_ESCAPE.finditer(text)}
+    for match in _TOKEN.finditer(text):
+        start = match.start()
+        if start and text[start - 1] == "\\" and text[start] in "nrt":
+            # The run holds the escape's letter; the token, if any, follows it. (Whenever
+            # one does, the run with the letter is a token too: longer, and not all hex.)
+            if start + 1 in escaped:
+                yield start + 1, escaped[start + 1]
+            continue
+        yield start, match.group()
+
+
 def base64_texts(text: str) -> Iterator[tuple[int, int, str]]:
     """``(start, end, decoded)`` for each base64 token of ``text`` that decodes to text.
 
@@ -274,9 +334,8 @@ def base64_texts(text: str) -> Iterator[tuple[int, int, str]]:
     (``sha256:``, ``blake3:``, SRI ``sha384-``) are content addresses and are skipped.
     """
     covered = 0  # the end of the last block decoded whole
-    for match in _TOKEN.finditer(text):
-        start = match.start()
-        token = _padded(match.group())
+    for start, found in _tokens(text):
+        token = _padded(found)
         if (
             start < covered
             or len(token) > BASE64_MAX_LENGTH
@@ -286,11 +345,11 @@ def base64_texts(text: str) -> Iterator[tuple[int, int, str]]:
             continue
         block = _wrapped_block(text, token, start + len(token))
         if block is not None:
-            decoded = _decode(block[1])
+            decoded = decode_base64(block[1])
             if decoded is not None:
                 yield start, block[0], decoded
                 covered = block[0]
                 continue
-        decoded = _decode(token)
+        decoded = decode_base64(token)
         if decoded is not None:
             yield start, start + len(token), decoded

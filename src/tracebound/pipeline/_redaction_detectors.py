@@ -46,6 +46,8 @@ from detect_secrets.plugins.sendgrid import SendGridDetector
 from detect_secrets.plugins.slack import SlackDetector
 from detect_secrets.plugins.stripe import StripeDetector
 
+from tracebound.pipeline._redaction_decoding import decode_base64
+
 Span = tuple[int, int]
 Source = Literal["detect-secrets", "tracebound"]
 
@@ -253,6 +255,18 @@ _B64 = Base64HighEntropyString()
 _HEX = HexHighEntropyString()
 _B64_TOKEN = re.compile(r"[A-Za-z0-9+/_\-]{20,}={0,2}")
 _HEX_TOKEN = re.compile(r"(?<![A-Za-z0-9_])[0-9a-fA-F]{20,}(?![A-Za-z0-9_])")
+# In a JSON string a token may follow a ``\n`` (``\r``, ``\t``) escape: the token is what
+# follows the escape's letter (a marker that took the ``n`` would leave a bad escape, and
+# the hex rule would not see a token that seems to start mid-word). Only text with a
+# backslash pays for this.
+_HEX_AFTER_ESCAPE = re.compile(r"\\[nrt]([0-9a-fA-F]{20,})(?![A-Za-z0-9_])")
+
+
+def _escape_letter(text: str, start: int) -> bool:
+    """Whether ``text[start]`` is the letter of a ``\n``, ``\r`` or ``\t`` escape."""
+    return start > 0 and text[start - 1] == "\\" and text[start] in "nrt"
+
+
 # Content addresses: a digest with its algorithm in front (``sha256:…``, SRI ``sha384-…``).
 _DIGEST_PREFIX = re.compile(r"(?i)(?:sha1|sha224|sha256|sha384|sha512|blake2b|blake3|md5)[:\-=]$")
 _DIGEST_TOKEN = re.compile(r"(?i)^(?:sha1|sha224|sha256|sha384|sha512|blake2b|blake3|md5)-")
@@ -287,7 +301,12 @@ def _base64_entropy(text: str) -> Iterator[Span]:
     case, lower case and digits: paths, identifiers and UUIDs do not, random keys do.
     """
     for match in _B64_TOKEN.finditer(text):
-        token = match.group(0)
+        start, end = match.span()
+        if _escape_letter(text, start):
+            start += 1
+            if end - start < 20:
+                continue
+        token = text[start:end]
         if not (
             any(c.isupper() for c in token)
             and any(c.islower() for c in token)
@@ -296,29 +315,36 @@ def _base64_entropy(text: str) -> Iterator[Span]:
             continue
         if not _entropy_may_exceed(token, _B64.entropy_limit):
             continue  # first: the cheapest test that turns most non-secrets away
-        if _DIGEST_TOKEN.match(token) or _after_digest_prefix(text, match.start()):
+        if _DIGEST_TOKEN.match(token) or _after_digest_prefix(text, start):
             continue
         if is_sequential_string(token) or is_potential_uuid(token):
             continue
         if _B64.calculate_shannon_entropy(token) > _B64.entropy_limit:
-            yield match.span()
+            yield start, end
+
+
+def _hex_tokens(text: str) -> Iterator[re.Match[str]]:
+    yield from _HEX_TOKEN.finditer(text)
+    if "\\" in text:
+        yield from _HEX_AFTER_ESCAPE.finditer(text)
 
 
 def _hex_entropy(text: str) -> Iterator[Span]:
     """Random-looking hex runs that are not digests (library entropy, 3.0 bit limit)."""
-    for match in _HEX_TOKEN.finditer(text):
-        token = match.group(0)
+    for match in _hex_tokens(text):
+        start, end = match.span(match.lastindex or 0)
+        token = text[start:end]
         if not any(c.isdigit() for c in token) or token.isdigit():
             continue  # words made of a-f, or plain numbers (PII rules handle numbers)
         single_case = token == token.lower() or token == token.upper()
         if single_case and len(token) in DIGEST_HEX_LENGTHS:
             continue
-        if _after_digest_prefix(text, match.start()):
+        if _after_digest_prefix(text, start):
             continue
         if not _entropy_may_exceed(token, _HEX.entropy_limit):
             continue
         if _HEX.calculate_shannon_entropy(token) > _HEX.entropy_limit:
-            yield match.span()
+            yield start, end
 
 
 # --- keyword-assigned secrets (hand-written, library filters) --------------------------
@@ -403,13 +429,37 @@ _AUTH_HEADER_KEYS = frozenset({"authorization", "proxy-authorization"})
 _AUTH_SCHEME = re.compile(r"^\s*[A-Za-z][A-Za-z0-9_\-]*\s+(?=\S)")
 
 
-def key_kind(key: str) -> Literal["auth", "secret"] | None:
-    """What a key name says its value is: an HTTP Authorization credential, a secret, or
-    nothing in particular."""
+def key_kind(key: str) -> Literal["auth", "basic", "secret"] | None:
+    """What a key name says its value is: an HTTP Authorization credential, a secret,
+    perhaps a base64 ``user:password`` (a key ending in ``auth``, as Docker's and npm's
+    ``auth``/``_auth``: see :func:`basic_credential`), or nothing in particular."""
     # Folded as KEY_NAME_RE's (?i) reads it: with U+0131 for i, Authorization is one too.
-    if fold_case(key) in _AUTH_HEADER_KEYS:
+    folded = fold_case(key)
+    if folded in _AUTH_HEADER_KEYS:
         return "auth"
-    return "secret" if KEY_NAME_RE.match(key) else None
+    if KEY_NAME_RE.match(key):
+        return "secret"
+    return "basic" if folded.endswith("auth") else None
+
+
+# ``user:password`` as HTTP Basic (and Docker, npm) write it before base64: a user name
+# without spaces or colons, then a password that does not start with a space. So
+# ``Note: rotate weekly`` (a colon, then prose) is not one.
+_USER_PASSWORD = re.compile(r"[^\s:]{1,256}:\S")
+_BASE64_VALUE = re.compile(r"[A-Za-z0-9+/]{4,}={0,2}")
+
+
+def basic_credential(value: str) -> Span | None:
+    """The span of ``value`` that is base64 of ``user:password``, if it is one (the
+    whole value less surrounding whitespace); None otherwise."""
+    start = len(value) - len(value.lstrip())
+    token = value.strip()
+    if _BASE64_VALUE.fullmatch(token) is None:
+        return None
+    decoded = decode_base64(token)
+    if decoded is None or _USER_PASSWORD.match(decoded) is None:
+        return None
+    return start, start + len(token)
 
 
 def auth_credential(value: str) -> Span | None:
@@ -458,18 +508,40 @@ def _keyword_assignments(text: str) -> Iterator[Span]:
                 yield start, end
 
 
+# --- base64 user:password under an auth key (hand-written) ---------------------------
+
+# ``"auth": "<base64>"`` (Docker's config.json, Podman's auth.json), ``_auth=<base64>``
+# (.npmrc), ``registry_auth: <base64>``: a key ending in ``auth`` (not ``author``), an
+# assignment, and a base64 value, which must decode to ``user:password``.
+_AUTH_BASE64 = re.compile(
+    r"""(?i:auth)["']?[ \t]*[:=][ \t]*["']?(?P<v>[A-Za-z0-9+/]{4,}={0,2})(?![A-Za-z0-9+/=])"""
+)
+# Every match holds this (the hint): the key's end and the operator.
+AUTH_BASE64_HINT = r"""(?i:auth)["']?[ \t]*[:=]"""
+
+
+def _auth_base64_credentials(text: str) -> Iterator[Span]:
+    for match in _AUTH_BASE64.finditer(text):
+        start, end = match.span("v")
+        if basic_credential(text[start:end]) is not None:
+            yield start, end
+
+
 # --- name/value pairs (hand-written) ---------------------------------------------------
 
 # ``{"name": "DB_PASSWORD", "value": "…"}`` (Kubernetes ``env``, HAR headers, ECS),
-# ``{"Key": "ApiToken", "Value": "…"}`` (tags), and YAML flow ``{name: X, value: …}``: the
-# value belongs to the key its sibling names (group ``name``).
+# ``{"Key": "ApiToken", "Value": "…"}`` (tags), ``{"ParameterKey": "DbPassword",
+# "ParameterValue": "…"}`` (CloudFormation, also ``ParameterKey=…,ParameterValue=…`` on
+# the CLI), and YAML flow ``{name: X, value: …}``: the value belongs to the key its
+# sibling names (group ``name``).
 # - The fields are matched in the three spellings formats use (``value``, ``Value``,
-#   ``VALUE``), so the gate is a plain substring test: ``alue`` or ``ALUE``.
+#   ``VALUE``, and ``ParameterValue``), so the gate is a plain substring test: ``alue``
+#   or ``ALUE``.
 # - The pattern starts with the field, not an optional quote: ``re`` scans a pattern that
 #   starts with an optional group three times slower. _pair_field_ok checks the quote
 #   (or, unquoted, a word boundary) before the field.
 _PAIR_NAME = r"""
-    (?P<kw>name|Name|NAME|key|Key|KEY)(?P<nq>["']?)[ \t]*{op}[ \t]*
+    (?P<kw>name|Name|NAME|key|Key|KEY|ParameterKey)(?P<nq>["']?)[ \t]*{op}[ \t]*
     (?P<q>["']?)(?P<name>[A-Za-z0-9_.\-]{{1,128}})(?P=q)
 """
 _PAIR_FLOW = re.compile(
@@ -477,7 +549,7 @@ _PAIR_FLOW = re.compile(
     + _PAIR_NAME.format(op="[:=]")
     + r"""
     \s*[,;]\s*
-    (?P<vq>["']?)(?:value|Value|VALUE)(?P=vq)[ \t]*[:=][ \t]*
+    (?P<vq>["']?)(?:value|Value|VALUE|ParameterValue)(?P=vq)[ \t]*[:=][ \t]*
     """
 )
 # The YAML block form: ``value:`` on the next line, at the column where ``name:`` stands
@@ -487,7 +559,7 @@ _PAIR_BLOCK = re.compile(
     + _PAIR_NAME.format(op=":")
     + r"""
     [ \t]*(?:\#[^\r\n]*)?\r?\n
-    (?P<indent>[ \t]*)(?P<vq>["']?)(?:value|Value|VALUE)(?P=vq)[ \t]*:[ \t]*
+    (?P<indent>[ \t]*)(?P<vq>["']?)(?:value|Value|VALUE|ParameterValue)(?P=vq)[ \t]*:[ \t]*
     """
 )
 
@@ -911,6 +983,14 @@ DETECTORS: tuple[Detector, ...] = (
         _gate(_regex_rule(_BASIC_HEADER, group="v"), "authorization", ignore_case=True),
     ),
     _d(
+        "basic-auth-header",
+        "HTTP Basic credential",
+        _OURS,
+        30,
+        _gate(_auth_base64_credentials, "auth", ignore_case=True),
+        hint=Hint(pattern=AUTH_BASE64_HINT),
+    ),
+    _d(
         "secret-keyword",
         "value assigned to a secret-named key",
         _OURS,
@@ -995,4 +1075,4 @@ def _prefilter(detectors: tuple[Detector, ...]) -> Callable[[str], bool]:
 may_match: Callable[[str], bool] = _prefilter(DETECTORS)
 """Whether any of :data:`DETECTORS` could find something in a text; False is a proof that
 none can (each rule's :class:`Hint` is absent), True only a maybe. Redacting text that
-holds no hint is then one scan, not thirty-three."""
+holds no hint is then one scan, not thirty-four."""

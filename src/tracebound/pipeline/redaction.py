@@ -19,8 +19,8 @@ found: do not do that. A secret-sounding key (``api_key``, ``db_password``,
 secret-sounding sibling ``name`` or ``key`` for a ``value`` (``{"name": "DB_PASSWORD",
 "value": "…"}``, as in Kubernetes ``env``).
 
-The detectors also look through percent-encoding and base64, two layers deep
-(:mod:`tracebound.pipeline._redaction_decoding`).
+The detectors also look through percent-encoding (and a form's ``+``) and base64, three
+layers deep (:mod:`tracebound.pipeline._redaction_decoding`).
 
 Which detector comes from detect-secrets and which is written here is recorded in
 ``docs/adr/0005-redaction-detectors.md``.
@@ -47,6 +47,7 @@ from tracebound.pipeline._redaction_decoding import (
     BASE64_MIN_LENGTH,
     base64_texts,
     escaped_lines,
+    form_encoded,
     might_hold_base64,
     percent_view,
 )
@@ -56,6 +57,7 @@ from tracebound.pipeline._redaction_detectors import (
     Detector,
     Source,
     auth_credential,
+    basic_credential,
     key_kind,
     may_match,
     plausible_secret_value,
@@ -83,13 +85,19 @@ _MARKER_HEX = 16
 # Re-scans per string before giving up (fail closed). Real text settles in one or two;
 # each pass removes at least one secret, so only adversarial input gets near this.
 _MAX_PASSES = 32
-# Decodings (percent or base64) looked through, one inside another: ``b64(b64(secret))``
-# and ``%``-escaped base64 are found, a third layer is not. Each layer's text is no longer
-# than the one it came from, so this bounds the work to a small multiple of the input's.
-_DECODE_LAYERS = 2
-# ``{"name": "DB_PASSWORD", "value": "…"}``: the sibling that names the value's key.
-_PAIR_NAME_KEYS = ("name", "Name", "NAME", "key", "Key", "KEY")
-_PAIR_VALUE_KEYS = frozenset({"value", "Value", "VALUE"})
+# Decodings (percent or base64) looked through, one inside another: ``b64(b64(b64(x)))``
+# and ``%``-escaped base64 of base64 are found, a fourth layer is not. The work is linear
+# in the input: a layer's decoded texts are disjoint parts of the text above, each no
+# longer than its part (a percent view) or three quarters of it (base64), so one layer
+# scans at most 1.75 times the text above, and all of them at most
+# 1 + 1.75 + 1.75² + 1.75³ < 12 times the input. Equal decoded texts are scanned once
+# (``_Memo``), so repeats, and base64 seen both as written and in a percent view, cost
+# nothing more.
+_DECODE_LAYERS = 3
+# ``{"name": "DB_PASSWORD", "value": "…"}``: the sibling that names the value's key
+# (CloudFormation: ``{"ParameterKey": "DbPassword", "ParameterValue": "…"}``).
+_PAIR_NAME_KEYS = ("name", "Name", "NAME", "key", "Key", "KEY", "ParameterKey")
+_PAIR_VALUE_KEYS = frozenset({"value", "Value", "VALUE", "ParameterValue"})
 
 T = TypeVar("T")
 
@@ -204,10 +212,16 @@ def detectors() -> tuple[DetectorInfo, ...]:
     """Every detection rule the redactor applies, with where it comes from.
 
     ``base64-secret`` wraps all the others (it redacts a base64 token whose decoded text
-    they find something in), and the last two apply only inside structures, where a dict
+    they find something in), and the last three apply only inside structures, where a dict
     key names its value.
     """
-    rules = (*DETECTORS, _BASE64_DETECTOR, _KEY_HINT_DETECTOR, _AUTH_HINT_DETECTOR)
+    rules = (
+        *DETECTORS,
+        _BASE64_DETECTOR,
+        _KEY_HINT_DETECTOR,
+        _AUTH_HINT_DETECTOR,
+        _BASIC_HINT_DETECTOR,
+    )
     return tuple(DetectorInfo(d.name, d.reason, d.source) for d in rules)
 
 
@@ -346,7 +360,8 @@ class Redactor:
         re-scan the output (markers masked) and redact again until it is clean. Spans in
         records always index the original ``text``.
         """
-        hits = _hits(text, key_hint)
+        memo: _Memo = {}  # shared by the passes: most decoded text is the same in each
+        hits = _hits(text, key_hint, memo)
         if not hits:
             return text  # most text: nothing to take out, nothing to build
         # The output as pieces: ``(start, end)`` is original text, ``str`` a new marker.
@@ -358,7 +373,7 @@ class Redactor:
                 return current
             pieces = self._apply(text, pieces, groups, path, found)
             current = "".join(p if isinstance(p, str) else text[p[0] : p[1]] for p in pieces)
-            hits = _hits(current, key_hint)
+            hits = _hits(current, key_hint, memo)
         raise ValidationFailed(
             path or "text", f"redaction did not settle after {_MAX_PASSES} passes"
         )
@@ -446,6 +461,15 @@ _KEY_HINT_DETECTOR = Detector(
 _AUTH_HINT_DETECTOR = Detector(
     name="auth-header",
     reason="HTTP Authorization credential",
+    source="tracebound",
+    priority=30,
+    find=lambda _text: iter(()),
+)
+# ``{"auth": "<base64 of user:password>"}`` (Docker's config.json): the text rule of the
+# same name reads the key in the text; in a structure the key is the dict's.
+_BASIC_HINT_DETECTOR = Detector(
+    name="basic-auth-header",
+    reason="HTTP Basic credential",
     source="tracebound",
     priority=30,
     find=lambda _text: iter(()),
@@ -541,10 +565,14 @@ def _disguise_view(text: str) -> tuple[str, list[int]] | None:
 
 # A detection before clean-up: span, rule, and what a base64 token's decoded text held.
 _Raw = tuple[int, int, Detector, tuple[str, ...]]
+# Decoded texts already scanned while redacting one string (all its passes), by (kind,
+# text, layers left): the same base64 token repeated, or seen both as written and inside
+# a percent view, and the same escaped line repeated, are decoded and scanned once.
+_Memo = dict[tuple[str, str, int], list[_Raw]]
 
 
 def _detect(text: str) -> list[_Raw]:
-    # Most text holds no detector's hint; one prefilter scan then replaces thirty-three.
+    # Most text holds no detector's hint; one prefilter scan then replaces thirty-four.
     if not may_match(text):
         return []
     return [
@@ -552,9 +580,10 @@ def _detect(text: str) -> list[_Raw]:
     ]
 
 
-def _scan(text: str, layers: int) -> list[_Raw]:
+def _scan(text: str, layers: int, memo: _Memo) -> list[_Raw]:
     """Every detection in ``text``: as written, as a reader sees it (:func:`_disguise_view`)
-    and, ``layers`` deep, as a decoder does (percent-escapes and base64 decoded)."""
+    and, ``layers`` deep, as a decoder does (percent-escapes, a form's ``+`` and base64
+    decoded)."""
     raw = _detect(text)
     view = None if text.isascii() else _disguise_view(text)  # the test inline: most text
     if view is not None:
@@ -565,38 +594,49 @@ def _scan(text: str, layers: int) -> list[_Raw]:
             if end > start
         )
     if layers > 0:
-        # Cheap tests first: most text holds no ``%`` and no run that could be base64.
-        if "%" in text:
-            raw.extend(_percent_hits(text, layers - 1))
+        # Cheap tests first: most text holds no ``%`` or ``+`` and no run that could be
+        # base64.
+        if "%" in text or "+" in text:
+            raw.extend(_percent_hits(text, layers - 1, memo))
         if len(text) >= BASE64_MIN_LENGTH and might_hold_base64(text):
-            raw.extend(_base64_hits(text, layers - 1))
+            raw.extend(_base64_hits(text, layers - 1, memo))
     return raw
 
 
-def _percent_hits(text: str, layers: int) -> list[_Raw]:
+def _percent_hits(text: str, layers: int, memo: _Memo) -> list[_Raw]:
     """Hits in the percent-decoded text, mapped back to the escapes that wrote them.
 
-    Only the lines around escapes are decoded and scanned again: elsewhere the decoded
-    text is the text itself, already scanned, so a prompt with one URL in it does not
-    pay twice for the rest.
+    Only the lines around escapes (or a form's ``+``) are decoded and scanned again:
+    elsewhere the decoded text is the text itself, already scanned, so a prompt with one
+    URL in it does not pay twice for the rest. Lines that look form-encoded are read with
+    ``+`` as a space (a plus sign there is ``%2B``).
     """
     hits: list[_Raw] = []
     for first, last in escaped_lines(text):
-        view = percent_view(text[first:last])
-        if view is None:
-            continue
-        for start, end, detector, via in _clean(view.text, _scan(view.text, layers)):
-            o_start, o_end = view.original(start, end)
-            hits.append((first + o_start, first + o_end, detector, via))
+        part = text[first:last]
+        key = ("%", part, layers)
+        found = memo.get(key)
+        if found is None:
+            found = []
+            view = percent_view(part, plus=form_encoded(part))
+            if view is not None:
+                for start, end, detector, via in _clean(view.text, _scan(view.text, layers, memo)):
+                    o_start, o_end = view.original(start, end)
+                    found.append((o_start, o_end, detector, via))
+            memo[key] = found
+        hits.extend((first + start, first + end, d, via) for start, end, d, via in found)
     return hits
 
 
-def _base64_hits(text: str, layers: int) -> list[_Raw]:
+def _base64_hits(text: str, layers: int, memo: _Memo) -> list[_Raw]:
     """Whole base64 tokens whose decoded text holds a secret (a span inside cannot be
     mapped back: three bytes are spread over four characters)."""
     hits: list[_Raw] = []
     for start, end, decoded in base64_texts(text):
-        inner = _clean(decoded, _scan(decoded, layers))
+        key = ("b64", decoded, layers)
+        inner = memo.get(key)
+        if inner is None:
+            inner = memo[key] = _clean(decoded, _scan(decoded, layers, memo))
         if inner:
             names = {name for _, _, d, via in inner for name in (d.name, *via)}
             hits.append((start, end, _BASE64_DETECTOR, tuple(sorted(names))))
@@ -617,8 +657,8 @@ def _clean(text: str, raw: list[_Raw]) -> list[_Raw]:
     return hits
 
 
-def _hits(text: str, key_hint: str | None) -> list[_Hit]:
-    raw = _scan(text, _DECODE_LAYERS)
+def _hits(text: str, key_hint: str | None, memo: _Memo) -> list[_Hit]:
+    raw = _scan(text, _DECODE_LAYERS, memo)
     if key_hint is not None:
         raw.extend(
             (start, end, detector, ()) for start, end, detector in _key_hint_hits(text, key_hint)
@@ -634,15 +674,21 @@ _cached_key_kind = functools.lru_cache(maxsize=1024)(key_kind)
 _CACHED_KEY_LENGTH = 64
 
 
-def _kind_of(key: str) -> Literal["auth", "secret"] | None:
+def _kind_of(key: str) -> Literal["auth", "basic", "secret"] | None:
     return _cached_key_kind(key) if len(key) <= _CACHED_KEY_LENGTH else key_kind(key)
 
 
 def _pair_name(mapping: Mapping[Any, Any]) -> str | None:
     """In ``{"name": "DB_PASSWORD", "value": …}``, the secret-named sibling that names the
-    value's key (``name`` or ``key``, as Kubernetes, HAR and AWS tags spell them)."""
-    if not ("value" in mapping or "Value" in mapping or "VALUE" in mapping):
-        return None  # most dicts: three lookups
+    value's key (``name`` or ``key``, as Kubernetes, HAR and AWS tags spell them, or
+    CloudFormation's ``ParameterKey``)."""
+    if not (
+        "value" in mapping
+        or "Value" in mapping
+        or "VALUE" in mapping
+        or "ParameterValue" in mapping
+    ):
+        return None  # most dicts: four lookups
     for key in _PAIR_NAME_KEYS:
         name = mapping.get(key)
         if isinstance(name, str) and _kind_of(name) is not None:
@@ -665,6 +711,9 @@ def _key_hint_hits(text: str, key: str) -> list[tuple[int, int, Detector]]:
     if kind == "auth":
         credential = auth_credential(text)
         return [] if credential is None else [(*credential, _AUTH_HINT_DETECTOR)]
+    if kind == "basic":
+        credential = basic_credential(text)
+        return [] if credential is None else [(*credential, _BASIC_HINT_DETECTOR)]
     if plausible_secret_value(text, key, quoted=True, op="="):
         return [(0, len(text), _KEY_HINT_DETECTOR)]
     return []

@@ -1,6 +1,6 @@
 """The redaction prefilter and the entropy bound skip work, never a secret.
 
-``may_match`` lets the redactor skip its thirty-three detectors on text that holds none of
+``may_match`` lets the redactor skip its thirty-four detectors on text that holds none of
 their hints (see ``Hint`` in ``_redaction_detectors``), and most rules sit behind a gate (a
 substring test) as well. Both are only sound if every hint and gate is necessary: whenever
 a rule *itself* finds something (the ungated rule: checking the gated one would hide a gate
@@ -210,6 +210,65 @@ def test_hints_hold_on_secrets_spelt_with_case_twins(line: str, seed: int) -> No
 def test_generated_text_redacts_the_same_without_the_prefilter(text: str, key: str) -> None:
     value = {key: text, "list": [text, 4111111111111111], "n": 5551234567}
     assert REDACTOR.redact(value) == _redact_without_prefilter(value)
+
+
+# The rules added with form bodies, a third layer and auth keys: their triggers are a
+# pattern (the base64 credential rule) or live in decoded text, so build them explicitly.
+_NEW_RULE_PARTS = st.sampled_from(
+    [
+        "auth",
+        "_auth",
+        "AUTH",
+        "Auth",
+        "author",
+        '"auth": "',
+        "auth=",
+        "auth :",
+        "'",
+        '"',
+        "dXNlcjpwYXNzd29yZA==",
+        "Y2ktYm90Omh1bnRlcjItRVhBTVBMRQ==",
+        "Tm90ZTogcm90YXRlIHdlZWtseQ==",
+        "ParameterKey",
+        "ParameterValue",
+        '"ParameterKey": "DbPassword", "ParameterValue": "',
+        "ParameterKey=DbPassword,ParameterValue=",
+        "hunter2-long-secret",
+        "%22",
+        "%3A",
+        "+",
+        "=",
+        "&",
+        "\\n",
+        "\\",
+        "n",
+    ]
+)
+_NEW_RULE_TEXT = st.lists(_NEW_RULE_PARTS | st.text(max_size=3), max_size=10).map("".join)
+
+
+@SETTINGS
+@given(_NEW_RULE_TEXT)
+def test_hints_hold_for_the_auth_pair_and_form_rules(text: str) -> None:
+    _check_sound(text)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_NEW_RULE_TEXT, st.sampled_from(["note", "auth", "_auth", "ParameterValue"]))
+def test_new_rules_redact_the_same_without_the_prefilter(text: str, key: str) -> None:
+    value = {
+        key: text,
+        "text": text,
+        "pair": {"ParameterKey": "DbPassword", "ParameterValue": text},
+    }
+    assert REDACTOR.redact(value) == _redact_without_prefilter(value)
+
+
+def test_the_auth_credential_rule_passes_the_prefilter() -> None:
+    for text in ('{"auth": "dXNlcjpwYXNzd29yZA=="}', "_AUTH = dXNlcjpwYXNzd29yZA=="):
+        assert may_match(text)
+        assert "[REDACTED:basic-auth-header:" in REDACTOR.redact_text(text).value
+    assert not may_match("the author wrote the authentication guide")
 
 
 # --- case folding as re.IGNORECASE does it -------------------------------------------------
