@@ -604,3 +604,53 @@ def test_a_run_id_already_in_the_ledger_is_refused(kit: Kit) -> None:
         with pytest.raises(ConfigError, match="already in this ledger"):
             runner.run(pipe, {}, run_id=first.run_id)
         assert runner.ledger.store.stream_head(run_stream(first.run_id)) == before
+
+
+def test_a_resume_while_the_gating_process_still_writes_waits_for_it(kit: Kit) -> None:
+    """A resumed run reaches a second gate (deploy): its gate is requested and its step
+    recorded, but run_finished(gated) is not written yet. A fast approve + resume is
+    refused (nothing written), although the first gate's run_finished(gated) is in the
+    stream, and the gating process finishes its own writes undisturbed instead of meeting
+    a claim it would take for a take-over (RunTakenOver)."""
+    applied = Applied()
+    pipe = gated_pipeline(applied)
+    pipe.executor(name="deploy", apply=applied)(
+        lambda ctx: tpc("Executor", diffs=[diff(".github/workflows/ci.yml")])
+    )
+    run_id = decided_run(kit, pipe, "approved")
+    out: dict[str, object] = {}
+
+    class SlowToFinish(Runner):
+        def _emit(self, run: Any, payload: Payload, **kw: Any) -> Any:
+            recorded = super()._emit(run, payload, **kw)
+            if (
+                isinstance(payload, StepRecorded)
+                and payload.status == "gated"
+                and (payload.step_id == "deploy")
+            ):
+                eager = runner_on(kit, 60)
+
+                def approve_and_resume() -> None:
+                    with eager.ledger:
+                        approve(eager.ledger, run.run_id, payload.step_id, "@team-platform",
+                                codeowners=eager.codeowners)  # fmt: skip
+                        try:
+                            out["eager"] = eager.resume(pipe, run.run_id)
+                        except TraceboundError as exc:
+                            out["eager"] = exc
+
+                thread = threading.Thread(target=approve_and_resume, name="eager")
+                thread.start()
+                thread.join(WAIT)
+            return recorded
+
+    runner = runner_on(kit, 2, cls=SlowToFinish)
+    with runner.ledger:
+        second = runner.resume(pipe, run_id)  # no RunTakenOver
+        assert (second.status, second.gated_step) == ("gated", "deploy")
+        refused = out["eager"]
+        assert isinstance(refused, ConfigError) and "still writing" in str(refused), refused
+        claims = [p for p in payloads(runner, run_id) if isinstance(p, RunResumed)]
+        assert len(claims) == 1 and payloads(runner, run_id)[-1].kind == "run_finished"
+        assert runner.resume(pipe, run_id).status == "completed"
+    assert applied.by == ["MainThread", "MainThread"]

@@ -116,8 +116,12 @@ def test_a_later_gate_whose_artifact_was_never_recorded_is_not_applied_on_approv
     assert deploys == ["deploy"] and applied == ["execute"]
     decide(kit, first.run_id, "deploy", "@team-platform")  # the gate is in the ledger
 
-    with pytest.raises(ConfigError, match="never recorded"):
+    # No run_finished after the gate: a plain resume takes the process for still writing.
+    with pytest.raises(ConfigError, match="still writing, or died"):
         resume(kit, 3, pipe, first.run_id)
+    # Known dead, taken over: still no artifact the approval could cover.
+    with pytest.raises(ConfigError, match="never recorded"):
+        resume(kit, 4, pipe, first.run_id, take_over_by="@oncall")
     assert applied == ["execute"], "an artifact nobody approved was applied"
     assert deploys == ["deploy"]
     assert not [p for p in stream_of(kit, first.run_id)[-1:] if isinstance(p, RunResumed)]
@@ -237,7 +241,8 @@ def test_a_repair_gate_recorded_without_its_repair_attempt_can_still_be_rejected
 ) -> None:
     """The process died between the gated execute~r1 and its repair_attempted. Approving
     cannot finish a repair the ledger does not describe, but a human's rejection needs no
-    repair: it ends the run. _paused_repair was asked first and refused the rejection."""
+    repair: it ends the run. _paused_repair was asked first and refused the rejection.
+    The process died before run_finished: a take-over, by name, is what continues it."""
     pipe = repaired_pipeline([], [], dies_in_review=False)
     runner = runner_on(kit, 1)
     with runner.ledger:
@@ -251,7 +256,9 @@ def test_a_repair_gate_recorded_without_its_repair_attempt_can_still_be_rejected
     with dies.ledger, pytest.raises(KeyboardInterrupt):
         dies.resume(pipe, first.run_id)
     decide(kit, first.run_id, "execute~r1", decision="rejected")
-    result = resume(kit, 3, pipe, first.run_id)
+    with pytest.raises(ConfigError, match="still writing, or died"):
+        resume(kit, 3, pipe, first.run_id)  # no run_finished after the gate
+    result = resume(kit, 4, pipe, first.run_id, take_over_by="@oncall")
     assert (result.status, result.failed_step) == ("rejected", "execute~r1")
 
 

@@ -272,8 +272,10 @@ class Runner:
             RunAlreadyResumed: another process claimed the run first (its ``run_resumed``
                 is in the stream); this one ran no step or hook and wrote nothing.
             ConfigError: no such run, another pipeline's run, or not waiting at a gate;
-                a take-over of a run nobody claimed, or without a name; an approved gate
-                whose gated artifact was never recorded (the process died in between).
+                a gate its process has not finished recording (still writing, or dead:
+                then only a take-over continues it); a take-over of a run nobody claimed,
+                or without a name; an approved gate whose gated artifact was never
+                recorded (the process died in between).
         """
         if take_over_by is not None and not take_over_by.strip():
             raise ConfigError("a take-over names the human who takes the run over")
@@ -281,9 +283,15 @@ class Runner:
         run, gate, decision = loaded.run, loaded.gate, loaded.decision
         if gate is None:
             raise ConfigError(f"run {run_id} is not waiting at a gate ({run.result.status})")
+        if not loaded.settled and take_over_by is None:
+            raise ConfigError(
+                f"run {run_id} recorded a gate at {gate.step_id} but not that it stopped there "
+                "(no run_finished after it): its process is still writing, or died. If it is "
+                "known to be dead: tracebound resume RUN --take-over --as NAME"
+            )
         if loaded.claimed is not None and take_over_by is None:
             raise RunAlreadyResumed(run.run_id, gate.step_id, _claimed(loaded.claimed))
-        if loaded.claimed is None and take_over_by is not None:
+        if loaded.claimed is None and take_over_by is not None and loaded.settled:
             raise ConfigError(
                 f"run {run_id} was not claimed by another resume: there is nothing to take "
                 "over; resume it without a take-over"
@@ -907,7 +915,9 @@ class Runner:
             elif isinstance(p, StepRecorded):
                 steps.append(p)
             elif isinstance(p, GateRequested):
-                gate, decision, claimed, at_claim, repair = p, None, None, None, None
+                # A run waits at this gate once its process records run_finished(gated)
+                # after it; until then it is still writing (or died): not resumable.
+                gate, decision, claimed, at_claim, repair, finished = p, *(None,) * 5
             elif isinstance(p, ApprovalRecorded) and gate and p.step_id == gate.step_id:
                 decision = p
             elif isinstance(p, RunResumed) and gate and p.step_id == gate.step_id:
@@ -921,10 +931,15 @@ class Runner:
             elif isinstance(p, RunFinished):
                 finished = p
         inputs = orjson.loads(self.blobs.get(_started(started, pipeline, run_id).inputs_digest))
+        if finished is None and gate is None:
+            raise ConfigError(
+                f"run {run_id} has not finished (no run_finished, and no gate): its process "
+                "is still running, or died; it is not waiting at a gate"
+            )
         status: RunStatus = finished.status if finished else "gated"
         rid = RunId(run_id)
         run = _Run(rid, pipeline, inputs, RunResult(rid, status), version=version)
-        waiting = finished is not None and finished.status == "gated"
+        waiting = finished is None or finished.status == "gated"
         # A claimed run (what a take-over continues) is rebuilt as it stood at its gate:
         # whatever the dead claimant recorded after its claim stays in the ledger but is not
         # built on, so the gated step applies the artifact the human approved, not a new one.
@@ -932,8 +947,8 @@ class Runner:
             steps, blames = steps[: at_claim[0]], blames[: at_claim[1]]
         self._restore_steps(run, steps, blames)
         if not waiting:
-            return _Loaded(run, None, None, None, None, version)
-        return _Loaded(run, gate, decision, claimed, repair, version)
+            return _Loaded(run, None, None, None, None, version, settled=True)
+        return _Loaded(run, gate, decision, claimed, repair, version, settled=finished is not None)
 
     def _restore_steps(
         self, run: _Run, steps: list[StepRecorded], blames: list[BlameAssigned]
@@ -975,6 +990,7 @@ class _Loaded(NamedTuple):
     claimed: RecordedEvent | None
     repair: RepairAttempted | None
     version: int
+    settled: bool  # run_finished(gated) follows the gate: its process is done with it
 
 
 def _paused_repair(
