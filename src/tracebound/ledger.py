@@ -91,13 +91,44 @@ class VerifyReport:
     streams: int = 0
     checkpoint_size: int | None = None
     witness_size: int | None = None
-    uncovered: int = 0  # events after the newest signed checkpoint (chain-checked only)
+    uncovered: int = 0  # events no checked signature covers (chain-checked only)
     checks: dict[str, str] = field(default_factory=dict)
     damage: LedgerDamaged | None = None
+    stored_checkpoints: tuple[int, ...] = ()  # sizes the store holds, checked or not
 
     @property
     def ok(self) -> bool:
         return self.damage is None and all(v == "ok" for v in self.checks.values())
+
+    @property
+    def stored_checkpoint_size(self) -> int | None:
+        """The newest checkpoint the store holds, whether its signature was checked."""
+        return max(self.stored_checkpoints, default=None)
+
+    def coverage(self) -> dict[str, int] | None:
+        """How the verified events split between what signatures cover and what not.
+
+        ``signature_checked``: covered by a checkpoint (or the witness's) whose signature
+        was checked; ``signature_unchecked``: covered only by a stored checkpoint whose
+        signature could not be checked (no verifier key); ``after_last_checkpoint``: after
+        the newest stored checkpoint, chain-checked only. They add up to ``size``;
+        ``uncovered`` is the last two. ``roots_compared``: signed roots the log's Merkle
+        root was compared with. None when the ledger is damaged (the counts would describe
+        a log that is not intact).
+        """
+        if self.damage is not None:
+            return None
+        checked = self.checks.get("signature") == "ok"
+        signed = max(self.checkpoint_size or 0, self.witness_size or 0)
+        covered = min(self.size, signed)
+        after = max(0, self.size - max(signed, self.stored_checkpoint_size or 0))
+        return {
+            "signature_checked": covered,
+            "signature_unchecked": self.size - covered - after,
+            "after_last_checkpoint": after,
+            "roots_compared": (len(self.stored_checkpoints) if checked else 0)
+            + (self.checks.get("witness") == "ok"),
+        }
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -110,6 +141,8 @@ class VerifyReport:
             "uncovered": self.uncovered,
             "checks": self.checks,
             "damage": None if self.damage is None else self.damage.as_dict(),
+            "stored_checkpoint_size": self.stored_checkpoint_size,
+            "coverage": self.coverage(),
         }
 
 
@@ -941,6 +974,7 @@ class Ledger:
 
     def _signed_checkpoints(self, report: VerifyReport) -> list[Checkpoint] | None:
         notes = self.store.checkpoints()
+        report.stored_checkpoints = tuple(size for size, _note in notes)
         if not notes:
             report.checks["signature"] = "no checkpoint yet"
             return []
@@ -1096,6 +1130,19 @@ class Ledger:
             report.checkpoint_size = max(c.size for c in checkpoints)
         signed = max(report.checkpoint_size or 0, report.witness_size or 0)
         report.uncovered = max(0, log.size - signed)  # a store behind its witness: none
+        newest_stored = report.stored_checkpoint_size or 0
+        if checkpoints is None and newest_stored > log.size:
+            # No key to check the checkpoint with, but a log shorter than the store's own
+            # checkpoint says is damage either way: cut off the end, or a planted checkpoint.
+            report.damage = LedgerDamaged(
+                DamageKind.TRUNCATION,
+                log.size + 1,
+                f"the store holds a checkpoint of {newest_stored} events (signature not "
+                f"checked: no verifier key) but the log has {log.size}: events were cut off "
+                "the end, or the checkpoint is not genuine",
+            )
+            report.checks["merkle"] = "failed"
+            return report
         try:
             check_against_checkpoints(log, checkpoints or [], witness)
         except LedgerDamaged as damage:

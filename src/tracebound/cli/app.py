@@ -72,7 +72,6 @@ from tracebound.integrity.verify import link_damage
 from tracebound.ledger import (
     ORIGIN_KEY,
     InclusionBundle,
-    VerifyReport,
     stored_origin,
     verify_bundle,
 )
@@ -747,30 +746,6 @@ def checkpoint(
     console.print("The witness now holds it; a rollback of the store will be detected.")
 
 
-def _coverage(report: VerifyReport, stored: list[int]) -> dict[str, int] | None:
-    """How the verified events split between what signatures cover and what they do not.
-
-    ``signature_checked``: covered by a checkpoint (or the witness's) whose signature was
-    checked; ``signature_unchecked``: covered only by a stored checkpoint whose signature
-    could not be checked (no verifier key); ``after_last_checkpoint``: after the newest
-    stored checkpoint, chain-checked only. They add up to ``size``; ``uncovered`` is the
-    last two. ``roots_compared``: signed roots the log's Merkle root was compared with.
-    None when the ledger is damaged (the counts would describe a log that is not intact).
-    """
-    if report.damage is not None:
-        return None
-    checked = report.checks.get("signature") == "ok"
-    signed = max(report.checkpoint_size or 0, report.witness_size or 0)
-    covered = min(report.size, signed)
-    after = max(0, report.size - max(signed, max(stored, default=0)))
-    return {
-        "signature_checked": covered,
-        "signature_unchecked": report.size - covered - after,
-        "after_last_checkpoint": after,
-        "roots_compared": (len(stored) if checked else 0) + (report.checks.get("witness") == "ok"),
-    }
-
-
 @app.command()
 def verify(
     store: StoreOpt = None,
@@ -797,20 +772,17 @@ def verify(
         try:
             with progress_bar("verifying", enabled=not as_json) as update:
                 report = ledger.verify(progress=update, workers=workers)
-            stored = [size for size, _note in ledger.store.checkpoints()]
         finally:
             ledger.close()
     code = EXIT_OK if report.ok else EXIT_INCOMPLETE
     if report.damage is not None:
         code = EXIT_DAMAGED
-    newest_stored = max(stored, default=None)
-    coverage = _coverage(report, stored)
+    newest_stored = report.stored_checkpoint_size
+    coverage = report.coverage()
     if as_json:
         # `uncovered` keeps its meaning (no checked signature covers these events); the
-        # keys after it say which of them are signed but unchecked (docs: README).
-        emit_json(
-            {**report.as_dict(), "stored_checkpoint_size": newest_stored, "coverage": coverage}
-        )
+        # `coverage` keys say which of them are signed but unchecked (docs: README).
+        emit_json(report.as_dict())
         raise typer.Exit(code)
     table = Table(title="tracebound verify", show_header=False)
     table.add_column("check")
