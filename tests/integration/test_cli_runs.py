@@ -122,6 +122,9 @@ def test_gated_run_approve_resume_replay_and_evidence(sh: Shell) -> None:
     replayed = sh.tb_json("replay", run)
     assert replayed["ok"] and replayed["chain"] == "ok"
     assert [s["step_id"] for s in replayed["steps"]] == ["plan", "execute", "execute", "review"]
+    span = replayed["positions"]
+    human = sh.tb("replay", run).stdout
+    assert f"log positions {span['from']}..{span['to']} contiguous" in " ".join(human.split())
     assert replayed["approvals"][0]["approver"] == "@alice"
     rerun = sh.tb_json("replay", run, "--rerun")
     assert rerun["rerun"]["identical"] and rerun["rerun"]["divergence"] is None

@@ -700,7 +700,11 @@ def replay(
         console=console,
     )
     console.print(table)
-    console.print(f"[green]chain ok[/]: {report.events} event(s), head {report.head.hex()[:16]}…")
+    first, last = report.positions
+    console.print(
+        f"[green]chain ok[/]: {report.events} event(s), head {report.head.hex()[:16]}…; "
+        f"log positions {first}..{last} contiguous (the rest of the log: `tracebound verify`)"
+    )
     for f in report.failures:
         console.print(
             f"[bold red]{escape(f.kind)}[/] "
