@@ -42,6 +42,8 @@ __all__ = [
     "VerifiedLog",
     "check_against_checkpoints",
     "check_length",
+    "diagnose_mismatch",
+    "link_damage",
     "verify_records",
 ]
 
@@ -120,8 +122,14 @@ def _extend_leaves(tree: MerkleAccumulator, leaves: bytes, kernel: ModuleType) -
         pos += k
 
 
-def _diagnose(record: RawRecord, reason: str) -> LedgerDamaged:
-    """Explain why a record's columns disagree with its bytes: moved, or altered."""
+def diagnose_mismatch(record: RawRecord, reason: str) -> LedgerDamaged:
+    """The damage of a record whose bytes do not hash to its stored hash, or disagree with
+    its index columns: moved or altered.
+
+    REORDER (at the stored position) when the hashed bytes say another position: the
+    record was moved there. MALFORMED when the bytes are not JSON. Otherwise TAMPER, with
+    ``reason`` as the detail. ``verify`` and ``replay`` both name such a record this way.
+    """
     try:
         said = orjson.loads(record.body)
         said_position = said.get("position")
@@ -312,7 +320,7 @@ class ChunkVerifier:
         h = blake3(r.prev_hash)
         h.update(r.body)
         if h.digest() != r.hash:
-            return _diagnose(r, "the record's bytes do not hash to its stored hash")
+            return diagnose_mismatch(r, "the record's bytes do not hash to its stored hash")
         sid = r.stream_id
         sid_json = self._sid_json.get(sid)
         if sid_json is None:
@@ -331,7 +339,7 @@ class ChunkVerifier:
             )
         )
         if not r.body.endswith(suffix):
-            return _diagnose(r, "the store's index columns disagree with the hashed record")
+            return diagnose_mismatch(r, "the store's index columns disagree with the hashed record")
         span = self._streams.get(sid)
         if span is None:
             self._streams[sid] = _StreamSpan(

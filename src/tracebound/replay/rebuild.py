@@ -11,9 +11,14 @@ trusts neither:
 * the log's positions must be contiguous over the run's *span*, from the position before
   its first record to the one after its last: a deleted event there (the run's own or
   another stream's, its first or its last) is a GAP at the missing position. Only the
-  chain hashes of the span are read, not the whole log: a gap or an edit elsewhere in the
-  log is ``tracebound verify``'s to find. Damage is named as ``verify`` names it: the
-  first bad position the checks reach, and the same kind;
+  chain hashes of the span are read, not the whole log (the cost is proportional to the
+  span, which other runs interleaved with this one widen): a gap or an edit elsewhere in
+  the log is ``tracebound verify``'s to find. That includes a deleted *tail* of the run
+  that was not next to what is left of it (a gated run's approval and resume, after other
+  runs' events): the run then reads as one that stopped there. A deleted *start* is
+  always found (the first record left is not version 1); the log is then searched from
+  position 1. Damage is named as ``verify`` names it: the first bad position the checks
+  reach, and the same kind;
 * the log must be at least as long as its newest checkpoint and its witness's: a run cut
   short at the end of the log still chains from genesis, and only the signed length tells
   it from a run that stopped there (TRUNCATION or ROLLBACK);
@@ -55,11 +60,17 @@ from tracebound.events.catalog import (
 from tracebound.events.envelope import RecordedEvent
 from tracebound.events.record import RawRecord, decode_record
 from tracebound.integrity.chain import GENESIS, chain_hash
-from tracebound.integrity.verify import ChunkVerifier, _diagnose, check_length, link_damage
+from tracebound.integrity.verify import (
+    ChunkVerifier,
+    check_length,
+    diagnose_mismatch,
+    link_damage,
+)
 from tracebound.ledger import Ledger
 from tracebound.pipeline.runner import run_stream
 from tracebound.store.blobs import BlobStore
-from tracebound.store.port import LedgerStore
+from tracebound.store.nodes import LogNodes
+from tracebound.store.port import LedgerStore, MerkleNodeStore
 
 __all__ = [
     "BlobCheck",
@@ -211,38 +222,24 @@ def _span(store: LedgerStore, first: int, last: int) -> tuple[int, int]:
 
 def _stored(store: LedgerStore, start: int, stop: int) -> int:
     """How many positions of ``start .. stop`` the store holds (hashes only, when it can)."""
-    read_hashes = getattr(store, "read_hashes", None)
-    if read_hashes is not None:
-        return len(read_hashes(start, stop))
+    if isinstance(store, MerkleNodeStore):
+        return len(store.read_hashes(start, stop))
     return sum(1 for _ in store.read_raw(start=start, stop=stop))
 
 
 def _gap(store: LedgerStore, start: int, stop: int) -> LedgerDamaged | None:
-    """The first position of ``start .. stop`` missing from the log, in `verify`'s words.
+    """The first position of ``start .. stop`` missing from the log: a GAP there, the kind
+    and position `verify` names.
 
-    Positions are counted page by page (cheap); only a page that comes up short is read
-    record by record, to name the position.
+    Positions are counted page by page (hashes only); only a page that comes up short is
+    read record by record, to name the position (:meth:`LogNodes.missing`).
     """
     page = start
     while page <= stop:
         end = min(stop, page + _SPAN_PAGE - 1)
-        if _stored(store, page, end) == end - page + 1:
-            page = end + 1
-            continue
-        expected = page
-        for raw in store.read_raw(start=page):
-            if raw.position > expected:
-                return LedgerDamaged(
-                    DamageKind.GAP,
-                    expected,
-                    f"position {expected} is missing (next stored is {raw.position})",
-                )
-            if raw.position < expected:
-                return LedgerDamaged(DamageKind.REORDER, raw.position, "position is stored twice")
-            expected += 1
-        return LedgerDamaged(
-            DamageKind.GAP, expected, f"position {expected} is missing (the log ends before it)"
-        )
+        if _stored(store, page, end) != end - page + 1:
+            return LogNodes(store).missing(page, end)
+        page = end + 1
     return None
 
 
@@ -256,7 +253,7 @@ def _record_damage(
             DamageKind.TAMPER, raw.position, f"indexed in {stream!r} but stored as another"
         ), None
     if chain_hash(raw.prev_hash, raw.body) != raw.hash:
-        return _diagnose(raw, "the record's bytes do not hash to its hash"), None
+        return diagnose_mismatch(raw, "the record's bytes do not hash to its hash"), None
     try:
         event = decode_record(raw.body, raw.hash)
     except (IntegrityError, ValidationFailed) as exc:
@@ -269,7 +266,7 @@ def _record_damage(
         raw.position,
     ):
         # Moved (REORDER: the bytes say another position) or edited columns (TAMPER).
-        return _diagnose(raw, "the record's bytes disagree with its columns"), None
+        return diagnose_mismatch(raw, "the record's bytes disagree with its columns"), None
     return link_damage(stream, version, head, raw), event
 
 
@@ -290,7 +287,11 @@ def _read_run(
     for first, last in _ranges(positions):
         raws += store.read_raw(start=first, stop=last)
     span = _span(store, min(positions), max(positions))
-    gap = _gap(store, *span)
+    # A run whose first record left is not its first version lost its start somewhere
+    # before it, outside the span: the log is searched from position 1 for the first
+    # damage (only then: that record is damage whatever is found).
+    start = 1 if raws and raws[0].stream_version != 1 else span[0]
+    gap = _gap(store, start, span[1])
     out: list[tuple[RawRecord, RecordedEvent]] = []
     version, head = 0, bytes(GENESIS)
     for raw in raws:
@@ -300,12 +301,12 @@ def _read_run(
             # successor jumps a version, but the missing position is the damage).
             if gap is not None and (gap.position or 0) <= (damage.position or 0):
                 damage = gap
-            raise _earliest(store, span[0], damage)
+            raise _earliest(store, start, damage)
         assert event is not None
         version, head = raw.stream_version, raw.hash
         out.append((raw, event))
     if gap is not None:
-        raise _earliest(store, span[0], gap)
+        raise _earliest(store, start, gap)
     return out, span
 
 
