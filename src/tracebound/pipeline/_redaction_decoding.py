@@ -40,6 +40,7 @@ __all__ = [
     "escaped_lines",
     "form_encoded",
     "might_hold_base64",
+    "past_escape",
     "percent_view",
 ]
 
@@ -214,10 +215,29 @@ _TOKEN_BODY = (
     rf"{_RUN}{{{BASE64_MIN_LENGTH},}}={{0,2}}(?!{_RUN})"
 )
 _TOKEN = re.compile(rf"(?<!{_RUN}){_TOKEN_BODY}")
-# In a JSON string a token may follow a ``\n`` (``\r``, ``\t``) escape, whose letter the
-# run above takes in: the token is what follows the letter. (Searched separately, and only
-# in text with a backslash: a look-behind alternative would slow the scan above 2x.)
-_AFTER_ESCAPE = re.compile(rf"\\[nrt]({_TOKEN_BODY})")
+_TOKEN_AT = re.compile(_TOKEN_BODY)  # the token that follows an escape: see _tokens
+# A JSON string escape whose letters are base64 (or hex) characters: ``\n``, ``\r``,
+# ``\t``, ``\b``, ``\f``, ``\/`` and ``\u00e9`` (``json.dumps`` writes one for any
+# character outside ASCII, Go for ``<``, ``>``, ``&``).
+_JSON_ESCAPE = re.compile(r"\\(?:[nrtbf/]|u[0-9A-Fa-f]{4})")
+
+
+def past_escape(text: str, start: int) -> int:
+    r"""Where the token of a run that starts at ``start`` begins: ``start``, or just after
+    the escape when the run starts with a JSON escape's letters (the ``n`` of ``\n``, the
+    ``u00e9`` of ``\u00e9``). With them the token is not base64, and a marker that took
+    them would leave a bad escape. (``\\n`` is an escaped backslash and a plain ``n``.)"""
+    if start == 0 or text[start - 1] != "\\":
+        return start
+    first = start - 1
+    while first > 0 and text[first - 1] == "\\":
+        first -= 1
+    if (start - first) % 2 == 0:
+        return start  # the backslash before ``start`` is itself escaped
+    escape = _JSON_ESCAPE.match(text, start - 1)
+    return start if escape is None else escape.end()
+
+
 # Every base64 character as ``a``, any other ASCII character as a space: a text holds a
 # run of 16 exactly when its translation holds ``a`` * 16, which C finds ten times faster
 # than ``re`` scans for it. Prose mostly has none; ids and digests pass to the regex.
@@ -309,21 +329,22 @@ def _wrapped_block(text: str, first: str, end: int) -> tuple[int, str] | None:
 
 
 def _tokens(text: str) -> Iterator[tuple[int, str]]:
-    """``(start, token)`` for each candidate token, in order (see :data:`_AFTER_ESCAPE`)."""
+    """``(start, token)`` for each candidate token, in order (see :func:`past_escape`)."""
     if "\\" not in text:
         for match in _TOKEN.finditer(text):
             yield match.start(), match.group()
         return
-    escaped = {m.start(1): m.group(1) for m in _AFTER_ESCAPE.finditer(text)}
     for match in _TOKEN.finditer(text):
         start = match.start()
-        if start and text[start - 1] == "\\" and text[start] in "nrt":
-            # The run holds the escape's letter; the token, if any, follows it. (Whenever
-            # one does, the run with the letter is a token too: longer, and not all hex.)
-            if start + 1 in escaped:
-                yield start + 1, escaped[start + 1]
+        after = past_escape(text, start)
+        if after == start:
+            yield start, match.group()
             continue
-        yield start, match.group()
+        # The run holds the escape's letters; the token, if any, follows them. (Whenever
+        # one does, the run with the letters is a token too: longer, and not all hex.)
+        token = _TOKEN_AT.match(text, after)
+        if token is not None:
+            yield after, token.group()
 
 
 def base64_texts(text: str) -> Iterator[tuple[int, int, str]]:
@@ -334,6 +355,10 @@ def base64_texts(text: str) -> Iterator[tuple[int, int, str]]:
     (``sha256:``, ``blake3:``, SRI ``sha384-``) are content addresses and are skipped.
     """
     covered = 0  # the end of the last block decoded whole
+    # The end of the last block that did not decode: its lines are tried one by one, not
+    # each as the start of a block again (that would scan the rest of it once per line,
+    # quadratic in a wrapped image or other binary blob).
+    failed = 0
     for start, found in _tokens(text):
         token = _padded(found)
         if (
@@ -343,13 +368,14 @@ def base64_texts(text: str) -> Iterator[tuple[int, int, str]]:
             or _DIGEST_LABEL.search(text, max(0, start - 8), start)
         ):
             continue
-        block = _wrapped_block(text, token, start + len(token))
+        block = None if start < failed else _wrapped_block(text, token, start + len(token))
         if block is not None:
             decoded = decode_base64(block[1])
             if decoded is not None:
                 yield start, block[0], decoded
                 covered = block[0]
                 continue
+            failed = block[0]
         decoded = decode_base64(token)
         if decoded is not None:
             yield start, start + len(token), decoded

@@ -46,7 +46,7 @@ from detect_secrets.plugins.sendgrid import SendGridDetector
 from detect_secrets.plugins.slack import SlackDetector
 from detect_secrets.plugins.stripe import StripeDetector
 
-from tracebound.pipeline._redaction_decoding import decode_base64
+from tracebound.pipeline._redaction_decoding import decode_base64, past_escape
 
 Span = tuple[int, int]
 Source = Literal["detect-secrets", "tracebound"]
@@ -255,16 +255,11 @@ _B64 = Base64HighEntropyString()
 _HEX = HexHighEntropyString()
 _B64_TOKEN = re.compile(r"[A-Za-z0-9+/_\-]{20,}={0,2}")
 _HEX_TOKEN = re.compile(r"(?<![A-Za-z0-9_])[0-9a-fA-F]{20,}(?![A-Za-z0-9_])")
-# In a JSON string a token may follow a ``\n`` (``\r``, ``\t``) escape: the token is what
-# follows the escape's letter (a marker that took the ``n`` would leave a bad escape, and
-# the hex rule would not see a token that seems to start mid-word). Only text with a
-# backslash pays for this.
-_HEX_AFTER_ESCAPE = re.compile(r"\\[nrt]([0-9a-fA-F]{20,})(?![A-Za-z0-9_])")
-
-
-def _escape_letter(text: str, start: int) -> bool:
-    """Whether ``text[start]`` is the letter of a ``\n``, ``\r`` or ``\t`` escape."""
-    return start > 0 and text[start - 1] == "\\" and text[start] in "nrt"
+# In a JSON string a token may follow an escape (:func:`past_escape`): the token is what
+# follows the escape's letters (a marker that took them would leave a bad escape). A hex
+# run after ``\n``, ``\r``, ``\t`` or ``\u00e9`` seems to start mid-word, so the hex rule
+# looks for it separately; only text with a backslash pays for this.
+_HEX_AFTER_ESCAPE = re.compile(r"\\(?:[nrt]|u[0-9A-Fa-f]{4})([0-9a-fA-F]{20,})(?![A-Za-z0-9_])")
 
 
 # Content addresses: a digest with its algorithm in front (``sha256:…``, SRI ``sha384-…``).
@@ -302,10 +297,9 @@ def _base64_entropy(text: str) -> Iterator[Span]:
     """
     for match in _B64_TOKEN.finditer(text):
         start, end = match.span()
-        if _escape_letter(text, start):
-            start += 1
-            if end - start < 20:
-                continue
+        start = past_escape(text, start)
+        if end - start < 20:
+            continue
         token = text[start:end]
         if not (
             any(c.isupper() for c in token)
@@ -333,6 +327,9 @@ def _hex_entropy(text: str) -> Iterator[Span]:
     """Random-looking hex runs that are not digests (library entropy, 3.0 bit limit)."""
     for match in _hex_tokens(text):
         start, end = match.span(match.lastindex or 0)
+        start = past_escape(text, start)  # ``\b``, ``\f``: letters that are hex digits
+        if end - start < 20:
+            continue
         token = text[start:end]
         if not any(c.isdigit() for c in token) or token.isdigit():
             continue  # words made of a-f, or plain numbers (PII rules handle numbers)
@@ -447,13 +444,18 @@ def key_kind(key: str) -> Literal["auth", "basic", "secret"] | None:
 # ``Note: rotate weekly`` (a colon, then prose) is not one.
 _USER_PASSWORD = re.compile(r"[^\s:]{1,256}:\S")
 _BASE64_VALUE = re.compile(r"[A-Za-z0-9+/]{4,}={0,2}")
+_BASIC_SCHEME = re.compile(r"(?i:basic)[ \t]+")  # ``"auth": "Basic dXNlcjpw…"``
 
 
 def basic_credential(value: str) -> Span | None:
     """The span of ``value`` that is base64 of ``user:password``, if it is one (the
-    whole value less surrounding whitespace); None otherwise."""
+    whole value less surrounding whitespace and a ``Basic`` scheme); None otherwise."""
     start = len(value) - len(value.lstrip())
     token = value.strip()
+    scheme = _BASIC_SCHEME.match(token)
+    if scheme is not None:
+        start += scheme.end()
+        token = token[scheme.end() :]
     if _BASE64_VALUE.fullmatch(token) is None:
         return None
     decoded = decode_base64(token)
@@ -514,7 +516,8 @@ def _keyword_assignments(text: str) -> Iterator[Span]:
 # (.npmrc), ``registry_auth: <base64>``: a key ending in ``auth`` (not ``author``), an
 # assignment, and a base64 value, which must decode to ``user:password``.
 _AUTH_BASE64 = re.compile(
-    r"""(?i:auth)["']?[ \t]*[:=][ \t]*["']?(?P<v>[A-Za-z0-9+/]{4,}={0,2})(?![A-Za-z0-9+/=])"""
+    r"""(?i:auth)["']?[ \t]*[:=][ \t]*["']?(?:(?i:basic)[ \t]+)?"""
+    r"""(?P<v>[A-Za-z0-9+/]{4,}={0,2})(?![A-Za-z0-9+/=])"""
 )
 # Every match holds this (the hint): the key's end and the operator.
 AUTH_BASE64_HINT = r"""(?i:auth)["']?[ \t]*[:=]"""
