@@ -256,6 +256,31 @@ def resume_in_thread(
     return thread
 
 
+def resume_all(
+    runners: dict[str, Runner], pipe: Pipeline, run_id: str, by: dict[str, str | None]
+) -> dict[str, object]:
+    """Each runner resumes (or, with a name in ``by``, takes over) the run in its own thread,
+    all at once; what each returned or raised, by runner name. Closes the runners' ledgers."""
+    out: dict[str, object] = {}
+
+    def target(name: str) -> None:
+        try:
+            out[name] = runners[name].resume(pipe, run_id, take_over_by=by[name])
+        except TraceboundError as exc:
+            out[name] = exc
+
+    threads = [threading.Thread(target=target, args=(n,), name=n) for n in runners]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(WAIT)
+    finally:
+        for r in runners.values():
+            r.ledger.close()
+    return out
+
+
 @pytest.mark.parametrize("decision", ["approved", "rejected"])
 def test_two_resumers_that_read_the_run_together_finish_it_once(
     kit: Kit, decision: Literal["approved", "rejected"]
@@ -415,23 +440,7 @@ def test_two_take_overs_at_once_finish_the_run_once(kit: Kit) -> None:
             return loaded
 
     runners = {n: runner_on(kit, 10 + i, cls=LoadsTogether) for i, n in enumerate("AB")}
-    out: dict[str, object] = {}
-
-    def take_over(name: str) -> None:
-        try:
-            out[name] = runners[name].resume(pipe, run_id, take_over_by=f"@{name}")
-        except TraceboundError as exc:
-            out[name] = exc
-
-    threads = [threading.Thread(target=take_over, args=(n,), name=n) for n in runners]
-    try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(WAIT)
-    finally:
-        for r in runners.values():
-            r.ledger.close()
+    out = resume_all(runners, pipe, run_id, {n: f"@{n}" for n in runners})
     finished = [n for n, v in out.items() if isinstance(v, RunResult)]
     assert len(finished) == 1 and sum(isinstance(v, RunAlreadyResumed) for v in out.values()) == 1
     assert len(applied.by) == 2  # the dead claimant's, and the one take-over's
@@ -500,23 +509,7 @@ def test_a_take_over_racing_another_resume_goes_on_alone(kit: Kit, other: str) -
 
     runners = {n: runner_on(kit, 10 + i, cls=LoadsTogether) for i, n in enumerate("AB")}
     by = {"A": "@A", "B": "@B" if other == "take-over" else None}
-    out: dict[str, object] = {}
-
-    def take_over(name: str) -> None:
-        try:
-            out[name] = runners[name].resume(pipe, run_id, take_over_by=by[name])
-        except TraceboundError as exc:
-            out[name] = exc
-
-    threads = [threading.Thread(target=take_over, args=(n,), name=n) for n in runners]
-    try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(WAIT)
-    finally:
-        for r in runners.values():
-            r.ledger.close()
+    out = resume_all(runners, pipe, run_id, by)
     finished = [n for n, v in out.items() if isinstance(v, RunResult)]
     refused = [v for v in out.values() if isinstance(v, RunAlreadyResumed)]
     assert len(finished) == 1 and len(refused) == 1, out

@@ -53,6 +53,12 @@ def steps(kit: Kit, run: RunResult) -> list[StepRecorded]:
     return [p for p in payloads(kit, run, StepRecorded) if isinstance(p, StepRecorded)]
 
 
+def decide(kit: Kit, run_id: str, step_id: str, who: str) -> None:
+    """A human approves a gated step, from a process of their own (a fresh Runner)."""
+    runner = kit.runner()
+    approve(runner.ledger, RunId(run_id), StepId(step_id), who, codeowners=runner.codeowners)
+
+
 def three_step(calls: list[int], fail_first: bool = True) -> Pipeline:
     pipe = Pipeline("remediate", pipeline_type="remediation", critical=True)
 
@@ -411,9 +417,7 @@ def test_a_repair_of_an_approved_step_is_gated_again(kit: Kit) -> None:
 
     first = kit.runner().run(pipe, {})
     assert (first.status, first.gated_step) == ("gated", "execute")
-    runner = kit.runner()
-    approve(runner.ledger, RunId(first.run_id), StepId("execute"), "alice",
-            codeowners=runner.codeowners)  # fmt: skip
+    decide(kit, first.run_id, "execute", "alice")
     second = kit.runner().resume(pipe, first.run_id)
     # The approved artifact was applied once; the repair's new artifact waits for a human.
     assert applied == [("execute", 2)]
@@ -423,9 +427,7 @@ def test_a_repair_of_an_approved_step_is_gated_again(kit: Kit) -> None:
     repaired = next(s for s in steps(kit, second) if s.step_id == "execute~r1")
     assert (repaired.status, repaired.scopes_granted) == ("gated", ("read",))
 
-    runner = kit.runner()
-    approve(runner.ledger, RunId(first.run_id), StepId("execute~r1"), "alice",
-            codeowners=runner.codeowners)  # fmt: skip
+    decide(kit, first.run_id, "execute~r1", "alice")
     done = kit.runner().resume(pipe, first.run_id)
     assert done.status == "completed"
     assert applied == [("execute", 2), ("execute~r1", 2)]
@@ -462,16 +464,12 @@ def test_a_resumed_repair_goes_on_from_its_gate_not_from_its_origin(kit: Kit) ->
             ctx.report("the plan missed the advisory", origin="plan")
         return tpc("Critic")
 
-    runner = kit.runner()
-    first = runner.run(pipe, {})
-    approve(runner.ledger, RunId(first.run_id), StepId("execute"), "alice",
-            codeowners=runner.codeowners)  # fmt: skip
+    first = kit.runner().run(pipe, {})
+    decide(kit, first.run_id, "execute", "alice")
     second = kit.runner().resume(pipe, first.run_id)
     assert (second.status, second.gated_step) == ("gated", "execute~r1")
     assert planned == [0, 1] and applied == ["execute"]
-    runner = kit.runner()
-    approve(runner.ledger, RunId(first.run_id), StepId("execute~r1"), "bob",
-            codeowners=runner.codeowners)  # fmt: skip
+    decide(kit, first.run_id, "execute~r1", "bob")
     done = kit.runner().resume(pipe, first.run_id)
     assert done.status == "completed"
     assert planned == [0, 1] and applied == ["execute", "execute~r1"]
@@ -513,9 +511,7 @@ def test_two_repairs_of_one_gated_step_get_distinct_ids_and_approvals(kit: Kit) 
     while result.status == "gated":
         assert result.gated_step is not None
         gated.append(result.gated_step)
-        runner = kit.runner()
-        approve(runner.ledger, result.run_id, result.gated_step, "alice",
-                codeowners=runner.codeowners)  # fmt: skip
+        decide(kit, result.run_id, result.gated_step, "alice")
         result = kit.runner().resume(pipe, result.run_id)
     assert result.status == "completed"
     assert gated == ["execute", "execute~r1", "execute~r2"]
