@@ -1,4 +1,5 @@
-"""Decoders the redactor looks through: percent-encoding (with form ``+``) and base64.
+"""Decoders the redactor looks through: percent-encoding (with form ``+``), base64, and
+JSON string escapes.
 
 A secret written as ``password%3Dhunter2`` or as ``cGFzc3dvcmQ9aHVudGVyMg==`` is the same
 secret to whoever decodes it, and no detector sees it as written. The redactor decodes such
@@ -16,11 +17,16 @@ only decodes; it knows nothing of detectors.
   text holds a secret. A block wrapped in lines is joined, whether the line breaks are
   real or ``\n`` escapes inside a JSON string.
 
-Both are strict, so that ordinary text does not decode by accident: ``%`` must be followed
-by two hex digits (and multi-byte sequences must be valid UTF-8), and a base64 token must
-use one alphabet (standard or URL-safe), be padded correctly or not at all, be canonical
-(the unused low bits of its last character are zero), and decode to valid UTF-8 with no
-control characters but tab, CR and LF. Random ids, digests and words fail one of these.
+- JSON string escapes decode character by character too: :func:`json_view` reads
+  ``{"body": "{\\"password\\": …}"}`` as ``{"body": "{"password": …}"}``, and maps each
+  decoded character back to its escape, as :func:`percent_view` does.
+
+Percent and base64 decoding are strict, so that ordinary text does not decode by accident:
+``%`` must be followed by two hex digits (and multi-byte sequences must be valid UTF-8),
+and a base64 token must use one alphabet (standard or URL-safe), be padded correctly or
+not at all, be canonical (the unused low bits of its last character are zero), and decode
+to valid UTF-8 with no control characters but tab, CR and LF. Random ids, digests and
+words fail one of these.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from __future__ import annotations
 import binascii
 import bisect
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 __all__ = [
@@ -39,9 +45,11 @@ __all__ = [
     "decode_base64",
     "escaped_lines",
     "form_encoded",
+    "json_view",
     "might_hold_base64",
     "past_escape",
     "percent_view",
+    "whole_escapes",
 ]
 
 BASE64_MIN_LENGTH = 16
@@ -172,13 +180,21 @@ def percent_view(text: str, *, plus: bool = False) -> View | None:
     """
     if "%" not in text and not (plus and "+" in text):
         return None
+    return _view(text, _decodings(text, plus=plus))
+
+
+def _view(text: str, decodings: Iterable[tuple[int, int, str]]) -> View | None:
+    """The view of ``text`` with each ``(at, end, char)`` of ``decodings`` (in order, not
+    overlapping) read as ``char``, the rest copied; None when there is nothing to decode.
+    Every piece keeps where it came from, so a hit in the view maps back to the original.
+    """
     pieces: list[str] = []
     starts: list[int] = []
     sources: list[int] = []
     ends: list[int] = []
     copied = 0  # the original up to here is in the view
     length = 0  # the view's length so far
-    for at, end, char in _decodings(text, plus=plus):
+    for at, end, char in decodings:
         if at > copied:
             starts.append(length)
             sources.append(copied)
@@ -199,6 +215,69 @@ def percent_view(text: str, *, plus: bool = False) -> View | None:
         ends.append(-1)
         pieces.append(text[copied:])
     return View("".join(pieces), tuple(starts), tuple(sources), tuple(ends))
+
+
+# A JSON string escape (RFC 8259): ``\"``, ``\\``, ``\/``, a control character's letter,
+# or ``\u`` and four hex digits. Half a surrogate pair (``\ud83d``) stays as written:
+# detectors have no use for it, and a lone surrogate is not text.
+_JSON_ESCAPES = re.compile(r'\\(?:["\\/bfnrt]|u[0-9A-Fa-f]{4})')
+_JSON_LETTERS = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+
+
+def _json_char(escape: str) -> str | None:
+    letter = escape[1]
+    if letter == "u":
+        char = chr(int(escape[2:], 16))
+        return None if "\ud800" <= char <= "\udfff" else char
+    return _JSON_LETTERS.get(letter, letter)
+
+
+def json_view(text: str) -> View | None:
+    r"""``text`` with its JSON string escapes decoded, one level; None unless it holds a
+    backslash-quote (``\"``: JSON inside a JSON string, the only case worth the work).
+
+    Every escape in the text is decoded, inside a string or not: outside strings JSON has
+    none, and in other text (a log line quoting a body) the escapes are the body's.
+    ``\\\"`` (doubly escaped) decodes to ``\"``, which a second view decodes again.
+    """
+    if '\\"' not in text:
+        return None
+    return _view(text, _json_decodings(text))
+
+
+def _json_decodings(text: str) -> Iterator[tuple[int, int, str]]:
+    for match in _JSON_ESCAPES.finditer(text):
+        char = _json_char(match.group())
+        if char is not None:
+            yield match.start(), match.end(), char
+
+
+def _opens_escape(text: str, at: int) -> bool:
+    """Whether the backslash at ``at`` opens an escape (is not the second of ``\\``)."""
+    first = at
+    while first > 0 and text[first - 1] == "\\":
+        first -= 1
+    return (at - first) % 2 == 0
+
+
+def whole_escapes(text: str, start: int, end: int) -> tuple[int, int]:
+    r"""``[start, end)`` shrunk so that it cuts no JSON escape of ``text``: a span that
+    would end on the backslash of ``\"`` (or inside ``\u00e9``) stops before it, one that
+    would start on an escape's letter starts after the escape. A marker over the result
+    leaves every escape whole, so the text stays valid JSON once more unescaped."""
+    for at in range(max(0, start - 5), start):
+        if text[at] == "\\" and _opens_escape(text, at):
+            escape = _JSON_ESCAPES.match(text, at)
+            if escape is not None and escape.end() > start:
+                start = escape.end()
+                break
+    for at in range(max(start, end - 5), end):
+        if text[at] == "\\" and _opens_escape(text, at):
+            escape = _JSON_ESCAPES.match(text, at)
+            if escape is not None and escape.end() > end:
+                end = at
+                break
+    return start, max(start, end)
 
 
 # A maximal run of base64 characters of either alphabet, with its padding, that

@@ -645,8 +645,12 @@ _AWS_SECRET_ASSIGNED = re.compile(
     r"(?i)aws_?secret_?(?:access_?)?key[\"']?[ \t]*(?:=|:|=>)[ \t]*[\"']?"
     r"(?P<v>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+])"
 )
-# ``redis://:pass@host``: an empty user name, which the library's pattern requires.
-_URL_PASSWORD_NO_USER = re.compile(r"://:(?P<v>[^:/?#\[\]@\s]+)@")
+# ``scheme://user:pass@host`` where the library's pattern sees none: an empty user name
+# (``redis://:pass@host``), which it requires, or a user name or password holding one of
+# RFC 3986's sub-delims (``pass+word``, ``s3cr3t!$*``), which it excludes. Quotes, ``<>``,
+# a backslash and a backtick are not URL characters and end the userinfo.
+_URL_USERINFO_CHARS = r"[^:/?#\[\]@\s\"'<>\\`]"
+_URL_PASSWORD = re.compile(rf"://{_URL_USERINFO_CHARS}*:(?P<v>{_URL_USERINFO_CHARS}+)@")
 _BEARER = re.compile(r"(?i)\bbearer[ \t]+(?P<v>[A-Za-z0-9\-._~+/]{12,}=*)")
 _BASIC_HEADER = re.compile(
     r"(?i)\b(?:proxy-)?authorization[\"']?[ \t]*[:=][ \t]*[\"']?basic[ \t]+"
@@ -969,7 +973,7 @@ DETECTORS: tuple[Detector, ...] = (
         "password in URL",
         _OURS,
         20,
-        _gate(_regex_rule(_URL_PASSWORD_NO_USER, group="v"), "://:"),
+        _gate(_regex_rule(_URL_PASSWORD, group="v"), "://"),
     ),
     _d(
         "bearer-token",

@@ -20,7 +20,8 @@ secret-sounding sibling ``name`` or ``key`` for a ``value`` (``{"name": "DB_PASS
 "value": "…"}``, as in Kubernetes ``env``).
 
 The detectors also look through percent-encoding (and a form's ``+``) and base64, three
-layers deep (:mod:`tracebound.pipeline._redaction_decoding`).
+layers deep, and read text that holds JSON inside a JSON string (``\\"``) unescaped, two
+levels deep (:mod:`tracebound.pipeline._redaction_decoding`).
 
 Which detector comes from detect-secrets and which is written here is recorded in
 ``docs/adr/0005-redaction-detectors.md``.
@@ -45,11 +46,14 @@ from pydantic import BaseModel, ConfigDict
 from tracebound.errors import ValidationFailed
 from tracebound.pipeline._redaction_decoding import (
     BASE64_MIN_LENGTH,
+    View,
     base64_texts,
     escaped_lines,
     form_encoded,
+    json_view,
     might_hold_base64,
     percent_view,
+    whole_escapes,
 )
 from tracebound.pipeline._redaction_detectors import (
     DETECTORS,
@@ -94,6 +98,12 @@ _MAX_PASSES = 32
 # (``_Memo``), so repeats, and base64 seen both as written and in a percent view, cost
 # nothing more.
 _DECODE_LAYERS = 3
+# JSON unescapes looked through in one text (``{"body": "{\"password\": …}"}`` and the
+# doubly escaped ``\\\"password\\\"``); a third level is not. They are not decode
+# layers: a view is read by the detectors (and the disguise view) only, not decoded
+# further, so each costs at most one more detection pass over text no longer than the
+# text itself. Decoded texts (a percent view, base64) get their own views.
+_JSON_LEVELS = 2
 # ``{"name": "DB_PASSWORD", "value": "…"}``: the sibling that names the value's key
 # (CloudFormation: ``{"ParameterKey": "DbPassword", "ParameterValue": "…"}``).
 _PAIR_NAME_KEYS = ("name", "Name", "NAME", "key", "Key", "KEY", "ParameterKey")
@@ -580,10 +590,9 @@ def _detect(text: str) -> list[_Raw]:
     ]
 
 
-def _scan(text: str, layers: int, memo: _Memo) -> list[_Raw]:
-    """Every detection in ``text``: as written, as a reader sees it (:func:`_disguise_view`)
-    and, ``layers`` deep, as a decoder does (percent-escapes, a form's ``+`` and base64
-    decoded)."""
+def _surface(text: str) -> list[_Raw]:
+    """Every detection in ``text`` as written and as a reader sees it
+    (:func:`_disguise_view`)."""
     raw = _detect(text)
     view = None if text.isascii() else _disguise_view(text)  # the test inline: most text
     if view is not None:
@@ -593,6 +602,16 @@ def _scan(text: str, layers: int, memo: _Memo) -> list[_Raw]:
             for start, end, detector, via in _detect(seen)
             if end > start
         )
+    return raw
+
+
+def _scan(text: str, layers: int, memo: _Memo) -> list[_Raw]:
+    """Every detection in ``text``: as written, as a reader sees it (:func:`_disguise_view`),
+    JSON-unescaped (:func:`_json_hits`) and, ``layers`` deep, as a decoder does
+    (percent-escapes, a form's ``+`` and base64 decoded)."""
+    raw = _surface(text)
+    if '\\"' in text:  # JSON inside a JSON string: most text has no backslash-quote
+        raw.extend(_json_hits(text))
     if layers > 0:
         # Cheap tests first: most text holds no ``%`` or ``+`` and no run that could be
         # base64.
@@ -601,6 +620,35 @@ def _scan(text: str, layers: int, memo: _Memo) -> list[_Raw]:
         if len(text) >= BASE64_MIN_LENGTH and might_hold_base64(text):
             raw.extend(_base64_hits(text, layers - 1, memo))
     return raw
+
+
+def _json_hits(text: str) -> list[_Raw]:
+    """Hits in ``text`` JSON-unescaped, once and (if still escaped) twice, mapped back to
+    the escapes that wrote them.
+
+    ``{"body": "{\\"password\\": \\"…\\"}"}`` hides the key behind escaped quotes; its view
+    reads ``{"body": "{"password": "…"}"}``. A hit in a view is first shrunk so that it
+    cuts none of that view's own escapes (:func:`whole_escapes`), then mapped back level
+    by level; each mapping takes whole escapes. So the marker replaces whole escapes at
+    every level, and what was valid JSON at any level stays valid.
+    """
+    hits: list[_Raw] = []
+    views: list[View] = []
+    current = text
+    for _ in range(_JSON_LEVELS):
+        view = json_view(current)
+        if view is None:
+            break
+        views.append(view)
+        current = view.text
+        for found_start, found_end, detector, via in _clean(current, _surface(current)):
+            start, end = whole_escapes(current, found_start, found_end)
+            if end <= start:
+                continue
+            for outer in reversed(views):
+                start, end = outer.original(start, end)
+            hits.append((start, end, detector, via))
+    return hits
 
 
 def _percent_hits(text: str, layers: int, memo: _Memo) -> list[_Raw]:

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import base64
 import json
-import time
 from typing import Any
 from urllib.parse import quote, quote_plus, urlencode
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.unit.pipeline.redaction_work import scanned
 
 from tracebound.pipeline.redaction import Redactor
 
@@ -371,25 +371,14 @@ def _adversarial(size: int) -> str:
     return (line * (size // len(line) + 1))[:size]
 
 
-def _seconds(text: str, *, runs: int = 1) -> float:
+def test_adversarial_nesting_does_linear_work() -> None:
+    # Counted, not timed (tests/unit/pipeline/redaction_work.py): 1 MB must scan about
+    # eight times what 128 KB scans, far from the 64 times a quadratic blow-up would
+    # need, and no more than a bounded multiple of as much plain base64-heavy text. Each
+    # layer decodes at most 1.75 times the text above it.
     redactor = Redactor(KEY)
-    best = float("inf")
-    for _ in range(runs):
-        start = time.perf_counter()
-        redactor.redact_text(text)
-        best = min(best, time.perf_counter() - start)
-    return best
-
-
-@pytest.mark.slow
-def test_adversarial_nesting_costs_linear_time() -> None:
-    # No absolute limit (CI machines differ): 1 MB must cost about eight times what
-    # 128 KB costs, far from the 64 times a quadratic blow-up would need, and no more
-    # than a bounded multiple of scanning as much plain base64-heavy text. (Measured:
-    # about 11x and 6x; each layer decodes at most 1.75 times the text above it.)
     small, large = _adversarial(128 * 1024), _adversarial(1024 * 1024)
-    t_small, t_large = _seconds(small, runs=3), _seconds(large)
-    assert t_large / t_small < 8 * 2.5, (t_small, t_large)
+    w_small, w_large = scanned(redactor, small), scanned(redactor, large)
+    assert w_large / w_small < 8 * 1.25, (w_small, w_large)
     plain = ((b64("harmless text ") * 20 + "\n") * 10_000)[: len(large)]
-    t_plain = _seconds(plain)
-    assert t_large / t_plain < 40, (t_plain, t_large)
+    assert w_large / scanned(redactor, plain) < 40, (w_large,)
