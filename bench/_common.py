@@ -13,7 +13,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from tracebound.events.catalog import CostIncurred
+from tracebound.events.catalog import CostIncurred, CostSource
+from tracebound.ids import StepId
 
 # A few hundred bytes of strings, so that the canonical record (envelope + ledger fields +
 # payload) is about 1 KB: the size of a realistic LLM-pipeline cost event with a long
@@ -28,14 +29,14 @@ def cost_payload(i: int) -> CostIncurred:
     return CostIncurred(
         tier="direct",
         amount_usd=Decimal(f"0.{i % 1000000:06d}"),
-        source=_SOURCE,
+        source=CostSource(_SOURCE),
         tokens_in=12873 + i % 997,
         tokens_out=1894,
         cached_input_tokens=4096,
         reasoning_tokens=512,
         model=_MODEL,
         role="Executor",
-        step_id=_STEP + str(i),
+        step_id=StepId(_STEP + str(i)),
     )
 
 

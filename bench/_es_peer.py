@@ -12,7 +12,7 @@ from eventsourcing.application import Application
 from eventsourcing.domain import Aggregate, event
 
 
-class CostAccount(Aggregate):  # type: ignore[misc]  # eventsourcing ships no type stubs here
+class CostAccount(Aggregate):
     """One aggregate; every ``incur`` call triggers one CostIncurred event."""
 
     @event("Created")
@@ -37,7 +37,7 @@ class CostAccount(Aggregate):  # type: ignore[misc]  # eventsourcing ships no ty
         self.count += 1
 
 
-class CostApp(Application[Any]):  # type: ignore[misc]
+class CostApp(Application[Any]):
     """A plain application: default mapper (JSON transcoder), no snapshots, no cipher."""
 
 

@@ -118,8 +118,12 @@ class _EventsourcingWriter:
             (state_len,) = conn.execute(
                 "SELECT AVG(LENGTH(state)) FROM stored_events WHERE topic LIKE '%CostIncurred'"
             ).fetchone()
+        from eventsourcing.sqlite import SQLiteApplicationRecorder  # noqa: PLC0415
+
         # The recorder's own connection, asked what it runs with (not a fresh one's defaults).
-        with self.app.recorder.datastore.get_connection(commit=False) as conn:
+        recorder = self.app.recorder
+        assert isinstance(recorder, SQLiteApplicationRecorder)
+        with recorder.datastore.get_connection(commit=False) as conn:
             cur = conn.cursor()
             cur.execute("PRAGMA synchronous")
             sync = cur.fetchone()[0]

@@ -40,7 +40,7 @@ import threading
 import time
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 from uuid import UUID
 
 from bench._common import machine, print_table, write_json
@@ -52,21 +52,39 @@ from tracebound.events.catalog import (
     BudgetPrechecked,
     BudgetReconciled,
     CostIncurred,
+    CostSource,
     LeafInvoked,
     LeafReturned,
     MergeOutcome,
     PlanOutcomeEmitted,
     PluginResolved,
+    PluginScope,
     PromptBuilt,
     ProvenanceClassified,
     RagHit,
     RetryRequested,
+    SignalKind,
     SolutionFound,
     TransformBuilt,
     TrustGateFailed,
     TrustGatePassed,
 )
 from tracebound.events.envelope import Event, Payload, RecordedEvent
+from tracebound.ids import (
+    AdvisoryId,
+    AttemptId,
+    ChainHead,
+    GateId,
+    PatchDigest,
+    PluginId,
+    PromptDigest,
+    RagRecordId,
+    ResponseDigest,
+    SandboxRunId,
+    Sha256Digest,
+    StreamId,
+    WorkflowId,
+)
 from tracebound.projections import ProjectionRunner, SQLiteViews, fold_all, read_records
 from tracebound.store.port import AppendRequest
 from tracebound.store.sqlite import SQLiteStore
@@ -77,31 +95,40 @@ TARGET_P99_MS = 100.0
 T0 = 1_767_225_600  # 2026-01-01T00:00:00Z
 
 
+class _Attempt(TypedDict):
+    attempt_id: AttemptId
+    attempt_index: int
+
+
 def _workflow(i: int) -> list[Payload]:
     """One remediation run: about 20 events; every 4th fails a gate and retries."""
-    attempt = UUID(int=i)
-    at: dict[str, Any] = {"attempt_id": attempt, "attempt_index": 0}
+    attempt = AttemptId(UUID(int=i))
+    at: _Attempt = {"attempt_id": attempt, "attempt_index": 0}
     digest = f"{i:064x}"
     failed = i % 4 == 0
     out: list[Payload] = [
         PluginResolved(
-            plugin_id=f"plugin-{i % 5}",
-            extends_chain=("base",),
-            matched_scope="npm/express",
+            plugin_id=PluginId(f"plugin-{i % 5}"),
+            extends_chain=(PluginId("base"),),
+            matched_scope=PluginScope("npm/express"),
             fallback_used=i % 9 == 0,
         ),
-        ProvenanceClassified(**at, advisory_id=f"GHSA-{i % 500}", provenance="llm"),
+        ProvenanceClassified(**at, advisory_id=AdvisoryId(f"GHSA-{i % 500}"), provenance="llm"),
         BudgetPrechecked(
             **at, estimated_usd=Decimal("0.02"), available_usd=Decimal("5"), allowed=True
         ),
-        RagHit(**at, record_ids=("rec-1", "rec-2"), evidence_chain_head=bytes(32)),
-        PromptBuilt(**at, prompt_digest_blake3=digest, prompt_bytes=4096),
+        RagHit(
+            **at,
+            record_ids=(RagRecordId("rec-1"), RagRecordId("rec-2")),
+            evidence_chain_head=ChainHead(bytes(32)),
+        ),
+        PromptBuilt(**at, prompt_digest_blake3=PromptDigest(digest), prompt_bytes=4096),
         BudgetPrecharged(**at, precharged_usd=Decimal("0.02"), model="gpt-5"),
-        LeafInvoked(**at, model="gpt-5", prompt_digest_blake3=digest),
+        LeafInvoked(**at, model="gpt-5", prompt_digest_blake3=PromptDigest(digest)),
         LeafReturned(
             **at,
             model="gpt-5",
-            response_digest_blake3=digest,
+            response_digest_blake3=ResponseDigest(digest),
             tokens_in=1200,
             tokens_out=300,
             cached_input_tokens=1000,
@@ -118,7 +145,7 @@ def _workflow(i: int) -> list[Payload]:
         CostIncurred(
             tier="direct",
             amount_usd=Decimal(f"0.{i % 10000:04d}"),
-            source="openai",
+            source=CostSource("openai"),
             tokens_in=1200,
             tokens_out=300,
             cached_input_tokens=1000,
@@ -126,38 +153,45 @@ def _workflow(i: int) -> list[Payload]:
             model="gpt-5",
             role="Planner",
         ),
-        TransformBuilt(**at, patch_digest_blake3=digest, files_changed=2),
+        TransformBuilt(**at, patch_digest_blake3=PatchDigest(digest), files_changed=2),
         PlanOutcomeEmitted(**at, plan_proposal_kind="apply_transform", outcome="AppliedFromLlm"),
     ]
     if failed:
         out += [
             TrustGateFailed(
-                gate="tests", failing_signals=("tests_pass",), score=4200, retry_count=0
+                gate=GateId("tests"),
+                failing_signals=(SignalKind("tests_pass"),),
+                score=4200,
+                retry_count=0,
             ),
             RetryRequested(
                 **at,
-                gate="tests",
-                sandbox_run_id=f"sbx-{i}",
-                failing_signals=("tests_pass",),
-                summary_pointer="sha256:" + "ab" * 32,
+                gate=GateId("tests"),
+                sandbox_run_id=SandboxRunId(f"sbx-{i}"),
+                failing_signals=(SignalKind("tests_pass"),),
+                summary_pointer=Sha256Digest("sha256:" + "ab" * 32),
             ),
         ]
     else:
-        out.append(TrustGatePassed(gate="tests", signals={"tests_pass": True}, score=9100))
+        out.append(
+            TrustGatePassed(
+                gate=GateId("tests"), signals={SignalKind("tests_pass"): True}, score=9100
+            )
+        )
     out += [
         AttemptCompleted(
             **at,
-            advisory_id=f"GHSA-{i % 500}",
+            advisory_id=AdvisoryId(f"GHSA-{i % 500}"),
             outcome="AppliedFromLlm",
             trust_outcome_passed=not failed,
             cost_usd=Decimal("0.0213"),
             duration_ms=5300,
         ),
-        CostIncurred(tier="amortized", amount_usd=Decimal("0.0031"), source="sandbox"),
+        CostIncurred(tier="amortized", amount_usd=Decimal("0.0031"), source=CostSource("sandbox")),
         SolutionFound(
             **at,
-            advisory_id=f"GHSA-{i % 500}",
-            patch_digest_blake3=digest,
+            advisory_id=AdvisoryId(f"GHSA-{i % 500}"),
+            patch_digest_blake3=PatchDigest(digest),
             outcome="AppliedFromLlm",
         ),
         MergeOutcome(
@@ -172,15 +206,15 @@ def _workflow(i: int) -> list[Payload]:
 def _anchor_event(i: int) -> Payload:
     return AttemptAnchorRecorded(
         anchor=AttemptAnchor(
-            attempt_id=UUID(int=i),
-            workflow_id=f"wf-{i:07d}",
+            attempt_id=AttemptId(UUID(int=i)),
+            workflow_id=WorkflowId(f"wf-{i:07d}"),
             attempt_index=0,
-            advisory_id=f"GHSA-{i % 500}",
-            prompt_digest_blake3=f"{i:064x}",
+            advisory_id=AdvisoryId(f"GHSA-{i % 500}"),
+            prompt_digest_blake3=PromptDigest(f"{i:064x}"),
             retrieved_evidence_chain_head=None,
             retrieved_record_ids=(),
             plan_proposal_kind="apply_transform",
-            response_digest_blake3=f"{i:064x}",
+            response_digest_blake3=ResponseDigest(f"{i:064x}"),
             validator_outcome="AppliedFromLlm",
             tokens_in=1200,
             tokens_out=300,
@@ -220,10 +254,10 @@ def build_ledger(path: Path, events: int) -> SQLiteStore:
     i = written = 0
     t = time.perf_counter()
     while written < events:
-        requests = []
+        requests: list[AppendRequest] = []
         while written < events and len(requests) < 200:
             evs = _events_for(i)[: events - written]
-            requests.append(AppendRequest(f"wf-{i:07d}", evs))
+            requests.append(AppendRequest(StreamId(f"wf-{i:07d}"), evs))
             written += len(evs)
             i += 1
         store.append_batch(requests)

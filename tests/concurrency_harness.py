@@ -35,6 +35,7 @@ import random
 import subprocess
 import sys
 import time
+from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -58,8 +59,9 @@ def _event_id(writer: int, n: int) -> UUID:
 def writer_main(url: str, writer: int, appends: int, side: str, start: str, seed: int) -> None:
     """Append ``appends`` times, then exit 0; exit 1 on anything but a ConcurrencyConflict."""
     from tracebound.errors import ConcurrencyConflict
-    from tracebound.events.catalog import CostIncurred
+    from tracebound.events.catalog import CostIncurred, CostSource
     from tracebound.events.envelope import Event
+    from tracebound.ids import StreamId
     from tracebound.store.port import AppendRequest
     from tracebound.store.url import open_store
 
@@ -77,7 +79,9 @@ def writer_main(url: str, writer: int, appends: int, side: str, start: str, seed
         nonlocal n
         n += 1
         return Event.create(
-            CostIncurred(tier="direct", amount_usd=Decimal(n) / 100, source=f"writer-{writer}"),
+            CostIncurred(
+                tier="direct", amount_usd=Decimal(n) / 100, source=CostSource(f"writer-{writer}")
+            ),
             event_id=_event_id(writer, n),
             timestamp=t0 + timedelta(microseconds=n),
             workflow_id=f"wf-{writer % 3}",
@@ -94,16 +98,16 @@ def writer_main(url: str, writer: int, appends: int, side: str, start: str, seed
                 if contender:
                     stream = SHARED[rng.randrange(2)]
                     head = store.stream_head(stream)
-                    expected = 0 if head is None else head.version
+                    expected: int | None = 0 if head is None else head.version
                     if rng.random() < 0.2:
                         time.sleep(rng.uniform(0, 0.002))  # widen the read-to-append window
-                    requests = [AppendRequest(stream, [event()], expected)]  # type: ignore[arg-type]
+                    requests = [AppendRequest(StreamId(stream), [event()], expected)]
                     if i % 10 == 9:  # one transaction over two streams: all or nothing
-                        requests.insert(0, AppendRequest(own, [event()], own_version))  # type: ignore[arg-type]
+                        requests.insert(0, AppendRequest(StreamId(own), [event()], own_version))
                 else:
                     stream = COMMON if i % 3 == 2 else own
                     expected = None if stream == COMMON else own_version
-                    requests = [AppendRequest(stream, [event()], expected)]  # type: ignore[arg-type]
+                    requests = [AppendRequest(StreamId(stream), [event()], expected)]
                 try:
                     recorded = store.append_batch(requests)
                 except ConcurrencyConflict as exc:
@@ -216,7 +220,7 @@ def run_proof(
     from tracebound.store.url import open_store
 
     workdir.mkdir(parents=True, exist_ok=True)
-    with open_store(url, create=True) as store:
+    with closing(open_store(url, create=True)) as store:  # the port has close(), no __enter__
         store.set_meta("origin", ORIGIN)
     start = workdir / "start"
     sides = [workdir / f"writer-{i}.jsonl" for i in range(writers)]

@@ -63,8 +63,9 @@ def _event_id(seed: int, n: int) -> UUID:
 
 def child_main(url: str, side: str, seed: int) -> None:
     """Append until killed. Runs in the child process; never returns on its own."""
-    from tracebound.events.catalog import CostIncurred
+    from tracebound.events.catalog import CostIncurred, CostSource
     from tracebound.events.envelope import Event
+    from tracebound.ids import StreamId
     from tracebound.store.port import AppendRequest
     from tracebound.store.url import open_store
 
@@ -84,7 +85,7 @@ def child_main(url: str, side: str, seed: int) -> None:
                 payload = CostIncurred(
                     tier="direct",
                     amount_usd=Decimal(n) / 10_000,
-                    source=f"{_PADDING}{n}",
+                    source=CostSource(f"{_PADDING}{n}"),
                 )
                 events.append(
                     Event.create(
@@ -98,7 +99,7 @@ def child_main(url: str, side: str, seed: int) -> None:
             if rng.random() < 0.5:  # optimistic concurrency on the path too
                 head = store.stream_head(stream)
                 expected = 0 if head is None else head.version
-            requests.append(AppendRequest(stream, events, expected))  # type: ignore[arg-type]
+            requests.append(AppendRequest(StreamId(stream), events, expected))
         ids = [str(e.event_id) for r in requests for e in r.events]
         os.write(fd, json.dumps({"intent": batch, "ids": ids}).encode() + b"\n")
         recorded = store.append_batch(requests)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
+from typing import Any, cast
 from uuid import UUID
 
 
@@ -35,12 +36,13 @@ def child_main(url: str, side: str, threads: int) -> None:
     import threading
 
     from tracebound.errors import ConcurrencyConflict
-    from tracebound.events.catalog import CostIncurred
+    from tracebound.events.catalog import CostIncurred, CostSource
     from tracebound.events.envelope import Event
-    from tracebound.store.group_commit import GroupCommitter
+    from tracebound.store.group_commit import GroupCommitBackend, GroupCommitter
     from tracebound.store.url import open_store
 
-    committer = GroupCommitter(open_store(url))  # type: ignore[arg-type]
+    # The harness is run with SQLite, JSONL or PostgreSQL URLs: all group-commit backends.
+    committer: GroupCommitter[Any] = GroupCommitter(cast(GroupCommitBackend[Any], open_store(url)))
     fd = os.open(side, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     t0 = datetime(2026, 6, 1, tzinfo=UTC)
 
@@ -50,7 +52,9 @@ def child_main(url: str, side: str, threads: int) -> None:
             n += 1
             shared = n % 3 == 0
             event = Event.create(
-                CostIncurred(tier="direct", amount_usd=Decimal(n) / 10_000, source=f"t{thread}"),
+                CostIncurred(
+                    tier="direct", amount_usd=Decimal(n) / 10_000, source=CostSource(f"t{thread}")
+                ),
                 event_id=_event_id(thread, n),
                 timestamp=t0 + timedelta(microseconds=n),
                 workflow_id="wf",

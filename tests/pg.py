@@ -126,10 +126,13 @@ def _server_uid() -> int | None:
 
 
 def _run(server_uid: int | None, args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    extra: dict[str, object] = {}
+    # None is subprocess.run's own default for each of these: run as the current user.
+    user: int | None = None
+    group: int | None = None
+    extra_groups: list[int] | None = None
     if server_uid is not None:
         entry = pwd.getpwuid(server_uid)
-        extra = {"user": server_uid, "group": entry.pw_gid, "extra_groups": []}
+        user, group, extra_groups = server_uid, entry.pw_gid, []
     env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
     env["LC_ALL"] = "C"
     return subprocess.run(
@@ -140,7 +143,9 @@ def _run(server_uid: int | None, args: list[str], cwd: Path) -> subprocess.Compl
         text=True,
         check=False,
         timeout=120,
-        **extra,  # type: ignore[arg-type]
+        user=user,
+        group=group,
+        extra_groups=extra_groups,
     )
 
 

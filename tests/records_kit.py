@@ -13,8 +13,14 @@ from typing import Any, ClassVar, Literal
 from uuid import UUID
 
 from tracebound.events import EventRegistry
-from tracebound.events.catalog import BUILTIN_PAYLOAD_TYPES, CostIncurred, MergeOutcome
+from tracebound.events.catalog import (
+    BUILTIN_PAYLOAD_TYPES,
+    CostIncurred,
+    CostSource,
+    MergeOutcome,
+)
 from tracebound.events.envelope import Event, Payload
+from tracebound.ids import StreamId
 from tracebound.projections.records import RecordDecoder, read_records
 from tracebound.store.port import AppendRequest, LogStore
 
@@ -83,7 +89,9 @@ def registry() -> EventRegistry:
 def _payload(i: int) -> Payload:
     match i % 4:
         case 0:
-            return CostIncurred(tier="direct", amount_usd=Decimal("0.01"), source="openai")
+            return CostIncurred(
+                tier="direct", amount_usd=Decimal("0.01"), source=CostSource("openai")
+            )
         case 1:
             return MergeOutcome(pr_url=f"https://x.test/pr/{i}", decision="merged", reviewer=None)
         case 2:
@@ -105,7 +113,7 @@ def batches(n: int = 60) -> list[list[AppendRequest]]:
                 workflow_id=None if i % 7 == 0 else f"wf-{i % 3}",
                 correlation_id=None if i % 2 else f"corr-{i}",
             )
-            requests.append(AppendRequest(f"s-{i % 3}", [event]))
+            requests.append(AppendRequest(StreamId(f"s-{i % 3}"), [event]))
         out.append(requests)
     return out
 

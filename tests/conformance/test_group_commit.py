@@ -19,7 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 import pytest
@@ -91,7 +91,7 @@ class Gate:
                 assert self._release.wait(GUARD)
             return inner(batches)
 
-        committer.store._append_prepared = held
+        cast(Any, committer.store)._append_prepared = held  # an instance patch
 
     def open(self) -> None:
         self._release.set()
@@ -197,12 +197,9 @@ def test_threads_share_commits_and_every_ack_is_there_once(
 
 def test_queued_requests_share_one_commit(committer: GroupCommitter[Any]) -> None:
     with ThreadPoolExecutor(12) as pool:
-        calls = [
-            (lambda i=i: committer.append(f"s{i % 3}", [note(i)]))  # type: ignore[misc]
-            for i in range(10)
-        ]
+        calls = [(lambda i=i: committer.append(f"s{i % 3}", [note(i)])) for i in range(10)]
         futures = _in_order(committer, pool, calls)
-    assert committer.gate_sizes == [1, 10]  # type: ignore[attr-defined]  # plug, then all
+    assert committer.gate_sizes == [1, 10]  # plug, then all
     positions = [f.result()[0].position for f in futures]
     assert positions == list(range(2, 12))  # FIFO: queue order is position order
     # What each caller got back is exactly what the store recorded.
@@ -232,7 +229,7 @@ def test_a_conflict_fails_only_its_own_request(committer: GroupCommitter[Any]) -
                 lambda: committer.append("s", [note(7)], expected_version=2),  # ok: v3
             ],
         )
-    assert committer.gate_sizes == [1, 5]  # type: ignore[attr-defined]  # one group
+    assert committer.gate_sizes == [1, 5]  # one group
     ok2, bad3, ok4, bad56, ok7 = futures
     assert [(e.stream_version, e.position) for e in ok2.result()] == [(2, 3)]
     err = bad3.exception()
@@ -395,11 +392,14 @@ def test_asyncio_tasks_share_commits(committer: GroupCommitter[Any]) -> None:
     assert committer.groups - before < tasks * (per_task + 1)
 
 
+_Got = list[RecordedEvent] | BaseException  # one asyncio.gather(return_exceptions=True) outcome
+
+
 def test_asyncio_conflict_and_order_with_threads(committer: GroupCommitter[Any]) -> None:
     """Tasks and threads mix in the same groups; a task's conflict is its own."""
     committer.append("s", [note(1)])
 
-    async def main() -> list[Any]:
+    async def main() -> tuple[_Got, _Got, _Got]:
         return await asyncio.gather(
             committer.append_async("s", [note(2)], expected_version=1),
             committer.append_async("s", [note(3)], expected_version=0),
@@ -408,6 +408,8 @@ def test_asyncio_conflict_and_order_with_threads(committer: GroupCommitter[Any])
         )
 
     ok, conflict, threaded = asyncio.run(main())
+    assert isinstance(ok, list)
+    assert isinstance(threaded, list)
     assert [e.stream_version for e in ok] == [2]
     assert isinstance(conflict, ConcurrencyConflict)
     assert (conflict.expected, conflict.actual) in {(0, 1), (0, 2)}
@@ -423,13 +425,13 @@ def test_group_limits_keep_batches_whole_and_fifo(backend: Backend) -> None:
     sizes = [1, 1, 1, 1, 5, 1]
     with ThreadPoolExecutor(8) as pool:
         calls = [
-            (lambda i=i, n=n: committer.append(f"s{i}", [note(i * 10 + k) for k in range(n)]))  # type: ignore[misc]
+            (lambda i=i, n=n: committer.append(f"s{i}", [note(i * 10 + k) for k in range(n)]))
             for i, n in enumerate(sizes)
         ]
         futures = _in_order(committer, pool, calls)
     # plug; three 1-event requests fill a group; the next one is alone because the 5-event
     # batch after it would overflow; the 5-event batch goes alone, whole; then the last.
-    assert committer.gate_sizes == [1, 3, 1, 1, 1]  # type: ignore[attr-defined]
+    assert committer.gate_sizes == [1, 3, 1, 1, 1]
     firsts = [f.result()[0].position for f in futures]
     assert firsts == [2, 3, 4, 5, 6, 11]
     assert [e.position for e in futures[4].result()] == [6, 7, 8, 9, 10]
@@ -571,7 +573,7 @@ class _Committers:
             self.sizes.append(len(batches))
             return inner(batches)
 
-        committer.store._append_prepared = spy
+        cast(Any, committer.store)._append_prepared = spy  # an instance patch
 
 
 def test_an_appending_thread_commits_its_group_itself(

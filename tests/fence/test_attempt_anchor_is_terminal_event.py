@@ -13,9 +13,11 @@ Two halves, as the record asks:
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
+from typing import TypedDict
 from uuid import UUID
 
 import pytest
@@ -31,7 +33,14 @@ from tracebound.events.catalog import (
     RagMiss,
     TransformBuilt,
 )
-from tracebound.ids import AttemptId
+from tracebound.ids import (
+    AdvisoryId,
+    AttemptId,
+    PatchDigest,
+    PromptDigest,
+    ResponseDigest,
+    WorkflowId,
+)
 from tracebound.pipeline.fallback import AttemptEventLog
 
 PACKAGE = Path(__file__).resolve().parents[2] / "src" / "tracebound" / "pipeline" / "fallback"
@@ -56,7 +65,7 @@ def _calls(node: ast.AST) -> list[ast.Call]:
 
 @dataclass
 class Analysis:
-    functions: dict[str, list[ast.FunctionDef]] = field(default_factory=dict)
+    functions: dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]] = field(default_factory=dict)
     emits: set[str] = field(default_factory=set)
     anchors: set[str] = field(default_factory=set)
     violations: list[str] = field(default_factory=list)
@@ -70,9 +79,9 @@ def analyse(sources: dict[str, str]) -> Analysis:
             continue
         for node in ast.walk(ast.parse(source)):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                a.functions.setdefault(node.name, []).append(node)  # type: ignore[arg-type]
+                a.functions.setdefault(node.name, []).append(node)
 
-    def calls_any(fn: ast.FunctionDef, names: set[str]) -> bool:
+    def calls_any(fn: ast.FunctionDef | ast.AsyncFunctionDef, names: set[str]) -> bool:
         return any(_call_name(c) in names for c in _calls(fn))
 
     a.emits, a.anchors = set(DIRECT_EMIT), {ANCHOR}
@@ -94,7 +103,7 @@ def analyse(sources: dict[str, str]) -> Analysis:
     return a
 
 
-def _check_function(fname: str, fn: ast.FunctionDef, a: Analysis) -> None:
+def _check_function(fname: str, fn: ast.FunctionDef | ast.AsyncFunctionDef, a: Analysis) -> None:
     anchor_calls = [c for c in _calls(fn) if _call_name(c) in a.anchors]
     if not anchor_calls:
         return
@@ -185,34 +194,39 @@ def test_a_clean_tail_passes() -> None:
 
 
 @pytest.fixture
-def kit(tmp_path: Path) -> Kit:
+def kit(tmp_path: Path) -> Iterator[Kit]:
     k = make_kit(tmp_path)
-    yield k  # type: ignore[misc]
+    yield k
     k.close()
 
 
+class _Ids(TypedDict):
+    attempt_id: AttemptId
+    attempt_index: int
+
+
 def _frame(kit: Kit, log: AttemptEventLog, attempt: AttemptId, index: int = 0) -> AttemptAnchor:
-    ids = {"attempt_id": attempt, "attempt_index": index}
-    log.emit(ProvenanceClassified(**ids, advisory_id="GHSA-x", provenance="recipe"))  # type: ignore[arg-type]
+    ids: _Ids = {"attempt_id": attempt, "attempt_index": index}
+    log.emit(ProvenanceClassified(**ids, advisory_id=AdvisoryId("GHSA-x"), provenance="recipe"))
     log.emit(
         BudgetPrechecked(**ids, estimated_usd=Decimal(0), available_usd=Decimal(1), allowed=True)
-    )  # type: ignore[arg-type]
-    log.emit(RagMiss(**ids, evidence_chain_head=None, bypassed=True))  # type: ignore[arg-type]
+    )
+    log.emit(RagMiss(**ids, evidence_chain_head=None, bypassed=True))
     log.emit(
         PlanOutcomeEmitted(
             **ids, plan_proposal_kind="refuse", outcome="Refused", refusal_reason="no_plan"
         )
-    )  # type: ignore[arg-type]
+    )
     return AttemptAnchor(
         attempt_id=attempt,
-        workflow_id=log.workflow_id,
+        workflow_id=WorkflowId(log.workflow_id),
         attempt_index=index,
-        advisory_id="GHSA-x",
-        prompt_digest_blake3="0" * 64,
+        advisory_id=AdvisoryId("GHSA-x"),
+        prompt_digest_blake3=PromptDigest("0" * 64),
         retrieved_evidence_chain_head=None,
         retrieved_record_ids=(),
         plan_proposal_kind="refuse",
-        response_digest_blake3="0" * 64,
+        response_digest_blake3=ResponseDigest("0" * 64),
         validator_outcome="Refused",
         refusal_reason="no_plan",
         tokens_in=0,
@@ -246,28 +260,28 @@ def test_events_after_the_anchor_raise(kit: Kit) -> None:
 
 def test_order_within_an_attempt_is_enforced(kit: Kit) -> None:
     log = AttemptEventLog(kit.ledger, workflow_id="wf")
-    ids = {"attempt_id": AttemptId(UUID(int=5)), "attempt_index": 0}
+    ids: _Ids = {"attempt_id": AttemptId(UUID(int=5)), "attempt_index": 0}
     with pytest.raises(LedgerAttemptOutOfOrder, match="must open with provenance_classified"):
-        log.emit(RagMiss(**ids, evidence_chain_head=None))  # type: ignore[arg-type]
-    log.emit(ProvenanceClassified(**ids, advisory_id="GHSA-x", provenance="llm"))  # type: ignore[arg-type]
-    log.emit(RagMiss(**ids, evidence_chain_head=None))  # type: ignore[arg-type]
+        log.emit(RagMiss(**ids, evidence_chain_head=None))
+    log.emit(ProvenanceClassified(**ids, advisory_id=AdvisoryId("GHSA-x"), provenance="llm"))
+    log.emit(RagMiss(**ids, evidence_chain_head=None))
     with pytest.raises(LedgerAttemptOutOfOrder, match="cannot follow"):
         log.emit(
             BudgetPrechecked(
                 **ids, estimated_usd=Decimal(0), available_usd=Decimal(1), allowed=True
             )
-        )  # type: ignore[arg-type]
+        )
     with pytest.raises(LedgerAttemptOutOfOrder, match="cannot follow"):
-        log.emit(RagMiss(**ids, evidence_chain_head=None))  # type: ignore[arg-type]
+        log.emit(RagMiss(**ids, evidence_chain_head=None))
     with pytest.raises(LedgerAttemptOutOfOrder, match="index 0, not 3"):
         log.emit(
             TransformBuilt(
                 attempt_id=ids["attempt_id"],
                 attempt_index=3,
-                patch_digest_blake3="0" * 64,
+                patch_digest_blake3=PatchDigest("0" * 64),
                 files_changed=1,
             )
-        )  # type: ignore[arg-type]
+        )
 
 
 def test_the_anchor_needs_the_plan_outcome_first(kit: Kit) -> None:
@@ -279,10 +293,10 @@ def test_the_anchor_needs_the_plan_outcome_first(kit: Kit) -> None:
         ProvenanceClassified(
             attempt_id=AttemptId(UUID(int=10)),
             attempt_index=0,
-            advisory_id="GHSA-x",
+            advisory_id=AdvisoryId("GHSA-x"),
             provenance="llm",
         )
-    )  # type: ignore[arg-type]
+    )
     with pytest.raises(LedgerAttemptOutOfOrder, match="directly follow plan_outcome_emitted"):
         log.record_anchor(AttemptAnchorRecorded(anchor=other))
     with pytest.raises(LedgerAttemptOutOfOrder, match="workflow"):
@@ -298,19 +312,19 @@ def test_a_second_writer_is_a_conflict_not_an_interleaving(kit: Kit) -> None:
         ProvenanceClassified(
             attempt_id=AttemptId(UUID(int=1)),
             attempt_index=0,
-            advisory_id="GHSA-x",
+            advisory_id=AdvisoryId("GHSA-x"),
             provenance="llm",
         )
-    )  # type: ignore[arg-type]
+    )
     with pytest.raises(ConcurrencyConflict):
         two.emit(
             ProvenanceClassified(
                 attempt_id=AttemptId(UUID(int=2)),
                 attempt_index=0,
-                advisory_id="GHSA-x",
+                advisory_id=AdvisoryId("GHSA-x"),
                 provenance="llm",
             )
-        )  # type: ignore[arg-type]
+        )
 
 
 def test_every_tier_path_ends_with_exactly_one_anchor(tmp_path: Path) -> None:

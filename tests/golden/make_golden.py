@@ -27,10 +27,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 from uuid import UUID
 
-from tracebound.events.anchor import AttemptAnchor
+from tracebound.events.anchor import AttemptAnchor, PlanOutcomeTag
 from tracebound.events.catalog import (
     AdapterDegraded,
     ApprovalRecorded,
@@ -44,12 +44,15 @@ from tracebound.events.catalog import (
     BudgetReconciled,
     CostEstimate,
     CostIncurred,
+    CostSource,
     GateRequested,
     LeafInvoked,
     LeafReturned,
     MergeOutcome,
     PlanOutcomeEmitted,
     PluginResolved,
+    PluginScope,
+    PrimitiveName,
     PromptBuilt,
     ProvenanceClassified,
     RagDegraded,
@@ -61,9 +64,11 @@ from tracebound.events.catalog import (
     RunFinished,
     RunResumed,
     RunStarted,
+    SignalKind,
     SloAlertRaised,
     SolutionFound,
     StepRecorded,
+    StepStatus,
     TransformBuilt,
     TrustGateFailed,
     TrustGatePassed,
@@ -71,38 +76,63 @@ from tracebound.events.catalog import (
     Validations,
 )
 from tracebound.events.envelope import Payload
+from tracebound.ids import (
+    AdapterId,
+    AdvisoryId,
+    AttemptId,
+    ChainHead,
+    GateId,
+    PatchDigest,
+    PluginId,
+    PromptDigest,
+    RagRecordId,
+    ResponseDigest,
+    RunId,
+    SandboxRunId,
+    Sha256Digest,
+    StepId,
+    WorkflowId,
+)
 from tracebound.ledger import Ledger
 from tracebound.sources import FixedClock, SequentialIds
 from tracebound.store.sqlite import SQLiteStore
 
 HERE = Path(__file__).resolve().parent
 T0 = datetime(2026, 5, 18, 12, 0, tzinfo=UTC)
-PROMPT = "ab" * 32
-RESPONSE = "cd" * 32
-BLOB = "sha256:" + "01" * 32
+PROMPT = PromptDigest("ab" * 32)
+RESPONSE = ResponseDigest("cd" * 32)
+BLOB = Sha256Digest("sha256:" + "01" * 32)
 
 
 _NUMBER = {"wf-successful": 1, "wf-retried": 2, "wf-refused": 3, "wf-gated": 4}
 
 
-def _attempt(workflow: str, index: int) -> dict[str, Any]:
-    return {"attempt_id": UUID(int=(_NUMBER[workflow] << 8) | index), "attempt_index": index}
+class _Attempt(TypedDict):
+    attempt_id: AttemptId
+    attempt_index: int
 
 
-def _patch(workflow: str, index: int) -> str:
-    return f"{_NUMBER[workflow]:02x}{index:02x}" * 16
+def _attempt(workflow: str, index: int) -> _Attempt:
+    return {
+        "attempt_id": AttemptId(UUID(int=(_NUMBER[workflow] << 8) | index)),
+        "attempt_index": index,
+    }
 
 
-def _anchor(workflow: str, index: int, *, outcome: str, passed: bool | None) -> Payload:
+def _patch(workflow: str, index: int) -> PatchDigest:
+    return PatchDigest(f"{_NUMBER[workflow]:02x}{index:02x}" * 16)
+
+
+def _anchor(workflow: str, index: int, *, outcome: PlanOutcomeTag, passed: bool | None) -> Payload:
     at = _attempt(workflow, index)
     anchor = AttemptAnchor(
         attempt_id=at["attempt_id"],
-        workflow_id=workflow,
+        workflow_id=WorkflowId(workflow),
         attempt_index=index,
-        advisory_id="GHSA-golden-0001",
+        advisory_id=AdvisoryId("GHSA-golden-0001"),
         prompt_digest_blake3=PROMPT,
-        retrieved_evidence_chain_head=bytes(range(32)),
-        retrieved_record_ids=("rec-1",),
+        retrieved_evidence_chain_head=ChainHead(bytes(range(32))),
+        retrieved_record_ids=(RagRecordId("rec-1"),),
         plan_proposal_kind="refuse" if outcome == "Refused" else "apply_transform",
         response_digest_blake3=RESPONSE,
         validator_outcome=outcome,
@@ -121,11 +151,15 @@ def _planning(workflow: str, index: int) -> list[Payload]:
     """Phase 4's happy path up to the plan outcome, for one attempt."""
     at = _attempt(workflow, index)
     return [
-        ProvenanceClassified(**at, advisory_id="GHSA-golden-0001", provenance="llm"),
+        ProvenanceClassified(**at, advisory_id=AdvisoryId("GHSA-golden-0001"), provenance="llm"),
         BudgetPrechecked(
             **at, estimated_usd=Decimal("0.05"), available_usd=Decimal("4.95"), allowed=True
         ),
-        RagHit(**at, record_ids=("rec-1",), evidence_chain_head=bytes(range(32))),
+        RagHit(
+            **at,
+            record_ids=(RagRecordId("rec-1"),),
+            evidence_chain_head=ChainHead(bytes(range(32))),
+        ),
         PromptBuilt(
             **at, prompt_digest_blake3=PROMPT, prompt_bytes=4096, prior_attempt_count=index
         ),
@@ -151,14 +185,14 @@ def _planning(workflow: str, index: int) -> list[Payload]:
         CostIncurred(
             tier="direct",
             amount_usd=Decimal("0.0213"),
-            source="openai",
+            source=CostSource("openai"),
             tokens_in=1200,
             tokens_out=300,
             cached_input_tokens=1000,
             reasoning_tokens=120,
             model="gpt-5",
             role="Planner",
-            step_id=f"{workflow}/plan/{index}",
+            step_id=StepId(f"{workflow}/plan/{index}"),
         ),
         TransformBuilt(**at, patch_digest_blake3=_patch(workflow, index), files_changed=2),
         PlanOutcomeEmitted(**at, plan_proposal_kind="apply_transform", outcome="AppliedFromLlm"),
@@ -169,14 +203,19 @@ def _passed(workflow: str, index: int) -> list[Payload]:
     at = _attempt(workflow, index)
     return [
         CostIncurred(
-            tier="amortized", amount_usd=Decimal("0.0040"), source="sandbox", role="Executor"
+            tier="amortized",
+            amount_usd=Decimal("0.0040"),
+            source=CostSource("sandbox"),
+            role="Executor",
         ),
         TrustGatePassed(
-            gate="tests", signals={"tests_pass": True, "coverage_bp": 8700}, score=9100
+            gate=GateId("tests"),
+            signals={SignalKind("tests_pass"): True, SignalKind("coverage_bp"): 8700},
+            score=9100,
         ),
         AttemptCompleted(
             **at,
-            advisory_id="GHSA-golden-0001",
+            advisory_id=AdvisoryId("GHSA-golden-0001"),
             outcome="AppliedFromLlm",
             trust_outcome_passed=True,
             cost_usd=Decimal("0.0253"),
@@ -185,17 +224,17 @@ def _passed(workflow: str, index: int) -> list[Payload]:
         _anchor(workflow, index, outcome="AppliedFromLlm", passed=True),
         SolutionFound(
             **at,
-            advisory_id="GHSA-golden-0001",
+            advisory_id=AdvisoryId("GHSA-golden-0001"),
             patch_digest_blake3=_patch(workflow, index),
             outcome="AppliedFromLlm",
         ),
     ]
 
 
-def _step(workflow: str, step: str, status: str, **extra: Any) -> StepRecorded:
+def _step(workflow: str, step: str, status: StepStatus, **extra: Any) -> StepRecorded:
     return StepRecorded(
-        run_id=f"run-{workflow}",
-        step_id=step,
+        run_id=RunId(f"run-{workflow}"),
+        step_id=StepId(step),
         parent_step_id=None,
         role="Executor",
         timestamp_start=T0,
@@ -213,7 +252,7 @@ def _step(workflow: str, step: str, status: str, **extra: Any) -> StepRecorded:
 
 def _run_started(workflow: str) -> RunStarted:
     return RunStarted(
-        run_id=f"run-{workflow}",
+        run_id=RunId(f"run-{workflow}"),
         pipeline="remediate",
         pipeline_type="remediation",
         critical=True,
@@ -230,23 +269,23 @@ def successful(ledger: Ledger) -> None:
         [
             _run_started(wf),
             RouteChosen(
-                run_id=f"run-{wf}",
-                step_id="route",
+                run_id=RunId(f"run-{wf}"),
+                step_id=StepId("route"),
                 chosen="fast-executor",
                 alternatives=("fast-executor", "careful-executor"),
                 reason="cost SLO threatened",
             ),
             PluginResolved(
-                plugin_id="npm-express",
-                extends_chain=("npm", "base"),
-                matched_scope="npm/express",
+                plugin_id=PluginId("npm-express"),
+                extends_chain=(PluginId("npm"), PluginId("base")),
+                matched_scope=PluginScope("npm/express"),
                 fallback_used=False,
             ),
             *_planning(wf, 0),
             *_passed(wf, 0),
             ValidationRecorded(
-                run_id=f"run-{wf}",
-                step_id="apply",
+                run_id=RunId(f"run-{wf}"),
+                step_id=StepId("apply"),
                 name="unit-tests",
                 check="command",
                 passed=True,
@@ -255,7 +294,7 @@ def successful(ledger: Ledger) -> None:
                 output_digest=BLOB,
             ),
             _step(wf, "apply", "success"),
-            RunFinished(run_id=f"run-{wf}", status="completed"),
+            RunFinished(run_id=RunId(f"run-{wf}"), status="completed"),
             MergeOutcome(pr_url="https://example.test/pr/1", decision="merged", reviewer="ana"),
         ],
         workflow_id=wf,
@@ -263,7 +302,11 @@ def successful(ledger: Ledger) -> None:
     # Portfolio overhead: no workflow, so it counts in ROI's total but no workflow's row.
     ledger.record(
         "portfolio",
-        [CostIncurred(tier="overhead", amount_usd=Decimal("0.1000"), source="index-refresh")],
+        [
+            CostIncurred(
+                tier="overhead", amount_usd=Decimal("0.1000"), source=CostSource("index-refresh")
+            )
+        ],
     )
 
 
@@ -274,31 +317,34 @@ def retried(ledger: Ledger) -> None:
         wf,
         [
             PluginResolved(
-                plugin_id="universal", extends_chain=(), matched_scope="*", fallback_used=True
+                plugin_id=PluginId("universal"),
+                extends_chain=(),
+                matched_scope=PluginScope("*"),
+                fallback_used=True,
             ),
             AdapterDegraded(
-                primitive="references",
-                primary_adapter="scip",
+                primitive=PrimitiveName("references"),
+                primary_adapter=AdapterId("scip"),
                 primary_confidence=4200,
-                fallback_adapter="tree-sitter",
+                fallback_adapter=AdapterId("tree-sitter"),
             ),
             *_planning(wf, 0),
             TrustGateFailed(
-                gate="tests",
-                failing_signals=("tests_pass", "lint_clean"),
+                gate=GateId("tests"),
+                failing_signals=(SignalKind("tests_pass"), SignalKind("lint_clean")),
                 score=3100,
                 retry_count=0,
             ),
             RetryRequested(
                 **first,
-                gate="tests",
-                sandbox_run_id="sbx-1",
-                failing_signals=("tests_pass",),
+                gate=GateId("tests"),
+                sandbox_run_id=SandboxRunId("sbx-1"),
+                failing_signals=(SignalKind("tests_pass"),),
                 summary_pointer=BLOB,
             ),
             AttemptCompleted(
                 **first,
-                advisory_id="GHSA-golden-0001",
+                advisory_id=AdvisoryId("GHSA-golden-0001"),
                 outcome="AppliedFromLlm",
                 trust_outcome_passed=False,
                 cost_usd=Decimal("0.0213"),
@@ -306,8 +352,8 @@ def retried(ledger: Ledger) -> None:
             ),
             _anchor(wf, 0, outcome="AppliedFromLlm", passed=False),
             ValidationRecorded(
-                run_id=f"run-{wf}",
-                step_id="execute",
+                run_id=RunId(f"run-{wf}"),
+                step_id=StepId("execute"),
                 name="unit-tests",
                 check="command",
                 passed=False,
@@ -316,19 +362,19 @@ def retried(ledger: Ledger) -> None:
                 detail="exit code 1",
             ),
             BlameAssigned(
-                run_id=f"run-{wf}",
-                detected_by="execute",
-                failed_step_id="execute",
+                run_id=RunId(f"run-{wf}"),
+                detected_by=StepId("execute"),
+                failed_step_id=StepId("execute"),
                 failed_role="Executor",
-                origin_step_id="execute",
+                origin_step_id=StepId("execute"),
                 origin_role="Executor",
                 reason="required validations failed: unit-tests",
                 harmful=True,
             ),
             RepairAttempted(
-                run_id=f"run-{wf}",
-                origin_step_id="execute",
-                repair_step_id="execute~r1",
+                run_id=RunId(f"run-{wf}"),
+                origin_step_id=StepId("execute"),
+                repair_step_id=StepId("execute~r1"),
                 attempt=1,
                 succeeded=True,
             ),
@@ -348,12 +394,14 @@ def refused(ledger: Ledger) -> None:
         wf,
         [
             PluginResolved(
-                plugin_id="npm-express",
-                extends_chain=("npm",),
-                matched_scope="npm",
+                plugin_id=PluginId("npm-express"),
+                extends_chain=(PluginId("npm"),),
+                matched_scope=PluginScope("npm"),
                 fallback_used=False,
             ),
-            ProvenanceClassified(**at, advisory_id="GHSA-golden-0001", provenance="recipe"),
+            ProvenanceClassified(
+                **at, advisory_id=AdvisoryId("GHSA-golden-0001"), provenance="recipe"
+            ),
             BudgetPrechecked(
                 **at, estimated_usd=Decimal("0.05"), available_usd=Decimal("-0.01"), allowed=False
             ),
@@ -366,7 +414,7 @@ def refused(ledger: Ledger) -> None:
             ),
             AttemptCompleted(
                 **at,
-                advisory_id="GHSA-golden-0001",
+                advisory_id=AdvisoryId("GHSA-golden-0001"),
                 outcome="Refused",
                 trust_outcome_passed=None,
                 cost_usd=Decimal(0),
@@ -375,20 +423,23 @@ def refused(ledger: Ledger) -> None:
             AttemptRefused(**at, cause="policy", reason="protected path"),
             _anchor(wf, 0, outcome="Refused", passed=None),
             CostIncurred(
-                tier="direct", amount_usd=Decimal("0.0007"), source="openai", role="Router"
+                tier="direct",
+                amount_usd=Decimal("0.0007"),
+                source=CostSource("openai"),
+                role="Router",
             ),
             BlobErased(digest=BLOB, reason="GDPR erasure request"),
             BlameAssigned(
-                run_id=f"run-{wf}",
-                detected_by="critique",
-                failed_step_id="plan",
+                run_id=RunId(f"run-{wf}"),
+                detected_by=StepId("critique"),
+                failed_step_id=StepId("plan"),
                 failed_role="Planner",
                 origin_step_id=None,
                 origin_role=None,
                 reason="plan contradicts the advisory; cause unknown",
                 harmful=True,
             ),
-            RunFinished(run_id=f"run-{wf}", status="failed", failed_step="critique"),
+            RunFinished(run_id=RunId(f"run-{wf}"), status="failed", failed_step=StepId("critique")),
             SloAlertRaised(
                 pipeline="remediate",
                 pipeline_type="remediation",
@@ -396,7 +447,7 @@ def refused(ledger: Ledger) -> None:
                 role="Planner",
                 value="1",
                 threshold="0",
-                run_id=f"run-{wf}",
+                run_id=RunId(f"run-{wf}"),
             ),
         ],
         workflow_id=wf,
@@ -409,16 +460,16 @@ def gated(ledger: Ledger) -> None:
         wf,
         [
             PluginResolved(
-                plugin_id="pypi-django",
-                extends_chain=("pypi",),
-                matched_scope="pypi/django",
+                plugin_id=PluginId("pypi-django"),
+                extends_chain=(PluginId("pypi"),),
+                matched_scope=PluginScope("pypi/django"),
                 fallback_used=False,
             ),
             *_planning(wf, 0),
             *_passed(wf, 0),
             GateRequested(
-                run_id=f"run-{wf}",
-                step_id="deploy",
+                run_id=RunId(f"run-{wf}"),
+                step_id=StepId("deploy"),
                 role="Executor",
                 reasons=("sensitive_paths: touches policy-sensitive files",),
                 paths=("infra/prod.tf",),
@@ -426,16 +477,16 @@ def gated(ledger: Ledger) -> None:
                 repository_wide=False,
             ),
             _step(wf, "deploy", "gated"),
-            RunFinished(run_id=f"run-{wf}", status="gated", reason="waiting for approval"),
+            RunFinished(run_id=RunId(f"run-{wf}"), status="gated", reason="waiting for approval"),
             ApprovalRecorded(
-                run_id=f"run-{wf}",
-                step_id="deploy",
+                run_id=RunId(f"run-{wf}"),
+                step_id=StepId("deploy"),
                 approver="carol@example.test",
                 decision="approved",
                 paths=("infra/prod.tf",),
                 timestamp=T0,
             ),
-            RunResumed(run_id=f"run-{wf}", step_id="deploy", decision="approved"),
+            RunResumed(run_id=RunId(f"run-{wf}"), step_id=StepId("deploy"), decision="approved"),
             _step(wf, "deploy-2", "error", error_origin="deploy"),
             MergeOutcome(pr_url="https://example.test/pr/4", decision="closed", reviewer=None),
         ],

@@ -20,9 +20,12 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pipeline_kit import tpc as kit_tpc  # this file's folder is on sys.path (see above)
+if TYPE_CHECKING:  # the same file, by the name mypy knows it under
+    from tests.integration.pipeline_kit import tpc as kit_tpc
+else:
+    from pipeline_kit import tpc as kit_tpc  # this file's folder is on sys.path (see above)
 
 from tracebound.pipeline.config import RunnerConfig
 from tracebound.pipeline.runtime import Pipeline, StepContext

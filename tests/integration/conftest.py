@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tracebound.events.catalog import CostIncurred, MergeOutcome
+from tracebound.events.catalog import CostIncurred, CostSource, MergeOutcome
 from tracebound.integrity.keys import NoteSigner
 from tracebound.ledger import Ledger
 from tracebound.sources import FixedClock, SequentialIds
@@ -44,7 +44,9 @@ class World:
 
 
 def cost(i: int) -> CostIncurred:
-    return CostIncurred(tier="direct", amount_usd=Decimal(f"0.{i:04d}"), source="openai")
+    return CostIncurred(
+        tier="direct", amount_usd=Decimal(f"0.{i:04d}"), source=CostSource("openai")
+    )
 
 
 @pytest.fixture

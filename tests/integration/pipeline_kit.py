@@ -15,7 +15,7 @@ from tracebound.pipeline.validations import ValidationRegistry
 from tracebound.store.blobs import FileBlobStore
 from tracebound.store.witness import FileWitness
 
-POLICY = {
+POLICY: dict[str, Any] = {
     "version": 1,
     "gate": {"sensitive_paths": ["requirements*.txt", ".github/**"]},
     "scopes": {

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from tracebound.errors import ConcurrencyError, DamageKind, LedgerDamaged
 from tracebound.events.catalog import MergeOutcome
 from tracebound.events.envelope import Event
 from tracebound.events.record import RawRecord
+from tracebound.ids import StreamId
 from tracebound.integrity.keys import NoteSigner
 from tracebound.ledger import Ledger
 from tracebound.sources import FixedClock, SequentialIds
@@ -68,7 +70,7 @@ def build(url: str, n: int, *, checkpoints: tuple[int, ...] = (), salt: int = 0)
             while done < stop:
                 size = min(stop - done, 500)
                 requests = [
-                    AppendRequest(f"s{(done + i) % 5}", [_event(done + i + 1, salt)])
+                    AppendRequest(StreamId(f"s{(done + i) % 5}"), [_event(done + i + 1, salt)])
                     for i in range(size)
                 ]
                 store.append_batch(requests)
@@ -203,7 +205,7 @@ def test_sigkill_mid_copy_then_the_same_command_resumes(
     store.set_meta("origin", ORIGIN)
     for b in range(40):  # 40,000 events: twenty destination transactions of 2,048
         store.append_batch(
-            [AppendRequest(f"s{b % 4}", [_event(b * 1000 + i + 1) for i in range(1000)])]
+            [AppendRequest(StreamId(f"s{b % 4}"), [_event(b * 1000 + i + 1) for i in range(1000)])]
         )
     with Ledger(
         store, clock=FixedClock(), ids=SequentialIds(), signer=SIGNER, origin=ORIGIN
@@ -230,7 +232,7 @@ def test_sigkill_mid_copy_then_the_same_command_resumes(
     child.send_signal(signal.SIGKILL)
     child.communicate(timeout=60)
     assert child.returncode == -signal.SIGKILL, "the copy finished before it could be killed"
-    with open_store(dst_url) as dst:
+    with closing(open_store(dst_url)) as dst:
         cut = dst.size()
     assert 0 < cut < 40_000 and cut % 2048 == 0  # whole transactions only
 
@@ -239,7 +241,7 @@ def test_sigkill_mid_copy_then_the_same_command_resumes(
     out = json.loads(done.stdout)
     assert (out["ok"], out["resumed_from"], out["size"]) == (True, cut, 40_000)
     assert out["imported"] == 40_000 - cut
-    with open_store(src_url) as src, open_store(dst_url) as dst:
+    with closing(open_store(src_url)) as src, closing(open_store(dst_url)) as dst:
         assert raw(dst) == raw(src)
         assert dst.checkpoints() == src.checkpoints()
 

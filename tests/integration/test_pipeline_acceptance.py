@@ -85,7 +85,7 @@ def test_injected_executor_error_is_blamed_on_executor_and_repaired(kit: Kit) ->
     result = kit.runner().run(three_step(calls), {"advisory": "GHSA-test"})
     assert result.status == "completed"
     assert calls == [0, 1]
-    recorded = {s.step_id: s for s in steps(kit, result)}
+    recorded: dict[str, StepRecorded] = {s.step_id: s for s in steps(kit, result)}
     assert recorded["execute"].status == "error"
     assert recorded["execute"].error_origin == "execute"
     assert recorded["execute"].parent_step_id == "plan"

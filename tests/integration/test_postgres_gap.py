@@ -16,7 +16,7 @@ import multiprocessing
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import psycopg
@@ -24,6 +24,7 @@ import pytest
 
 from tests.conformance.suite import note
 from tests.pg import wait_for_lock_wait
+from tracebound.ids import Position
 from tracebound.store.postgres import PostgresStore
 
 pytestmark = pytest.mark.postgres
@@ -31,7 +32,7 @@ pytestmark = pytest.mark.postgres
 SCHEMA = "gap"
 
 
-def skipped_positions(seen: list[int], final: list[int]) -> list[int]:
+def skipped_positions(seen: Sequence[int], final: Sequence[int]) -> list[int]:
     """Positions in the final log that a tailing reader passed without reading."""
     top = seen[-1] if seen else 0
     read = set(seen)
@@ -129,7 +130,7 @@ def _writer(dsn: str, worker: int, count: int, seed: int) -> int:
     return written
 
 
-def _tail(store: PostgresStore, done: Callable[[], bool]) -> Iterator[list[int]]:
+def _tail(store: PostgresStore, done: Callable[[], bool]) -> Iterator[list[Position]]:
     """Read by position greater than the last one seen until the writers are done."""
     last = 0
     while True:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -236,6 +237,6 @@ def test_missing_server_binaries_fail_instead_of_skipping(
 
     monkeypatch.delenv("TRACEBOUND_PG_BINDIR", raising=False)
     monkeypatch.setattr(tests.pg, "_DEBIAN_ROOT", tmp_path)
-    monkeypatch.setattr(tests.pg.shutil, "which", lambda _name: None)
+    monkeypatch.setattr(shutil, "which", lambda _name: None)  # the module tests.pg uses
     with pytest.raises(pytest.fail.Exception, match="never skipped"):
         tests.pg.find_bindir()

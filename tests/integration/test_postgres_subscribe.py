@@ -70,7 +70,7 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
 
 
 def take(sub: Subscription, n: int) -> list[RecordedEvent]:
-    out = []
+    out: list[RecordedEvent] = []
     for _ in range(n):
         event = sub.next_event(timeout=GUARD)
         assert event is not None, f"stalled after {[e.position for e in out]}"

@@ -34,6 +34,7 @@ from tracebound.errors import ConfigError, StorageError
 from tracebound.integrity.keys import NoteSigner
 from tracebound.ledger import Ledger
 from tracebound.sources import FixedClock, SequentialIds
+from tracebound.store.copy import copy_ledger
 from tracebound.store.jsonl import JsonlStore
 from tracebound.store.port import MerkleNodeStore
 from tracebound.store.sqlite import SQLiteStore
@@ -288,7 +289,7 @@ def test_ctrl_c_mid_copy_says_how_far_it_got_and_how_to_resume(
     src = f"sqlite:///{tmp_path / 'src.db'}"
     sign_ledger(src, 5000)
     dst = f"sqlite:///{tmp_path / 'dst.db'}"
-    real = copy_cli.copy_ledger
+    real = copy_ledger  # the function copy_cli calls, before it is patched
 
     def interrupted(*args: Any, **kwargs: Any) -> Any:
         def progress(done: int, total: int) -> None:

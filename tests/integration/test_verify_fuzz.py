@@ -11,6 +11,7 @@ import shutil
 import sqlite3
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -52,7 +53,7 @@ mutations = st.one_of(
 )  # fmt: skip
 
 
-def _apply(db: Path, mutation: tuple[object, ...]) -> int:
+def _apply(db: Path, mutation: tuple[Any, ...]) -> int:
     """Mutate the file; return the position the damage must be reported at."""
     conn = sqlite3.connect(db)
     kind = mutation[0]
@@ -63,29 +64,29 @@ def _apply(db: Path, mutation: tuple[object, ...]) -> int:
                 f"SELECT {column} FROM events WHERE position = ?", (pos,)
             ).fetchone()
             data = bytearray(value)
-            data[int(offset) % len(data)] ^= 1 << int(bit)  # type: ignore[call-overload]
+            data[int(offset) % len(data)] ^= 1 << int(bit)
             conn.execute(f"UPDATE events SET {column} = ? WHERE position = ?", (bytes(data), pos))
-            target = int(pos)  # type: ignore[call-overload]
+            target = int(pos)
         elif kind == "column":
             _, column, pos = mutation
             new = {"stream_id": "'run-9'", "stream_version": "stream_version + 1000",
                    "workflow_id": "'wf-x'", "timestamp": "'2030-01-01T00:00:00.000000Z'",
                    "schema_version": "schema_version + 1"}[str(column)]  # fmt: skip
             conn.execute(f"UPDATE events SET {column} = {new} WHERE position = ?", (pos,))
-            target = int(pos)  # type: ignore[call-overload]
+            target = int(pos)
         elif kind == "delete":
             conn.execute("DELETE FROM events WHERE position = ?", (mutation[1],))
-            target = int(mutation[1])  # type: ignore[call-overload]
+            target = int(mutation[1])
         elif kind == "swap":
-            a = int(mutation[1])  # type: ignore[call-overload]
-            b = a + 1 + int(mutation[2]) % (N - a)  # type: ignore[call-overload]
+            a = int(mutation[1])
+            b = a + 1 + int(mutation[2]) % (N - a)
             conn.execute("UPDATE events SET position = -1 WHERE position = ?", (a,))
             conn.execute("UPDATE events SET position = ? WHERE position = ?", (a, b))
             conn.execute("UPDATE events SET position = ? WHERE position = -1", (b,))
             target = a
         else:
             conn.execute("DELETE FROM events WHERE position >= ?", (mutation[1],))
-            target = int(mutation[1])  # type: ignore[call-overload]
+            target = int(mutation[1])
     conn.close()
     return target
 

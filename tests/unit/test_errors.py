@@ -11,7 +11,7 @@ import pytest
 from tracebound import errors as E  # noqa: N812 - reads like a namespace in the tree
 from tracebound.store.sqlite import SQLiteStore
 
-TREE = {
+TREE: dict[type[E.TraceboundError], set[type[E.TraceboundError]]] = {
     E.IntegrityError: {
         E.LedgerDamaged, E.AuditChainCorrupted, E.LedgerAttemptOutOfOrder, E.ProofError,
         E.CheckpointError,

@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tracebound import ledger as ledger_module
-from tracebound.events.catalog import CostIncurred
+from tracebound.events.catalog import CostIncurred, CostSource
 from tracebound.events.envelope import Event
 from tracebound.ids import StreamId
 from tracebound.integrity import _kernel
@@ -39,7 +39,7 @@ from tracebound.integrity.verify import PAGE, ChunkResult, ChunkVerifier, _Strea
 from tracebound.ledger import Ledger
 from tracebound.sources import FixedClock, SequentialIds
 from tracebound.store import sqlite as sqlite_module
-from tracebound.store.port import AppendRequest
+from tracebound.store.port import AppendRequest, StreamStore
 from tracebound.store.sqlite import SQLiteStore
 from tracebound.store.witness import FileWitness
 
@@ -169,11 +169,13 @@ STREAMS = ["run-0", "run-1", "ün-î", "流-2", "emoji-\U0001f600", "q'uote", "x
 def _cost(i: int) -> CostIncurred:
     # Sources of 1..1500 characters: records of one to three BLAKE3 chunks.
     return CostIncurred(
-        tier="direct", amount_usd=Decimal(f"0.{i:04d}"), source="s" * (1 + (i * 37) % 1500)
+        tier="direct",
+        amount_usd=Decimal(f"0.{i:04d}"),
+        source=CostSource("s" * (1 + (i * 37) % 1500)),
     )
 
 
-def _fill(store: SQLiteStore, n: int, streams: list[str]) -> None:
+def _fill(store: StreamStore, n: int, streams: list[str]) -> None:
     ids, clock = SequentialIds(namespace=5), FixedClock()
     done = 0
     while done < n:
@@ -357,7 +359,7 @@ def test_accept_respects_offset_limit_and_existing_spans(rows: list[tuple[Any, .
     assert (whole, leaves) == (len(rows), leaves1 + leaves2)
     assert streams == fresh
     # A span whose head is not plain (not an int): the kernel leaves that record to Python.
-    odd = {sid: _StreamSpan(1, 1, b"", True, b"") for sid in fresh}  # type: ignore[arg-type]
+    odd = {sid: _StreamSpan(1, 1, b"", True, b"") for sid in fresh}
     assert K.accept(page, 1, 2, 10, odd, _StreamSpan)[0] == 0
 
 

@@ -19,7 +19,7 @@ from unittest import mock
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator  # type: ignore[import-untyped]  # jsonschema has no py.typed
 
 from tracebound.contract import load_schema, validate_arl, validate_envelope, validate_tpc
 from tracebound.contract import validate as validate_module

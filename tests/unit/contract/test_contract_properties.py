@@ -14,12 +14,12 @@ import json
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from jsonschema import Draft202012Validator, FormatChecker
+from jsonschema import Draft202012Validator, FormatChecker  # type: ignore[import-untyped]  # jsonschema has no py.typed
 from pydantic import BaseModel
 
 from tracebound.contract import (
@@ -111,7 +111,7 @@ ARLS = from_model(ARLEntry).map(_arl_fixups)
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def _schema_validator(name: str) -> Any:
+def _schema_validator(name: Literal["tpc", "arl"]) -> Any:
     checker = FormatChecker(formats=("uuid",))
     checker.checks("date-time")(_is_rfc3339)
     return Draft202012Validator(load_schema(name), format_checker=checker)

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator  # type: ignore[import-untyped]  # jsonschema has no py.typed
 from pydantic import BaseModel
 
 import tracebound.contract
@@ -139,7 +140,7 @@ def _objects(node: Any, at: str = "$") -> list[tuple[str, dict[str, Any]]]:
 
 
 @pytest.mark.parametrize("name", ["tpc", "arl"])
-def test_every_object_is_closed_and_every_property_described(name: str) -> None:
+def test_every_object_is_closed_and_every_property_described(name: Literal["tpc", "arl"]) -> None:
     schema = shape(load_schema(name))
     objects = _objects(schema)
     assert len(objects) >= 4
@@ -180,14 +181,15 @@ def test_the_comparison_notices_drift() -> None:
     written = _hand_written("tpc", "HandoffEnvelope")
     generated = shape(HandoffEnvelope.model_json_schema())
     assert shape(written) == generated
-    for mutate in (
+    mutations: tuple[Callable[[dict[str, Any]], object], ...] = (
         lambda s: s["required"].remove("minimal_diff"),
         lambda s: s.pop("additionalProperties"),
         lambda s: s["properties"].pop("constraints"),
         lambda s: s["properties"].update(extra={"type": "string"}),
         lambda s: s["$defs"]["NonEmptyTextSet"].pop("minItems"),
         lambda s: s["$defs"]["Text"].update(pattern="."),
-    ):
+    )
+    for mutate in mutations:
         broken = copy.deepcopy(written)
         mutate(broken)
         assert shape(broken) != generated
@@ -213,7 +215,7 @@ def test_package_data_is_what_load_schema_reads() -> None:
 
 
 @pytest.mark.parametrize(("name", "schema_id"), [("tpc", TPC_SCHEMA_ID), ("arl", ARL_SCHEMA_ID)])
-def test_schemas_are_valid_draft_2020_12(name: str, schema_id: str) -> None:
+def test_schemas_are_valid_draft_2020_12(name: Literal["tpc", "arl"], schema_id: str) -> None:
     schema = load_schema(name)
     Draft202012Validator.check_schema(schema)
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"

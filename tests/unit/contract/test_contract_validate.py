@@ -101,7 +101,7 @@ def test_date_time_is_checked_without_optional_packages() -> None:
 
 
 def test_several_errors_report_one_field_deterministically() -> None:
-    envelope = {"assumptions": [], "constraints": []}
+    envelope: dict[str, list[str]] = {"assumptions": [], "constraints": []}
     fields = set()
     for _ in range(5):
         with pytest.raises(ValidationFailed) as caught:

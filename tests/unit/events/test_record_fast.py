@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tracebound.canonical import canonical_bytes
-from tracebound.events.catalog import CostIncurred
+from tracebound.events.catalog import CostIncurred, CostSource
 from tracebound.events.envelope import Event, format_timestamp
 from tracebound.events.record import (
     LedgerFields,
@@ -19,6 +19,7 @@ from tracebound.events.record import (
     _workflow_json,
     event_prefix,
 )
+from tracebound.ids import StepId
 
 _aware = st.datetimes(
     min_value=datetime(1, 1, 2),
@@ -67,12 +68,12 @@ def test_prefix_and_fields_match_the_plain_path(
     payload = CostIncurred(
         tier="direct",
         amount_usd=amount,
-        source=text,
+        source=CostSource(text),
         tokens_in=tokens,
         tokens_out=1,
         model=text,
         role="Executor",
-        step_id=text,
+        step_id=StepId(text),
     )
     assert _payload_json(payload) == payload.model_dump(mode="json")
     event = Event.create(payload, event_id=event_id, timestamp=when, workflow_id=wf)

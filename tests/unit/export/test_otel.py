@@ -9,7 +9,11 @@ from typing import Any, Literal
 
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader
+from opentelemetry.sdk.metrics.export import (
+    HistogramDataPoint,
+    InMemoryMetricReader,
+    NumberDataPoint,
+)
 from tests.unit.replay import replay_pipelines as rp
 
 from tracebound import Payload
@@ -36,6 +40,7 @@ def _points(reader: InMemoryMetricReader) -> Points:
                     if isinstance(point, HistogramDataPoint):
                         series[key] = (point.count, round(point.sum, 9))
                     else:
+                        assert isinstance(point, NumberDataPoint)
                         series[key] = point.value
     return out
 

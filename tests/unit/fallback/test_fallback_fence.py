@@ -117,13 +117,19 @@ def test_leaked_finds_disguised_canaries(fence: FenceWrapper) -> None:
     assert not FenceWrapper.leaked("a normal patch", canary)
 
 
-def _signal(message: str, **kw: str) -> FailingSignal:
+def _signal(
+    message: str,
+    *,
+    gate: str = "tests",
+    subject: str = "tests/test_api.py::test_get",
+    location: str | None = None,
+) -> FailingSignal:
     return FailingSignal(
-        gate=kw.get("gate", "tests"),
+        gate=gate,
         kind="test_failure",
-        subject=kw.get("subject", "tests/test_api.py::test_get"),
+        subject=subject,
         message=message,
-        location=kw.get("location"),
+        location=location,
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from decimal import Decimal
 from pathlib import Path
 from uuid import UUID
 
@@ -12,6 +13,7 @@ from tests.fence.fallback_kit import advisory, context, make_repo
 
 from tracebound.errors import AuditChainCorrupted, StorageError, ValidationFailed
 from tracebound.events.anchor import AttemptAnchor
+from tracebound.ids import AdvisoryId, AttemptId, PromptDigest, ResponseDigest, WorkflowId
 from tracebound.integrity.chain import GENESIS
 from tracebound.pipeline.fallback import ApplyContext, PlanOutcome, SolvedExampleStore
 from tracebound.pipeline.retry.models import TrustOutcome
@@ -23,19 +25,19 @@ def _plan(
 ) -> PlanOutcome:
     digest = blake3(patch.encode()).hexdigest()
     anchor = AttemptAnchor(
-        attempt_id=UUID(int=1),
-        workflow_id="wf",
+        attempt_id=AttemptId(UUID(int=1)),
+        workflow_id=WorkflowId("wf"),
         attempt_index=0,
-        advisory_id=advisory_id,
-        prompt_digest_blake3="0" * 64,
+        advisory_id=AdvisoryId(advisory_id),
+        prompt_digest_blake3=PromptDigest("0" * 64),
         retrieved_evidence_chain_head=None,
         retrieved_record_ids=(),
         plan_proposal_kind="apply_recipe",
-        response_digest_blake3="0" * 64,
+        response_digest_blake3=ResponseDigest("0" * 64),
         validator_outcome="AppliedFromRecipe",
         tokens_in=0,
         tokens_out=0,
-        cost_usd=0,
+        cost_usd=Decimal(0),
         timestamp_utc=FixedClock().now(),
     )
     trust = None

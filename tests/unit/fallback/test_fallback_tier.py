@@ -24,6 +24,7 @@ from tracebound.events.catalog import (
     RagHit,
     RagMiss,
 )
+from tracebound.ids import AttemptId
 from tracebound.integrations.llm import ScriptedLeaf
 from tracebound.integrity.chain import GENESIS, ChainCursor, parse_head
 from tracebound.pipeline.fallback import (
@@ -326,6 +327,7 @@ def test_retry_path_bypasses_retrieval_and_recipes(tmp_path: Path) -> None:
     assert isinstance(built, PromptBuilt) and built.prior_attempt_count == 1
     prompt = second.prompt or ""
     assert PRIOR_ATTEMPTS_HEADER in prompt
+    assert first.patch_blake3 is not None
     assert "recipe-candidate" in prompt and first.patch_blake3 in prompt  # shown, not re-applied
 
 
@@ -416,10 +418,16 @@ def test_chain_head_file_is_the_last_event_hash(kit: Kit) -> None:
 # --- contract: signature, prior_attempts, identity ---------------------------------------------
 
 
+def _prior_attempts_default() -> object:
+    kwdefaults = FallbackTier.run.__kwdefaults__
+    assert kwdefaults is not None
+    return kwdefaults["prior_attempts"]
+
+
 def test_prior_attempts_default_and_argument_are_never_mutated(tmp_path: Path) -> None:
     leaf = ScriptedLeaf([(PRIOR_ATTEMPTS_HEADER, llm_patch("2.32.3"))])
     kit = make_kit(tmp_path, leaf=leaf)
-    default = FallbackTier.run.__kwdefaults__["prior_attempts"]
+    default = _prior_attempts_default()
     assert default == []
     first = kit.tier.run(kit.ctx(), workflow_id="wf")
     summaries = [_summary(kit, first.attempt_id)]
@@ -428,7 +436,7 @@ def test_prior_attempts_default_and_argument_are_never_mutated(tmp_path: Path) -
     kit.tier.run(ctx, workflow_id="wf", attempt_index=1, prior_attempts=summaries)
     assert summaries == snapshot and len(summaries) == 1
     assert ctx.prior_attempts == []
-    assert FallbackTier.run.__kwdefaults__["prior_attempts"] is default and default == []
+    assert _prior_attempts_default() is default and default == []
 
 
 def test_prior_attempts_may_come_from_the_context(tmp_path: Path) -> None:
@@ -478,7 +486,7 @@ def test_the_log_refuses_a_late_event_for_an_anchored_attempt(kit: Kit) -> None:
     plan = kit.tier.run(kit.ctx(), workflow_id="wf")
     log = AttemptEventLog(kit.ledger, workflow_id="wf")  # reopened: state read from the stream
     late = TransformBuilt(
-        attempt_id=plan.attempt_id,
+        attempt_id=AttemptId(plan.attempt_id),
         attempt_index=0,
         patch_digest_blake3=plan.patch_blake3,  # type: ignore[arg-type]
         files_changed=1,

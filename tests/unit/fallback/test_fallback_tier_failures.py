@@ -242,10 +242,10 @@ def test_a_ledger_write_failure_is_not_papered_over_but_releases_the_budget(
     kit = _llm_kit(tmp_path)
     real_record = kit.ledger.record
 
-    def record(stream: str, payloads: Any, **kw: Any) -> Any:
+    def record(stream_id: str, payloads: Any, **kw: Any) -> Any:
         if any(isinstance(p, LeafReturned) for p in payloads):
             raise StorageError("disk full")
-        return real_record(stream, payloads, **kw)
+        return real_record(stream_id, payloads, **kw)
 
     kit.ledger.record = record  # type: ignore[method-assign]
     try:

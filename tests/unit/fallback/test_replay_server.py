@@ -107,16 +107,6 @@ def _has_ipv6_loopback() -> bool:
     return True
 
 
-@pytest.mark.skipif(not _has_ipv6_loopback(), reason="this machine has no IPv6 loopback")
-def _has_ipv6_loopback() -> bool:
-    try:
-        with socket.socket(socket.AF_INET6) as probe:
-            probe.bind(("::1", 0))
-    except OSError:
-        return False
-    return True
-
-
 @pytest.mark.skipif(not _has_ipv6_loopback(), reason="this host has no IPv6 loopback")
 def test_ipv6_loopback_serves_and_its_url_works() -> None:
     recorded = load_exchanges(LLM_FIXTURES / "openai_remediation.json")

@@ -59,8 +59,8 @@ def test_hex_heads_are_accepted() -> None:
 @pytest.mark.parametrize("broken", [1, 2, 3])
 def test_corruption_names_the_record_it_found(broken: int, how: str) -> None:
     writer, records = ChainCursor(), [b"a", b"b", b"c"]
-    heads = [writer.extend(r) for r in records]
-    prevs = [GENESIS, *heads[:-1]]
+    heads: list[bytes] = [writer.extend(r) for r in records]
+    prevs: list[bytes] = [GENESIS, *heads[:-1]]
     if how == "link":
         prevs[broken - 1] = bytes(32 * [9])
     else:

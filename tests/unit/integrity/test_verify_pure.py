@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -146,7 +147,8 @@ def test_an_id_column_of_the_wrong_type_is_malformed_damage(column: str, value: 
     """A hand-edited column that cannot even be encoded is damage at its position, not an
     exception out of verify (which would name no position and exit as a usage error)."""
     records = make_log([1, 2, 1])
-    records[1] = records[1]._replace(**{column: value})
+    wrong: dict[str, Any] = {column: value}  # deliberately not the field's type
+    records[1] = records[1]._replace(**wrong)
     damage = ChunkVerifier(1).feed_all(records).damage
     assert damage is not None
     assert (damage.kind, damage.position) == (DamageKind.MALFORMED, 2)

@@ -18,6 +18,7 @@ import base64
 import json
 import re
 import string
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
@@ -292,7 +293,7 @@ def test_an_address_in_a_query_string_is_an_email_one_in_the_authority_is_not(
 
 
 def test_name_value_pairs_in_structures(redactor: Redactor) -> None:
-    spec = {
+    spec: dict[str, Any] = {
         "env": [
             {"name": "DB_PASSWORD", "value": "hunter2"},
             {"name": "LOG_LEVEL", "value": "info"},
@@ -395,7 +396,7 @@ _SECRETS = st.one_of(
     _RANDOM_TAIL.map(lambda s: f"db_password=Zq{s[:12]}9!".replace("x", "y").replace("X", "Y")),
     st.from_regex(r"[a-z]{3,10}\.[a-z]{2,8}@example\.(com|org)", fullmatch=True),
 )
-_ENCODINGS = {
+_ENCODINGS: dict[str, Callable[[str], str]] = {
     "b64": b64,
     "b64url": b64url,
     "b64url-unpadded": lambda s: b64url(s, pad=False),

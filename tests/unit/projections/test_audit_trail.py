@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tracebound.errors import ContractError
-from tracebound.events.catalog import CostIncurred, MergeOutcome
+from tracebound.events.catalog import CostIncurred, CostSource, MergeOutcome
 from tracebound.events.envelope import Event
 from tracebound.projections import ProjectionRunner, SQLiteViews
 from tracebound.projections.reports import trail
@@ -121,7 +121,9 @@ def test_trail_merges_the_ledger_and_the_engine(tmp_path: Path) -> None:
     try:
         for i, payload in enumerate(
             [
-                CostIncurred(tier="direct", amount_usd=Decimal("0.02"), source="openai"),
+                CostIncurred(
+                    tier="direct", amount_usd=Decimal("0.02"), source=CostSource("openai")
+                ),
                 MergeOutcome(pr_url="https://x/pr/1", decision="merged", reviewer=None),
             ]
         ):

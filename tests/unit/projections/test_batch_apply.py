@@ -28,12 +28,16 @@ from tracebound.events.catalog import (
     AttemptCompleted,
     BlobErased,
     CostIncurred,
+    CostSource,
     MergeOutcome,
     PluginResolved,
+    PluginScope,
+    SignalKind,
     TrustGatePassed,
 )
 from tracebound.events.envelope import Event, Payload
 from tracebound.events.record import record_dict
+from tracebound.ids import AdvisoryId, AttemptId, GateId, PluginId, Sha256Digest, StreamId
 from tracebound.projections import ProjectionRunner, SQLiteViews, default_projections
 from tracebound.projections.base import Column, EventRecord, Rows, Table
 from tracebound.projections.fold import WorkflowStateProjection
@@ -50,21 +54,25 @@ T0 = datetime(2026, 5, 18, 12, 0, tzinfo=UTC)
 def _payload(i: int) -> Payload:
     match i % 6:
         case 0:
-            return CostIncurred(tier="direct", amount_usd=Decimal("0.01"), source="openai")
+            return CostIncurred(
+                tier="direct", amount_usd=Decimal("0.01"), source=CostSource("openai")
+            )
         case 1:
             return PluginResolved(
-                plugin_id=f"p{i % 3}",
-                extends_chain=("base",),
-                matched_scope="s",
+                plugin_id=PluginId(f"p{i % 3}"),
+                extends_chain=(PluginId("base"),),
+                matched_scope=PluginScope("s"),
                 fallback_used=False,
             )
         case 2:
-            return TrustGatePassed(gate="tests", signals={"tests_pass": True}, score=9100)
+            return TrustGatePassed(
+                gate=GateId("tests"), signals={SignalKind("tests_pass"): True}, score=9100
+            )
         case 3:
             return AttemptCompleted(
-                attempt_id=UUID(int=i),
+                attempt_id=AttemptId(UUID(int=i)),
                 attempt_index=i % 2,
-                advisory_id="GHSA-1",
+                advisory_id=AdvisoryId("GHSA-1"),
                 outcome="AppliedFromLlm",
                 trust_outcome_passed=True,
                 cost_usd=Decimal("0.02"),
@@ -73,7 +81,7 @@ def _payload(i: int) -> Payload:
         case 4:
             return MergeOutcome(pr_url=f"https://x.test/pr/{i}", decision="merged", reviewer=None)
         case _:
-            return BlobErased(digest="sha256:" + "1" * 64, reason="r")
+            return BlobErased(digest=Sha256Digest("sha256:" + "1" * 64), reason="r")
 
 
 def _events(n: int) -> list[Event]:
@@ -98,7 +106,7 @@ def ledger(tmp_path: Path) -> Iterator[SQLiteStore]:
     events = _events(5_000)  # more than one block of the trail, and than one read page
     requests: list[AppendRequest] = []
     for e in events:  # consecutive events of one stream go in one request, in log order
-        stream = e.workflow_id or "portfolio"
+        stream = StreamId(e.workflow_id or "portfolio")
         if requests and requests[-1].stream_id == stream:
             requests[-1] = AppendRequest(stream, [*requests[-1].events, e])
         else:
@@ -229,7 +237,7 @@ def test_a_broken_apply_many_is_reported_once_and_not_retried(
         Event.create(_payload(0), event_id=UUID(int=10_000 + i), timestamp=T0, workflow_id="wf-9")
         for i in range(3)
     ]
-    ledger.append_batch([AppendRequest("wf-9", more)])
+    ledger.append_batch([AppendRequest(StreamId("wf-9"), more)])
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="tracebound.projections.runner"):
         runner.run()

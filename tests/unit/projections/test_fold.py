@@ -7,26 +7,43 @@ import shutil
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypedDict, cast
 from uuid import UUID
 
 import pytest
 
+from tracebound.events.anchor import PlanOutcomeTag
 from tracebound.events.catalog import (
     BUILTIN_PAYLOAD_TYPES,
     ApprovalRecorded,
     AttemptCompleted,
     AttemptRefused,
+    CostEstimate,
     CostIncurred,
+    CostSource,
     MergeOutcome,
     PluginResolved,
+    PluginScope,
     RetryRequested,
+    Role,
+    SignalKind,
     StepRecorded,
     TrustGateFailed,
 )
 from tracebound.events.envelope import Event, Payload
+from tracebound.ids import (
+    AdvisoryId,
+    AttemptId,
+    GateId,
+    PluginId,
+    RunId,
+    SandboxRunId,
+    Sha256Digest,
+    StepId,
+)
 from tracebound.projections.fold import (
     BUILTIN_KINDS,
+    BuiltinKind,
     WorkflowState,
     fold,
     fold_all,
@@ -35,7 +52,41 @@ from tracebound.projections.fold import (
 
 REPO = Path(__file__).resolve().parents[3]
 T0 = datetime(2026, 5, 18, 12, 0, tzinfo=UTC)
-ATTEMPT = UUID(int=7)
+ATTEMPT = AttemptId(UUID(int=7))
+
+
+class _Attempt(TypedDict):
+    attempt_id: AttemptId
+    attempt_index: int
+
+
+class _Completed(TypedDict):
+    advisory_id: AdvisoryId
+    outcome: PlanOutcomeTag
+    cost_usd: Decimal
+    duration_ms: int
+
+
+class _Step(TypedDict):
+    run_id: RunId
+    step_id: StepId
+    parent_step_id: StepId | None
+    role: Role
+    timestamp_start: datetime
+    timestamp_end: datetime
+    duration_ms: int
+    artifact_hash: Sha256Digest
+    cost_est: CostEstimate
+    latency_ms: int
+    storage: Literal["console", "file", "db"]
+
+
+class _Approval(TypedDict):
+    run_id: RunId
+    step_id: StepId
+    approver: str
+    paths: tuple[str, ...]
+    timestamp: datetime
 
 
 def _events(*payloads: Payload, workflow: str | None = "wf-1") -> list[Event]:
@@ -64,7 +115,8 @@ def test_builtin_kinds_are_the_catalogs_kinds() -> None:
 
 def test_every_kind_has_a_handler() -> None:
     for kind in sorted(BUILTIN_KINDS):
-        assert callable(handler_for(kind))  # type: ignore[arg-type] - iterating the literal
+        # BUILTIN_KINDS is get_args(BuiltinKind): every member is a BuiltinKind.
+        assert callable(handler_for(cast(BuiltinKind, kind)))
 
 
 def _mypy(files: list[Path], cache: Path) -> tuple[str, int]:
@@ -131,9 +183,14 @@ def test_a_new_variant_without_a_handler_is_a_type_error(tmp_path: Path) -> None
 
 def test_fold_is_pure_and_repeatable() -> None:
     events = _events(
-        PluginResolved(plugin_id="p", extends_chain=(), matched_scope="s", fallback_used=True),
-        CostIncurred(tier="direct", amount_usd=Decimal("0.10"), source="llm"),
-        CostIncurred(tier="direct", amount_usd=Decimal("0.20"), source="llm"),
+        PluginResolved(
+            plugin_id=PluginId("p"),
+            extends_chain=(),
+            matched_scope=PluginScope("s"),
+            fallback_used=True,
+        ),
+        CostIncurred(tier="direct", amount_usd=Decimal("0.10"), source=CostSource("llm")),
+        CostIncurred(tier="direct", amount_usd=Decimal("0.20"), source=CostSource("llm")),
     )
     before = [e.model_dump() for e in events]
     first, second = fold(events), fold(events)
@@ -145,23 +202,28 @@ def test_fold_is_pure_and_repeatable() -> None:
 
 
 def test_retry_then_success_then_merge() -> None:
-    at = {"attempt_id": ATTEMPT, "attempt_index": 0}
-    retry = {"attempt_id": UUID(int=8), "attempt_index": 1}
-    completed = {
-        "advisory_id": "GHSA-1",
+    at: _Attempt = {"attempt_id": ATTEMPT, "attempt_index": 0}
+    retry: _Attempt = {"attempt_id": AttemptId(UUID(int=8)), "attempt_index": 1}
+    completed: _Completed = {
+        "advisory_id": AdvisoryId("GHSA-1"),
         "outcome": "AppliedFromLlm",
         "cost_usd": Decimal("0.01"),
         "duration_ms": 5,
     }
     state = fold(
         _events(
-            TrustGateFailed(gate="tests", failing_signals=("t",), score=100, retry_count=0),
+            TrustGateFailed(
+                gate=GateId("tests"),
+                failing_signals=(SignalKind("t"),),
+                score=100,
+                retry_count=0,
+            ),
             RetryRequested(
                 **at,
-                gate="tests",
-                sandbox_run_id="s",
-                failing_signals=("t",),
-                summary_pointer="sha256:" + "0" * 64,
+                gate=GateId("tests"),
+                sandbox_run_id=SandboxRunId("s"),
+                failing_signals=(SignalKind("t"),),
+                summary_pointer=Sha256Digest("sha256:" + "0" * 64),
             ),
             AttemptCompleted(**at, **completed, trust_outcome_passed=False),
             AttemptCompleted(**retry, **completed, trust_outcome_passed=True),
@@ -178,26 +240,32 @@ def test_retry_then_success_then_merge() -> None:
 
 
 def test_refusal_is_terminal() -> None:
-    at = {"attempt_id": ATTEMPT, "attempt_index": 2}
+    at: _Attempt = {"attempt_id": ATTEMPT, "attempt_index": 2}
     state = fold(_events(AttemptRefused(**at, cause="retry_limit", reason="three strikes")))
     assert (state.status, state.refused_cause, state.attempts) == ("refused", "retry_limit", 3)
 
 
 def test_gate_waits_for_approval_and_rejection_is_terminal() -> None:
-    step = {
-        "run_id": "r",
-        "step_id": "s",
+    step: _Step = {
+        "run_id": RunId("r"),
+        "step_id": StepId("s"),
         "parent_step_id": None,
         "role": "Executor",
         "timestamp_start": T0,
         "timestamp_end": T0,
         "duration_ms": 0,
-        "artifact_hash": "sha256:" + "0" * 64,
-        "cost_est": {"prompt_tokens": 1, "compute_usd_est": "0"},
+        "artifact_hash": Sha256Digest("sha256:" + "0" * 64),
+        "cost_est": CostEstimate.model_validate({"prompt_tokens": 1, "compute_usd_est": "0"}),
         "latency_ms": 0,
         "storage": "db",
     }
-    approval = {"run_id": "r", "step_id": "s", "approver": "a", "paths": (), "timestamp": T0}
+    approval: _Approval = {
+        "run_id": RunId("r"),
+        "step_id": StepId("s"),
+        "approver": "a",
+        "paths": (),
+        "timestamp": T0,
+    }
     gated = _events(StepRecorded(**step, status="gated"))
     assert fold(gated).status == "awaiting_approval"
     approved = [*gated, *_events(ApprovalRecorded(**approval, decision="approved"))]
@@ -221,8 +289,12 @@ def test_unknown_kinds_are_counted_not_fatal() -> None:
 
 
 def test_fold_filters_by_workflow_and_fold_all_groups() -> None:
-    a = _events(CostIncurred(tier="direct", amount_usd=Decimal(1), source="x"), workflow="a")
-    b = _events(CostIncurred(tier="direct", amount_usd=Decimal(2), source="x"), workflow="b")
+    a = _events(
+        CostIncurred(tier="direct", amount_usd=Decimal(1), source=CostSource("x")), workflow="a"
+    )
+    b = _events(
+        CostIncurred(tier="direct", amount_usd=Decimal(2), source=CostSource("x")), workflow="b"
+    )
     mixed = [a[0], b[0]]
     assert fold(mixed, workflow_id="b").cost_usd == Decimal(2)
     states = fold_all(mixed)

@@ -26,8 +26,9 @@ import pytest
 from tests.records_kit import check_shapes, fill, records_by_mode
 
 from tracebound.errors import IntegrityError, StoreClosed
-from tracebound.events.catalog import CostIncurred
+from tracebound.events.catalog import CostIncurred, CostSource
 from tracebound.events.envelope import Event
+from tracebound.ids import StreamId
 from tracebound.projections import ProjectionRunner, SQLiteViews, default_projections
 from tracebound.projections import records as records_module
 from tracebound.projections.base import Column, EventRecord, Rows, Table
@@ -79,14 +80,14 @@ def _ledger(path: Path, make: Callable[[Path], SQLiteStore]) -> SQLiteStore:
     store = make(path)
     events = [
         Event.create(
-            CostIncurred(tier="direct", amount_usd=Decimal("0.01"), source="openai"),
+            CostIncurred(tier="direct", amount_usd=Decimal("0.01"), source=CostSource("openai")),
             event_id=UUID(int=i + 1),
             timestamp=T0 + timedelta(milliseconds=i),
             workflow_id="wf",
         )
         for i in range(10)
     ]
-    store.append_batch([AppendRequest("wf", events)])
+    store.append_batch([AppendRequest(StreamId("wf"), events)])
     return store
 
 
@@ -182,14 +183,14 @@ def test_closing_the_store_stops_a_read_at_the_next_page(tmp_path: Path) -> None
     store = _ledger(tmp_path / "ledger", STORES["sqlite reader"])
     more = [
         Event.create(
-            CostIncurred(tier="direct", amount_usd=Decimal("0.01"), source="openai"),
+            CostIncurred(tier="direct", amount_usd=Decimal("0.01"), source=CostSource("openai")),
             event_id=UUID(int=100 + i),
             timestamp=T0,
             workflow_id="wf",
         )
         for i in range(records_module._PAGE)
     ]
-    store.append_batch([AppendRequest("wf", more)])
+    store.append_batch([AppendRequest(StreamId("wf"), more)])
     pages = records_module.read_record_pages(store)
     assert len(next(pages)) == records_module._PAGE
     store.close()
@@ -206,10 +207,12 @@ def test_the_reader_waits_the_stores_busy_timeout(
 
     def connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
         timeouts.append(kwargs["timeout"])
-        return real_connect(*args, **kwargs)
+        connection: sqlite3.Connection = real_connect(*args, **kwargs)
+        return connection
 
     store = SQLiteStore(tmp_path / "ledger", busy_timeout=0.25)
-    monkeypatch.setattr(records_module.sqlite3, "connect", connect)
+    # The records module's own `sqlite3` (not re-exported, so named by its dotted path).
+    monkeypatch.setattr("tracebound.projections.records.sqlite3.connect", connect)
     assert list(read_records(store)) == []
     assert timeouts == [0.25]
     store.close()

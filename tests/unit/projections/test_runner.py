@@ -25,6 +25,7 @@ from tracebound.events.catalog import (
     AttemptRefused,
     BlobErased,
     CostIncurred,
+    CostSource,
     LeafReturned,
     MergeOutcome,
     PlanOutcomeEmitted,
@@ -35,6 +36,7 @@ from tracebound.events.catalog import (
     TrustGatePassed,
 )
 from tracebound.events.envelope import Event, Payload
+from tracebound.ids import Sha256Digest
 from tracebound.projections import ProjectionRunner, SQLiteViews, default_projections, fold_all
 from tracebound.projections.base import Column, EventRecord, Rows, Table
 from tracebound.projections.memory import project
@@ -73,7 +75,7 @@ def costs(draw: st.DrawFn) -> CostIncurred:
     return CostIncurred(
         tier=draw(st.sampled_from(["direct", "amortized", "overhead"])),
         amount_usd=draw(money),
-        source=draw(st.sampled_from(["openai", "sandbox"])),
+        source=draw(st.sampled_from([CostSource("openai"), CostSource("sandbox")])),
         tokens_in=tokens_in,
         tokens_out=tokens_out,
         cached_input_tokens=None if tokens_in is None else draw(st.integers(0, tokens_in)),
@@ -236,7 +238,10 @@ def test_runs_are_idempotent_and_batch_independent(
 
 def test_positions_are_committed_with_rows(ledger: SQLiteStore, tmp_path: Path) -> None:
     _append(
-        ledger, _events([("a", CostIncurred(tier="direct", amount_usd=Decimal(1), source="x"))] * 5)
+        ledger,
+        _events(
+            [("a", CostIncurred(tier="direct", amount_usd=Decimal(1), source=CostSource("x")))] * 5
+        ),
     )
     runner = ProjectionRunner(ledger, _views(tmp_path / "v.db"), batch_size=2)
     report = runner.run(until_caught_up=False)
@@ -250,7 +255,10 @@ def test_positions_are_committed_with_rows(ledger: SQLiteStore, tmp_path: Path) 
 
 
 def test_a_second_runner_on_the_same_views_is_refused(ledger: SQLiteStore, tmp_path: Path) -> None:
-    _append(ledger, _events([("a", BlobErased(digest="sha256:" + "1" * 64, reason="r"))] * 3))
+    _append(
+        ledger,
+        _events([("a", BlobErased(digest=Sha256Digest("sha256:" + "1" * 64), reason="r"))] * 3),
+    )
     first = ProjectionRunner(ledger, _views(tmp_path / "v.db"), batch_size=1)
     second = ProjectionRunner(ledger, _views(tmp_path / "v.db"), batch_size=1)
     first.run(until_caught_up=False)
@@ -287,7 +295,10 @@ def test_a_failing_projection_stops_before_the_event(ledger: SQLiteStore, tmp_pa
     _append(
         ledger,
         _events(
-            [("a", CostIncurred(tier="direct", amount_usd=Decimal(a), source="x")) for a in amounts]
+            [
+                ("a", CostIncurred(tier="direct", amount_usd=Decimal(a), source=CostSource("x")))
+                for a in amounts
+            ]
         ),
     )
     flaky = Flaky()
@@ -327,7 +338,10 @@ def test_view_storage_errors_are_typed(ledger: SQLiteStore, tmp_path: Path) -> N
 
 def test_a_new_projection_version_is_rebuilt(ledger: SQLiteStore, tmp_path: Path) -> None:
     _append(
-        ledger, _events([("a", CostIncurred(tier="direct", amount_usd=Decimal(1), source="x"))] * 3)
+        ledger,
+        _events(
+            [("a", CostIncurred(tier="direct", amount_usd=Decimal(1), source=CostSource("x")))] * 3
+        ),
     )
     flaky = Flaky()
     flaky.broken = False
@@ -351,7 +365,16 @@ def test_follow_applies_events_as_they_are_committed(ledger: SQLiteStore, tmp_pa
         for i in range(5):
             _append(
                 ledger,
-                _events([("a", CostIncurred(tier="direct", amount_usd=Decimal(1), source="x"))]),
+                _events(
+                    [
+                        (
+                            "a",
+                            CostIncurred(
+                                tier="direct", amount_usd=Decimal(1), source=CostSource("x")
+                            ),
+                        )
+                    ]
+                ),
             )
             deadline = time.monotonic() + 5
             while (not seen or seen[-1] < i + 1) and time.monotonic() < deadline:

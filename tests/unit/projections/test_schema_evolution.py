@@ -13,7 +13,12 @@ import pytest
 
 from tracebound.errors import ContractError
 from tracebound.events import EventRegistry, default_registry
-from tracebound.events.catalog import BUILTIN_PAYLOAD_TYPES, CostIncurred, MergeOutcome
+from tracebound.events.catalog import (
+    BUILTIN_PAYLOAD_TYPES,
+    CostIncurred,
+    CostSource,
+    MergeOutcome,
+)
 from tracebound.events.envelope import Event, Payload
 from tracebound.projections import ProjectionRunner, SQLiteViews, default_projections
 from tracebound.projections.base import Column, EventRecord, Rows, Table
@@ -96,7 +101,7 @@ def _v2_registry() -> EventRegistry:
 
 def test_a_new_variant_flows_through_and_is_ignored(tmp_path: Path) -> None:
     base = [
-        CostIncurred(tier="direct", amount_usd=Decimal("0.5"), source="x"),
+        CostIncurred(tier="direct", amount_usd=Decimal("0.5"), source=CostSource("x")),
         MergeOutcome(pr_url="u", decision="merged", reviewer=None),
     ]
     with_new = [base[0], DeployNoted(environment="prod"), base[1], DeployNoted(environment="eu")]

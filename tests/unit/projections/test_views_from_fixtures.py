@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypedDict
 from uuid import UUID
 
 from hypothesis import given
@@ -16,12 +16,23 @@ from tracebound.events.catalog import (
     CostIncurred,
     MergeOutcome,
     PluginResolved,
+    PluginScope,
     RetryRequested,
+    SignalKind,
     SolutionFound,
     TrustGateFailed,
     TrustGatePassed,
 )
 from tracebound.events.envelope import Event, Payload
+from tracebound.ids import (
+    AdvisoryId,
+    AttemptId,
+    GateId,
+    PatchDigest,
+    PluginId,
+    SandboxRunId,
+    Sha256Digest,
+)
 from tracebound.projections.cost import CostLedgerProjection
 from tracebound.projections.gates import TrustGateProjection, bucket_of, ranked
 from tracebound.projections.learning import LearningProjection, solutions_for
@@ -30,6 +41,16 @@ from tracebound.projections.plugins import UNRESOLVED, PluginTelemetry, plugin_s
 from tracebound.projections.roi import RoiProjection, roi_summary
 
 T0 = datetime(2026, 5, 18, 12, 0, tzinfo=UTC)
+
+
+class _Attempt(TypedDict):
+    attempt_id: AttemptId
+    attempt_index: int
+
+
+class _GateFailed(TypedDict):
+    gate: GateId
+    retry_count: int
 
 
 def _events(*items: tuple[str | None, Payload]) -> list[Event]:
@@ -179,7 +200,10 @@ def test_roi_ratios_with_nothing_decided_are_none_not_zero() -> None:
 
 def _resolved(plugin: str, *, fallback: bool = False) -> PluginResolved:
     return PluginResolved(
-        plugin_id=plugin, extends_chain=(), matched_scope="*", fallback_used=fallback
+        plugin_id=PluginId(plugin),
+        extends_chain=(),
+        matched_scope=PluginScope("*"),
+        fallback_used=fallback,
     )
 
 
@@ -212,22 +236,32 @@ def test_plugin_telemetry_joins_on_workflow_in_any_order() -> None:
 
 
 def test_gate_histograms_causes_and_ranking() -> None:
-    at = {"attempt_id": UUID(int=1), "attempt_index": 0}
-    failed = {"gate": "tests", "retry_count": 0}
+    at: _Attempt = {"attempt_id": AttemptId(UUID(int=1)), "attempt_index": 0}
+    failed: _GateFailed = {"gate": GateId("tests"), "retry_count": 0}
     rows = project(
         [TrustGateProjection()],
         _events(
-            ("a", TrustGateFailed(**failed, failing_signals=("lint", "tests"), score=999)),
-            ("a", TrustGateFailed(**failed, failing_signals=("tests",), score=1000)),
-            ("a", TrustGatePassed(gate="tests", signals={"tests": True}, score=10_000)),
+            (
+                "a",
+                TrustGateFailed(
+                    **failed, failing_signals=(SignalKind("lint"), SignalKind("tests")), score=999
+                ),
+            ),
+            ("a", TrustGateFailed(**failed, failing_signals=(SignalKind("tests"),), score=1000)),
+            (
+                "a",
+                TrustGatePassed(
+                    gate=GateId("tests"), signals={SignalKind("tests"): True}, score=10_000
+                ),
+            ),
             (
                 "a",
                 RetryRequested(
                     **at,
-                    gate="tests",
-                    sandbox_run_id="s",
-                    failing_signals=("tests",),
-                    summary_pointer="sha256:" + "0" * 64,
+                    gate=GateId("tests"),
+                    sandbox_run_id=SandboxRunId("s"),
+                    failing_signals=(SignalKind("tests"),),
+                    summary_pointer=Sha256Digest("sha256:" + "0" * 64),
                 ),
             ),
             ("a", AttemptRefused(**at, cause="retry_limit", reason="3")),
@@ -249,7 +283,7 @@ def test_gate_histograms_causes_and_ranking() -> None:
 
 
 def test_knowledge_graph_nodes_and_edges() -> None:
-    at = {"attempt_id": UUID(int=5), "attempt_index": 1}
+    at: _Attempt = {"attempt_id": AttemptId(UUID(int=5)), "attempt_index": 1}
     rows = project(
         [LearningProjection()],
         _events(
@@ -257,7 +291,7 @@ def test_knowledge_graph_nodes_and_edges() -> None:
                 "w",
                 AttemptCompleted(
                     **at,
-                    advisory_id="GHSA-1",
+                    advisory_id=AdvisoryId("GHSA-1"),
                     outcome="AppliedFromLlm",
                     trust_outcome_passed=True,
                     cost_usd=Decimal("0.02"),
@@ -268,8 +302,8 @@ def test_knowledge_graph_nodes_and_edges() -> None:
                 "w",
                 SolutionFound(
                     **at,
-                    advisory_id="GHSA-1",
-                    patch_digest_blake3="ab" * 32,
+                    advisory_id=AdvisoryId("GHSA-1"),
+                    patch_digest_blake3=PatchDigest("ab" * 32),
                     outcome="AppliedFromLlm",
                 ),
             ),

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 from uuid import UUID
 
 import pytest
@@ -190,7 +191,7 @@ class Kit:
             **kwargs,  # type: ignore[arg-type]
         )
 
-    def gate_events(self, wf: str = WF) -> list[tuple[str, dict[str, object], str | None]]:
+    def gate_events(self, wf: str = WF) -> list[tuple[str, dict[str, Any], str | None]]:
         return [
             (e.event_type, e.payload.model_dump(mode="json"), e.correlation_id)
             for e in self.ledger.store.read_stream(f"gates/{wf}")

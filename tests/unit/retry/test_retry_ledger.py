@@ -198,6 +198,12 @@ def test_torn_tail_is_named(kit: Kit) -> None:
         RetryLedger(kit.run_dir())
 
 
+def _usable(retry: RetryLedger) -> bool:
+    # Read afresh: mypy keeps ``retry.usable`` narrowed to True from an earlier assert,
+    # across the calls that change it, and would call what follows unreachable.
+    return retry.usable
+
+
 def test_a_broken_ledger_stays_refused(kit: Kit) -> None:
     head = kit.planning_attempt(0)
     retry = RetryLedger(kit.run_dir(), prev_chain_head=head)
@@ -209,7 +215,7 @@ def test_a_broken_ledger_stays_refused(kit: Kit) -> None:
     with pytest.raises(AuditChainCorrupted, match="line 1"):
         retry.ensure_usable()
     path.write_bytes(good)  # putting the bytes back does not make it trustworthy again
-    assert not retry.usable
+    assert not _usable(retry)
     with pytest.raises(AuditChainCorrupted):
         retry.record(record(1, head))
 

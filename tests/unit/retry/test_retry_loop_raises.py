@@ -184,6 +184,7 @@ def test_a_tier_failure_after_the_anchor_is_recorded_by_the_verifying_side(
         # The model was called and paid for: the cost ledger says so too.
         costs = [e.payload for e in kit.ledger.store.read_stream(f"costs/{WF}")]
         assert [type(c) for c in costs] == [CostIncurred]
+        assert isinstance(costs[0], CostIncurred)
         assert costs[0].amount_usd == recorded.anchor.cost_usd > 0
         _inspect_ok(kit)
     finally:

@@ -13,6 +13,7 @@ import pytest
 from tracebound.errors import IntegrityError, StorageError
 from tracebound.store import blobs as blobs_module
 from tracebound.store.blobs import FileBlobStore, sha256_digest
+from tracebound.store.files import fsync_dir
 
 
 def test_put_then_get_round_trips(tmp_path: Path) -> None:
@@ -39,7 +40,7 @@ def test_new_folders_are_synced_in_their_parent(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     synced: list[Path] = []
-    real = blobs_module.fsync_dir
+    real = fsync_dir  # the function blobs imported from tracebound.store.files
 
     def spy(folder: Path) -> None:
         synced.append(folder)
@@ -78,7 +79,7 @@ def test_a_blob_another_writer_put_is_synced_before_it_is_acknowledged(
 ) -> None:
     FileBlobStore(tmp_path / "blobs").put(b"shared")  # the other writer
     synced: list[Path] = []
-    real = blobs_module.fsync_dir
+    real = fsync_dir  # the function blobs imported from tracebound.store.files
 
     def spy(folder: Path) -> None:
         synced.append(folder)
@@ -98,7 +99,7 @@ def test_a_short_write_is_completed(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     def one_byte(fd: int, data: bytes | memoryview) -> int:
         return real_write(fd, bytes(data[:1]))
 
-    monkeypatch.setattr(blobs_module.os, "write", one_byte)
+    monkeypatch.setattr(os, "write", one_byte)  # the os module blobs uses
     store = FileBlobStore(tmp_path / "blobs")
     ref = store.put(b"written one byte at a time")
     monkeypatch.undo()

@@ -22,9 +22,10 @@ from hypothesis import strategies as st
 
 from tracebound.canonical import canonical_bytes
 from tracebound.errors import ConcurrencyConflict
-from tracebound.events.catalog import CostIncurred
+from tracebound.events.catalog import CostIncurred, CostSource
 from tracebound.events.envelope import Event
 from tracebound.events.record import LedgerFields, event_prefix
+from tracebound.ids import StepId, StreamId
 from tracebound.integrity import _kernel
 from tracebound.integrity.chain import GENESIS
 from tracebound.store import _chaining
@@ -76,12 +77,12 @@ def _events(draw: st.DrawFn) -> Event:
         CostIncurred(
             tier="direct",
             amount_usd=draw(st.decimals(min_value=0, max_value=10**6, places=6)),
-            source=draw(_text),
+            source=CostSource(draw(_text)),
             tokens_in=draw(st.integers(0, 2**40)),
             tokens_out=1,
             model=draw(_text),
             role="Executor",
-            step_id=draw(_text),
+            step_id=StepId(draw(_text)),
         ),
         event_id=UUID(int=draw(st.integers(0, 2**128 - 1))),
         timestamp=draw(_times),
@@ -108,7 +109,9 @@ def test_chain_rows_in_c_equal_python(
     position: int,
     heads: dict[str, tuple[int, bytes]],
 ) -> None:
-    batch = prepare_requests([AppendRequest(sid, events, None) for sid, events in requests])
+    batch = prepare_requests(
+        [AppendRequest(StreamId(sid), events, None) for sid, events in requests]
+    )
     in_c, in_python = _both(batch, position, heads)
     assert in_c == in_python
     # and each body is the canonical record (prefix + suffix == canonical_bytes(record)).
@@ -125,12 +128,12 @@ def test_recorded_events_in_c_equal_python() -> None:
             CostIncurred(
                 tier="direct",
                 amount_usd=Decimal("0.5"),
-                source="s",
+                source=CostSource("s"),
                 tokens_in=i,
                 tokens_out=2,
                 model="m",
                 role="Executor",
-                step_id="x",
+                step_id=StepId("x"),
             ),
             event_id=UUID(int=i + 1),
             timestamp=datetime(2026, 1, 1, tzinfo=UTC),
@@ -139,7 +142,10 @@ def test_recorded_events_in_c_equal_python() -> None:
         for i in range(7)
     ]
     batch = prepare_requests(
-        [AppendRequest("a", events[:3], None), AppendRequest("b", events[3:], 0)]
+        [
+            AppendRequest(StreamId("a"), events[:3], None),
+            AppendRequest(StreamId("b"), events[3:], 0),
+        ]
     )
     done = chain_rows(batch, 10, lambda sid: (0, GENESIS))
     in_c = recorded_events(batch, done.rows)
@@ -167,12 +173,12 @@ def _one() -> Prepared:
         CostIncurred(
             tier="direct",
             amount_usd=Decimal(1),
-            source="s",
+            source=CostSource("s"),
             tokens_in=1,
             tokens_out=1,
             model="m",
             role="Executor",
-            step_id="x",
+            step_id=StepId("x"),
         ),
         event_id=UUID(int=1),
         timestamp=datetime(2026, 1, 1, tzinfo=UTC),
@@ -272,12 +278,12 @@ def _store_rows(path: Path) -> list[tuple[object, ...]]:
                     CostIncurred(
                         tier="direct",
                         amount_usd=Decimal(f"0.{round_}{i}"),
-                        source="s",
+                        source=CostSource("s"),
                         tokens_in=i,
                         tokens_out=1,
                         model="m",
                         role="Executor",
-                        step_id=f"step-{i}",
+                        step_id=StepId(f"step-{i}"),
                     ),
                     event_id=UUID(int=100 * round_ + i + 1),
                     timestamp=datetime(2026, 1, 1, tzinfo=UTC) + timedelta(seconds=i),
@@ -286,7 +292,10 @@ def _store_rows(path: Path) -> list[tuple[object, ...]]:
                 for i in range(5)
             ]
             store.append_batch(
-                [AppendRequest("a", events[:2], None), AppendRequest("b", events[2:], None)]
+                [
+                    AppendRequest(StreamId("a"), events[:2], None),
+                    AppendRequest(StreamId("b"), events[2:], None),
+                ]
             )
         conn = store._conn()
         return list(conn.execute("SELECT * FROM events ORDER BY position"))

@@ -17,9 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tracebound.errors import ConcurrencyConflict, StorageError
-from tracebound.events.catalog import CostIncurred
+from tracebound.events.catalog import CostIncurred, CostSource
 from tracebound.events.envelope import Event
-from tracebound.ids import StreamId
+from tracebound.ids import StepId, StreamId
 from tracebound.store import sqlite as sqlite_module
 from tracebound.store.port import ANY_VERSION, AppendRequest
 from tracebound.store.sqlite import _WAL_AUTOCHECKPOINT, SQLiteStore, _PyWriter
@@ -35,12 +35,12 @@ def _event(n: int, *, step_id: str | None = None, workflow_id: str | None = None
         CostIncurred(
             tier="direct",
             amount_usd=Decimal(n),
-            source="s",
+            source=CostSource("s"),
             tokens_in=n,
             tokens_out=1,
             model="m",
             role="Executor",
-            step_id=step_id or f"step-{n}",
+            step_id=StepId(step_id or f"step-{n}"),
         ),
         event_id=UUID(int=n + 1),
         timestamp=datetime(2026, 1, 1, tzinfo=UTC),
@@ -232,6 +232,7 @@ def test_a_conflict_against_the_cached_head_is_checked_in_the_transaction(
 def test_the_kernel_writer_refuses_rows_it_was_not_written_for(tmp_path: Path) -> None:
     """Rows of the wrong shape are a TypeError before anything is inserted."""
     kernel_writer = sqlite_module._KernelWriter
+    assert kernel_writer is not None  # needs_kernel
     with SQLiteStore(tmp_path / "s") as store:
         (rec,) = store.append("a", [_event(1)])
         db = kernel_writer(str(store.path), 1000, store._setup_sql())
@@ -288,6 +289,7 @@ def test_the_kernel_writer_never_crashes_on_rows_of_any_shape(
     """Whatever the rows hold, ``insert`` returns or raises a Python exception (here inside
     a transaction that is rolled back): never a crash, never a half-bound row."""
     kernel_writer = sqlite_module._KernelWriter
+    assert kernel_writer is not None  # needs_kernel
     directory = tmp_path_factory.mktemp("fuzz")
     SQLiteStore(directory).close()
     db = kernel_writer(str(directory / "ledger.db"), 1000, "")
@@ -396,6 +398,7 @@ def test_an_insert_error_in_a_pipelined_batch_rolls_it_all_back(tmp_path: Path) 
 @needs_kernel
 def test_the_kernel_writer_works_one_background_job_at_a_time(tmp_path: Path) -> None:
     kernel_writer = sqlite_module._KernelWriter
+    assert kernel_writer is not None  # needs_kernel
     with SQLiteStore(tmp_path / "s") as store:
         (rec,) = store.append("a", [_event(1)])
     db = kernel_writer(str(tmp_path / "s" / "ledger.db"), 1000, "")

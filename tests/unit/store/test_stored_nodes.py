@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tracebound.errors import ProofError
-from tracebound.events.catalog import CostIncurred
+from tracebound.events.catalog import CostIncurred, CostSource
 from tracebound.integrity.keys import NoteSigner
 from tracebound.ledger import Ledger, verify_bundle
 from tracebound.sources import FixedClock, SequentialIds
@@ -50,7 +50,7 @@ def _fill(ledger: Ledger, n: int) -> None:
     for i in range(n):
         ledger.record(
             f"run-{i % 3}",
-            [CostIncurred(tier="direct", amount_usd=Decimal(f"0.{i:04d}"), source="s")],
+            [CostIncurred(tier="direct", amount_usd=Decimal(f"0.{i:04d}"), source=CostSource("s"))],
         )
 
 
