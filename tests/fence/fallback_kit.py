@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from tracebound.integrations.llm import ScriptedLeaf
 from tracebound.ledger import Ledger
 from tracebound.pipeline.fallback import (
     Advisory,
@@ -31,6 +32,7 @@ from tracebound.pipeline.fallback import (
     RecipeBook,
     SolvedExampleStore,
 )
+from tracebound.pipeline.fallback.leaf import LeafResponse
 from tracebound.pipeline.redaction import Redactor
 from tracebound.sources import FixedClock, SequentialIds
 from tracebound.store.sqlite import SQLiteStore
@@ -58,6 +60,17 @@ def llm_patch(version: str, *, fenced: bool = True) -> str:
         f"-requests==2.19.1\n+requests=={version}\n urllib3==1.23\n"
     )
     return f"```diff\n{diff}```\n" if fenced else diff
+
+
+class InterruptedLeaf(ScriptedLeaf):
+    """Ctrl-C (or SystemExit, or any ``exc``) lands while the model call is in flight."""
+
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__([])
+        self.exc = exc
+
+    def complete(self, prompt: str, *, model: str, max_tokens: int) -> LeafResponse:
+        raise self.exc
 
 
 def advisory() -> Advisory:

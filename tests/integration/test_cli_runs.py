@@ -167,23 +167,33 @@ def test_a_gate_with_a_path_and_a_pathless_reason_needs_a_default_owner_too(sh: 
     assert (approved["decision"], approved["paths"]) == ("approved", ["requirements.txt"])
 
 
-def test_two_resumes_at_once_apply_once_and_the_other_exits_typed(
+def resume_held_in_its_hook(
     sh: Shell, tmp_path: Path
-) -> None:
+) -> tuple[str, Path, dict[str, str], subprocess.Popen[str]]:
+    """A run of the `held` pipeline, approved, and a `resume --json` process of it that is
+    inside the apply hook, held there until `<hold>/release` exists: the run, the hold
+    folder, the environment that holds, and the process."""
     hold = tmp_path / "hold"
     hold.mkdir()
     env = {**sh.env, "TB_HOLD_DIR": str(hold)}
     run = sh.start("held")
     sh.tb_json("approve", run, "execute", "--as", "@alice")
-    resume = [sys.executable, "-m", "tracebound", "resume", run]
-    first = subprocess.Popen(
-        [*resume, "--json"], cwd=sh.cwd, env=env, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True,
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tracebound", "resume", run, "--json"], cwd=sh.cwd, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
+    while not (hold / "inside").exists() and process.poll() is None:
+        time.sleep(0.01)  # polling, not a timing assertion: wait for the apply hook
+    assert (hold / "inside").exists(), process.communicate()
+    return run, hold, env, process
+
+
+def test_two_resumes_at_once_apply_once_and_the_other_exits_typed(
+    sh: Shell, tmp_path: Path
+) -> None:
+    run, hold, env, first = resume_held_in_its_hook(sh, tmp_path)
+    resume = [sys.executable, "-m", "tracebound", "resume", run]
     try:
-        while not (hold / "inside").exists() and first.poll() is None:
-            time.sleep(0.01)  # polling, not a timing assertion: wait for the apply hook
-        assert (hold / "inside").exists(), first.communicate()
         second = subprocess.run(
             [*resume, "--json"], cwd=sh.cwd, env=env, capture_output=True, text=True,
             timeout=180, check=False,
@@ -214,22 +224,10 @@ def test_two_resumes_at_once_apply_once_and_the_other_exits_typed(
 def test_a_resume_killed_inside_the_apply_hook_is_taken_over_by_name(
     sh: Shell, tmp_path: Path
 ) -> None:
-    hold = tmp_path / "hold"
-    hold.mkdir()
-    env = {**sh.env, "TB_HOLD_DIR": str(hold)}
-    run = sh.start("held")
-    sh.tb_json("approve", run, "execute", "--as", "@alice")
+    run, hold, env, first = resume_held_in_its_hook(sh, tmp_path)
     resume = [sys.executable, "-m", "tracebound", "resume", run, "--json"]
-    first = subprocess.Popen(
-        resume, cwd=sh.cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    try:
-        while not (hold / "inside").exists() and first.poll() is None:
-            time.sleep(0.01)  # polling, not a timing assertion: wait for the apply hook
-        assert (hold / "inside").exists(), first.communicate()
-    finally:
-        first.kill()  # SIGKILL: the claim is recorded, the run never finishes
-        first.communicate(timeout=180)
+    first.kill()  # SIGKILL inside the hook: the claim is recorded, the run never finishes
+    first.communicate(timeout=180)
 
     def again(*extra: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

@@ -256,6 +256,20 @@ def resume_in_thread(
     return thread
 
 
+def two_loading_together(kit: Kit) -> dict[str, Runner]:
+    """Runners "A" and "B", each with its own connection, that have both read the run's
+    stream (the same version) before either goes on."""
+    together = threading.Barrier(2, timeout=WAIT)
+
+    class LoadsTogether(Runner):
+        def _load(self, pipeline: Pipeline, run_id: str) -> Any:
+            loaded = super()._load(pipeline, run_id)
+            together.wait()
+            return loaded
+
+    return {n: runner_on(kit, 10 + i, cls=LoadsTogether) for i, n in enumerate("AB")}
+
+
 def resume_all(
     runners: dict[str, Runner], pipe: Pipeline, run_id: str, by: dict[str, str | None]
 ) -> dict[str, object]:
@@ -288,17 +302,7 @@ def test_two_resumers_that_read_the_run_together_finish_it_once(
     applied = Applied()
     pipe = gated_pipeline(applied)
     run_id = decided_run(kit, pipe, decision)
-    together = threading.Barrier(2, timeout=WAIT)
-
-    class LoadsTogether(Runner):
-        """Both resumers have read the same stream version before either goes on."""
-
-        def _load(self, pipeline: Pipeline, run_id: str) -> Any:
-            loaded = super()._load(pipeline, run_id)
-            together.wait()
-            return loaded
-
-    runners = {n: runner_on(kit, 10 + i, cls=LoadsTogether) for i, n in enumerate("AB")}
+    runners = two_loading_together(kit)
     out: dict[str, object] = {}
     try:
         for t in [resume_in_thread(n, r, pipe, run_id, out) for n, r in runners.items()]:
@@ -431,15 +435,7 @@ def test_a_take_over_needs_a_claim_to_take_over_and_a_name(kit: Kit) -> None:
 def test_two_take_overs_at_once_finish_the_run_once(kit: Kit) -> None:
     applied = DiesInside()
     pipe, run_id = abandoned_run(kit, applied)
-    together = threading.Barrier(2, timeout=WAIT)
-
-    class LoadsTogether(Runner):
-        def _load(self, pipeline: Pipeline, run_id: str) -> Any:
-            loaded = super()._load(pipeline, run_id)
-            together.wait()
-            return loaded
-
-    runners = {n: runner_on(kit, 10 + i, cls=LoadsTogether) for i, n in enumerate("AB")}
+    runners = two_loading_together(kit)
     out = resume_all(runners, pipe, run_id, {n: f"@{n}" for n in runners})
     finished = [n for n, v in out.items() if isinstance(v, RunResult)]
     assert len(finished) == 1 and sum(isinstance(v, RunAlreadyResumed) for v in out.values()) == 1
@@ -499,15 +495,7 @@ def test_a_take_over_after_the_hook_applies_the_approved_artifact_not_a_new_one(
 def test_a_take_over_racing_another_resume_goes_on_alone(kit: Kit, other: str) -> None:
     applied = DiesInside()
     pipe, run_id = abandoned_run(kit, applied)
-    together = threading.Barrier(2, timeout=WAIT)
-
-    class LoadsTogether(Runner):
-        def _load(self, pipeline: Pipeline, run_id: str) -> Any:
-            loaded = super()._load(pipeline, run_id)
-            together.wait()
-            return loaded
-
-    runners = {n: runner_on(kit, 10 + i, cls=LoadsTogether) for i, n in enumerate("AB")}
+    runners = two_loading_together(kit)
     by = {"A": "@A", "B": "@B" if other == "take-over" else None}
     out = resume_all(runners, pipe, run_id, by)
     finished = [n for n, v in out.items() if isinstance(v, RunResult)]

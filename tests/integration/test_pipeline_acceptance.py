@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -395,26 +397,51 @@ def test_async_steps_and_router(kit: Kit) -> None:
     assert isinstance(choice, RouteChosen) and choice.chosen == "fast-executor"
 
 
-def test_a_repair_of_an_approved_step_is_gated_again(kit: Kit) -> None:
-    """The human approved one artifact. A repair that re-runs the approved step produces
-    another one: it must not be applied with the lifted scopes on the first approval."""
-    applied: list[tuple[str, int]] = []
-    pipe = Pipeline("bump-then-check", pipeline_type="remediation")
+def blamed_pipeline(
+    apply: Callable[[StepContext, Any], None],
+    *,
+    origin: str = "execute",
+    review: bool = False,
+    planned: list[int] | None = None,
+) -> Pipeline:
+    """plan, then execute (gated: it touches requirements.txt; ``apply`` is its hook), then
+    critique, which on its first try blames ``origin``; with ``review``, a Reviewer that on
+    its first try blames execute too. Every execution's artifact is its own (the goal names
+    the step id), and ``planned`` collects the planner's attempts."""
+    pipe = Pipeline("blamed", pipeline_type="remediation")
 
     @pipe.planner()
     def plan(ctx: StepContext) -> dict[str, object]:
-        return tpc("Planner")
+        if planned is not None:
+            planned.append(ctx.attempt)
+        return tpc("Planner", goal=f"plan {ctx.step_id}")
 
-    @pipe.executor(apply=lambda ctx, artifact: applied.append((ctx.step_id, len(ctx.scopes))))
+    @pipe.executor(apply=apply)
     def execute(ctx: StepContext) -> dict[str, object]:
-        return tpc("Executor", diffs=[diff("requirements.txt")], goal=f"pin v{ctx.attempt}")
+        return tpc("Executor", diffs=[diff("requirements.txt")], goal=f"pin {ctx.step_id}")
 
     @pipe.critic()
     def critique(ctx: StepContext) -> dict[str, object]:
         if ctx.attempt == 0:
-            ctx.report("the pin breaks the build", origin="execute")
+            ctx.report(f"{origin} got the advisory wrong", origin=origin)
         return tpc("Critic")
 
+    if review:
+
+        @pipe.reviewer(name="review")
+        def review_step(ctx: StepContext) -> dict[str, object]:
+            if ctx.attempt == 0:
+                ctx.report("the pin is not the advisory's fix", origin="execute")
+            return tpc("Reviewer")
+
+    return pipe
+
+
+def test_a_repair_of_an_approved_step_is_gated_again(kit: Kit) -> None:
+    """The human approved one artifact. A repair that re-runs the approved step produces
+    another one: it must not be applied with the lifted scopes on the first approval."""
+    applied: list[tuple[str, int]] = []
+    pipe = blamed_pipeline(lambda ctx, artifact: applied.append((ctx.step_id, len(ctx.scopes))))
     first = kit.runner().run(pipe, {})
     assert (first.status, first.gated_step) == ("gated", "execute")
     decide(kit, first.run_id, "execute", "alice")
@@ -447,23 +474,9 @@ def test_a_resumed_repair_goes_on_from_its_gate_not_from_its_origin(kit: Kit) ->
     gated. The resume applies execute~r1 and re-checks it; plan~r1 does not run again."""
     planned: list[int] = []
     applied: list[str] = []
-    pipe = Pipeline("replan", pipeline_type="remediation")
-
-    @pipe.planner()
-    def plan(ctx: StepContext) -> dict[str, object]:
-        planned.append(ctx.attempt)
-        return tpc("Planner", goal=f"plan v{ctx.attempt}")
-
-    @pipe.executor(apply=lambda ctx, artifact: applied.append(ctx.step_id))
-    def execute(ctx: StepContext) -> dict[str, object]:
-        return tpc("Executor", diffs=[diff("requirements.txt")], goal=f"pin v{ctx.attempt}")
-
-    @pipe.critic()
-    def critique(ctx: StepContext) -> dict[str, object]:
-        if ctx.attempt == 0:
-            ctx.report("the plan missed the advisory", origin="plan")
-        return tpc("Critic")
-
+    pipe = blamed_pipeline(
+        lambda ctx, artifact: applied.append(ctx.step_id), origin="plan", planned=planned
+    )
     first = kit.runner().run(pipe, {})
     decide(kit, first.run_id, "execute", "alice")
     second = kit.runner().resume(pipe, first.run_id)
@@ -484,28 +497,7 @@ def test_two_repairs_of_one_gated_step_get_distinct_ids_and_approvals(kit: Kit) 
     """The Critic and later the Reviewer each blame the gated executor: two repair loops
     re-run it, each re-run is gated under its own id, and each id is approved once."""
     applied: list[str] = []
-    pipe = Pipeline("twice", pipeline_type="remediation")
-
-    @pipe.planner()
-    def plan(ctx: StepContext) -> dict[str, object]:
-        return tpc("Planner")
-
-    @pipe.executor(apply=lambda ctx, artifact: applied.append(ctx.step_id))
-    def execute(ctx: StepContext) -> dict[str, object]:
-        return tpc("Executor", diffs=[diff("requirements.txt")], goal=f"pin {len(applied)}")
-
-    @pipe.critic()
-    def critique(ctx: StepContext) -> dict[str, object]:
-        if ctx.attempt == 0:
-            ctx.report("the pin breaks the build", origin="execute")
-        return tpc("Critic")
-
-    @pipe.reviewer()
-    def review(ctx: StepContext) -> dict[str, object]:
-        if ctx.attempt == 0:
-            ctx.report("the pin is not the advisory's fix", origin="execute")
-        return tpc("Reviewer")
-
+    pipe = blamed_pipeline(lambda ctx, artifact: applied.append(ctx.step_id), review=True)
     result = kit.runner().run(pipe, {})
     gated = []
     while result.status == "gated":

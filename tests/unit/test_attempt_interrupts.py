@@ -13,22 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.fence.fallback_kit import llm_patch, make_kit
+from tests.fence.fallback_kit import InterruptedLeaf, llm_patch, make_kit
 
 from tracebound.errors import ValidationFailed
 from tracebound.integrations.llm import ScriptedLeaf
 from tracebound.pipeline.fallback import PlanOutcome, RecipeBook
-from tracebound.pipeline.fallback.leaf import LeafResponse
 from tracebound.pipeline.retry.sandbox import NetworkIsolation, Sandbox, SandboxLimits
-
-
-class InterruptedLeaf(ScriptedLeaf):
-    def __init__(self, exc: BaseException) -> None:
-        super().__init__([])
-        self.exc = exc
-
-    def complete(self, prompt: str, *, model: str, max_tokens: int) -> LeafResponse:
-        raise self.exc
 
 
 @pytest.mark.parametrize("exc", [KeyboardInterrupt(), SystemExit(3)])

@@ -149,7 +149,7 @@ class _StepRun:
     spec: StepSpec
     step_id: StepId
     parent: StepOutcome | None
-    approved: bool
+    gated: StepOutcome | None  # the gated execution an approval lets go on, if any
     scopes: tuple[str, ...]
     started: datetime
     outcome: StepOutcome
@@ -454,9 +454,8 @@ class Runner:
         self._check_incoming(sr)  # 1
         findings = self._critic_checks(sr)  # 5, the runtime's half
         ctx = self._context(sr, notes, findings)
-        gated = run.accepted.get(spec.name)
-        if sr.approved and gated is not None and gated.status == "gated":
-            return self._after_gate(sr, ctx, gated)
+        if sr.gated is not None:
+            return self._after_gate(sr, ctx, sr.gated)
         raw = await self._call(sr, ctx)  # 2
         if raw is None:
             return sr.outcome
@@ -497,10 +496,13 @@ class Runner:
         return outcome
 
     def _begin(self, run: _Run, spec: StepSpec, attempt: int) -> _StepRun:
-        approved = spec.name in run.approved
-        gated = run.accepted.get(spec.name)
-        if approved and gated is not None and gated.status == "gated":
-            step_id = gated.step_id  # the approved execution goes on under its own id
+        # An approval lets the gated execution go on, under its own id (once: _after_gate
+        # spends it); any other execution of the step is a new one, gated afresh.
+        gated = run.accepted.get(spec.name) if spec.name in run.approved else None
+        if gated is not None and gated.status != "gated":
+            gated = None
+        if gated is not None:
+            step_id = gated.step_id
         else:
             step_id = StepId(spec.name if attempt == 0 else _rerun_id(run, spec.name))
         parent = run.accepted.get(spec.after) if spec.after else None
@@ -509,8 +511,8 @@ class Runner:
             spec=spec,
             step_id=step_id,
             parent=parent,
-            approved=approved,
-            scopes=self.policy.granted(spec.role, approved=approved),
+            gated=gated,
+            scopes=self.policy.granted(spec.role, approved=gated is not None),
             started=self.ledger.clock.now(),
             outcome=StepOutcome(step_id, spec.name, spec.role, "success"),
         )
@@ -641,7 +643,7 @@ class Runner:
             request_from_artifact(sr.spec.role, artifact, sr.spec.scopes)
         )
         sr.outcome.latency_ms = _ms(sr.started, self.ledger.clock.now())
-        if not reasons or sr.approved:
+        if not reasons:  # an approved execution never gets here (_after_gate)
             return False
         paths = tuple(dict.fromkeys(p for r in reasons for p in r.paths))
         wide = any(not r.paths for r in reasons)
@@ -678,9 +680,8 @@ class Runner:
         step again produces another artifact, which the policy gates afresh.
         """
         sr.run.approved.discard(sr.spec.name)
-        outcome = sr.outcome
-        outcome.step_id, outcome.artifact = gated.step_id, gated.artifact
-        outcome.artifact_hash = gated.artifact_hash
+        outcome = sr.outcome  # under the gated execution's id (_begin)
+        outcome.artifact, outcome.artifact_hash = gated.artifact, gated.artifact_hash
         if sr.spec.apply is not None and gated.artifact is not None:
             self._apply(sr, ctx, gated.artifact)
         self._record_step(sr, redaction_reason=None)

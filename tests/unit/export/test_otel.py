@@ -201,8 +201,10 @@ def _replayed(runner: Runner) -> Points:
     return _points(reader)
 
 
-@pytest.mark.parametrize("with_store", [True, False])
-def test_the_hook_forgets_every_run_that_finished(tmp_path: Path, with_store: bool) -> None:
+def _hooked(
+    tmp_path: Path, *, with_store: bool
+) -> tuple[Runner, OtelRunHook, InMemoryMetricReader]:
+    """A Runner whose events feed an OtelRunHook (given the ledger's store, or none)."""
     reader = InMemoryMetricReader()
     runner = rp.make_runner(tmp_path)
     hook = OtelRunHook(
@@ -210,6 +212,12 @@ def test_the_hook_forgets_every_run_that_finished(tmp_path: Path, with_store: bo
         store=runner.ledger.store if with_store else None,
     )
     runner.on_event = hook
+    return runner, hook, reader
+
+
+@pytest.mark.parametrize("with_store", [True, False])
+def test_the_hook_forgets_every_run_that_finished(tmp_path: Path, with_store: bool) -> None:
+    runner, hook, reader = _hooked(tmp_path, with_store=with_store)
     n = 0
     for _ in range(3):
         for pipeline in (rp.deterministic, rp.repaired, rp.harmful):
@@ -233,13 +241,7 @@ def test_the_hook_forgets_every_run_that_finished(tmp_path: Path, with_store: bo
 def test_a_run_resumed_in_the_same_process_keeps_its_metrics(
     tmp_path: Path, with_store: bool
 ) -> None:
-    reader = InMemoryMetricReader()
-    runner = rp.make_runner(tmp_path)
-    hook = OtelRunHook(
-        MeterProvider(metric_readers=[reader]),
-        store=runner.ledger.store if with_store else None,
-    )
-    runner.on_event = hook
+    runner, hook, reader = _hooked(tmp_path, with_store=with_store)
     gated = runner.run(rp.gated, {"ticket": "T-1"})
     # Paused, not finished: without a store nothing else could tell the resume the run's
     # pipeline type, so it is kept; with one it is dropped and read back on resume.

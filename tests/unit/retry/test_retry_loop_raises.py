@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.fence.fallback_kit import PRICES, Kit, llm_patch, make_kit
+from tests.fence.fallback_kit import PRICES, InterruptedLeaf, Kit, llm_patch, make_kit
 from typer.testing import CliRunner
 
 from tracebound.cli.app import app
@@ -43,17 +43,6 @@ class NewVersionEachCall(ScriptedLeaf):
     def complete(self, prompt: str, *, model: str, max_tokens: int) -> LeafResponse:
         self._script = ((None, llm_patch(f"2.2{len(self.prompts)}.0")),)
         return super().complete(prompt, model=model, max_tokens=max_tokens)
-
-
-class InterruptedLeaf(ScriptedLeaf):
-    """Ctrl-C (or SystemExit) lands while the model call is in flight."""
-
-    def __init__(self, exc: BaseException) -> None:
-        super().__init__([])
-        self.exc = exc
-
-    def complete(self, prompt: str, *, model: str, max_tokens: int) -> LeafResponse:
-        raise self.exc
 
 
 class FaultyRedactor(Redactor):

@@ -73,8 +73,8 @@ from tracebound.pipeline.fallback import (
     build_attempt_summary,
 )
 from tracebound.pipeline.retry.anchors import AnchorWriter
-from tracebound.pipeline.retry.gates import GateRunner, RefusalCause, gate_stream
-from tracebound.pipeline.retry.models import AttemptSummary, TrustOutcome
+from tracebound.pipeline.retry.gates import GateRunner, PlanLike, RefusalCause, gate_stream
+from tracebound.pipeline.retry.models import AttemptSummary
 from tracebound.store.blobs import BlobStore
 
 __all__ = ["BookkeepingFailed", "LoopResult", "RetryLoop"]
@@ -82,33 +82,13 @@ __all__ = ["BookkeepingFailed", "LoopResult", "RetryLoop"]
 DEFAULT_MAX_RETRIES = 3
 
 
-class _Closed(Protocol):
+class _Closed(PlanLike, Protocol):
     """An attempt the planning side closed by its anchor: a ``PlanOutcome``, or what the
-    ledger says about an attempt whose ``FallbackTier.run`` raised (:class:`_Raised`)."""
+    ledger says about an attempt whose ``FallbackTier.run`` raised (:class:`_Raised`). What
+    the gates read (:class:`PlanLike`), with its outcome tag and anchor."""
 
     @property
     def tag(self) -> PlanOutcomeTag: ...
-
-    @property
-    def attempt_id(self) -> UUID: ...
-
-    @property
-    def attempt_index(self) -> int: ...
-
-    @property
-    def workflow_id(self) -> str: ...
-
-    @property
-    def patch(self) -> str | None: ...
-
-    @property
-    def patch_blake3(self) -> str | None: ...
-
-    @property
-    def refusal_reason(self) -> str | None: ...
-
-    @property
-    def trust(self) -> TrustOutcome | None: ...
 
     @property
     def anchor(self) -> AttemptAnchor: ...
