@@ -10,7 +10,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from tracebound import Ledger, NoteSigner, RandomIds, SQLiteStore, SystemClock, verify_bundle
-from tracebound.events.catalog import CostIncurred, MergeOutcome
+from tracebound.events.catalog import CostIncurred, CostSource, MergeOutcome
 from tracebound.store.witness import FileWitness
 
 
@@ -28,7 +28,11 @@ def main() -> None:
     with ledger:
         ledger.record(
             "run-1",
-            [CostIncurred(tier="direct", amount_usd=Decimal("0.0213"), source="openai")],
+            [
+                CostIncurred(
+                    tier="direct", amount_usd=Decimal("0.0213"), source=CostSource("openai")
+                )
+            ],
             workflow_id="wf-1",
         )
         ledger.record(
