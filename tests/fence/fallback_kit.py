@@ -33,7 +33,7 @@ from tracebound.pipeline.fallback import (
     SolvedExampleStore,
 )
 from tracebound.pipeline.fallback.leaf import LeafResponse
-from tracebound.pipeline.redaction import Redactor
+from tracebound.pipeline.redaction import RedactionResult, Redactor
 from tracebound.sources import FixedClock, SequentialIds
 from tracebound.store.sqlite import SQLiteStore
 
@@ -71,6 +71,24 @@ class InterruptedLeaf(ScriptedLeaf):
 
     def complete(self, prompt: str, *, model: str, max_tokens: int) -> LeafResponse:
         raise self.exc
+
+
+class PromptRedactorFails(Redactor):
+    """A real redactor that raises ``exc`` on the ``prompt``-th model prompt (from 1): the
+    tier fails before the attempt's first event, so that attempt is never anchored."""
+
+    def __init__(self, exc: BaseException, *, prompt: int = 1) -> None:
+        super().__init__(b"tracebound-test-redaction-key-01")
+        self.exc = exc
+        self.prompt = prompt
+        self.prompts = 0
+
+    def redact_text(self, text: str) -> RedactionResult[str]:
+        if text.startswith("You are"):
+            self.prompts += 1
+            if self.prompts == self.prompt:
+                raise self.exc
+        return super().redact_text(text)
 
 
 def advisory() -> Advisory:
@@ -226,7 +244,9 @@ __all__ = [
     "PRICES",
     "REQUIREMENTS",
     "T0",
+    "InterruptedLeaf",
     "Kit",
+    "PromptRedactorFails",
     "advisory",
     "context",
     "corpus",

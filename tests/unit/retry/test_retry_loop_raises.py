@@ -19,7 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.fence.fallback_kit import PRICES, InterruptedLeaf, Kit, llm_patch, make_kit
+from tests.fence.fallback_kit import (
+    PRICES,
+    InterruptedLeaf,
+    Kit,
+    PromptRedactorFails,
+    llm_patch,
+    make_kit,
+)
 from typer.testing import CliRunner
 
 from tracebound.cli.app import app
@@ -270,14 +277,7 @@ def test_a_failure_on_a_retry_continues_the_chain(tmp_path: Path) -> None:
 
 def test_an_attempt_the_tier_did_not_anchor_gets_no_verifying_record(tmp_path: Path) -> None:
     kit, loop = _loop(tmp_path)
-
-    class PromptRedactorFails(Redactor):
-        def redact_text(self, text: str) -> RedactionResult[str]:
-            if text.startswith("You are"):
-                raise MemoryError
-            return super().redact_text(text)
-
-    kit.tier._redactor = PromptRedactorFails(b"tracebound-test-redaction-key-01")
+    kit.tier._redactor = PromptRedactorFails(MemoryError())
     try:
         with pytest.raises(PlanningFailed, match="nothing was recorded") as info:
             loop.run(kit.ctx(), workflow_id=WF, target=kit.repo)

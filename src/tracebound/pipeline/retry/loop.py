@@ -23,7 +23,19 @@ line (what the anchor says: the plan's tag, no verdict), its cost and learning r
 anchor file line, and ``AttemptRefused(cause="not_retryable")`` (``budget_exceeded`` for a
 budget refusal), whose ``reason`` names the step and the error type. Only then is the
 original error re-raised, so an interrupt still interrupts. An attempt without an anchor
-(the tier failed before its first event, or a ledger write failed) gets nothing.
+(the tier failed before its first event, or a ledger write failed) gets nothing: there is
+no planning record for it to answer.
+
+But the remediation still ends on the record. If the loop raises between two attempts,
+after ``RetryRequested`` for attempt N and before attempt N+1 is anchored (in the tier
+before its first event, in the loop's clock...), attempt N, the last attempt made, gets
+``AttemptRefused(cause="not_retryable")`` with a ``reason`` of ``<kind> (<type>) before
+attempt N+1 was anchored: the retry requested after attempt N was not made`` (``kind``:
+``interrupted``, ``tier_error`` for ``PlanningFailed``, else ``error``), unless it has its
+refusal already; then the original error is re-raised unchanged. So a remediation that
+stops without a passing attempt ends with one ``AttemptRefused`` (a write that fails is
+noted on the error), never on a retry request that nothing followed. A run stopped before
+attempt 0 was anchored asked for nothing and writes nothing.
 
 If ``FallbackTier.run`` returned and the loop itself then raises (an interrupt, or a failure
 of its own bookkeeping: the attempts log, the cost row, the retry request...), the attempt
@@ -56,6 +68,7 @@ from tracebound.events.catalog import (
     CostIncurred,
     CostSource,
     LeafReturned,
+    RetryRequested,
     SolutionFound,
     TransformBuilt,
 )
@@ -218,7 +231,8 @@ class RetryLoop:
                 that was interrupted); nothing is planned, paid for or run.
             BaseException: whatever ``FallbackTier.run`` raised (``PlanningFailed``, an
                 interrupt, a gate's error), unchanged, once the verifying side has closed
-                the attempt if the planning side anchored it (see the module docstring);
+                the attempt if the planning side anchored it, or else refused the previous
+                attempt whose retry was requested (see the module docstring);
                 an interrupt or tracebound error raised by the loop's own bookkeeping,
                 unchanged, once the attempt is closed.
             BookkeepingFailed: any other error of the loop's own bookkeeping, once the
@@ -231,6 +245,20 @@ class RetryLoop:
                 "a RetryLoop run is one whole remediation: start it under a new workflow id",
             )
         result = LoopResult("refused")
+        try:
+            return self._attempts(ctx, workflow_id, target, result)
+        except BaseException as exc:
+            # Each attempt the tier anchored is closed by _attempts. What no attempt closes
+            # is a retry that was requested and never made: the error came between two
+            # attempts (in the tier before its first event, in the loop's clock, ...), so
+            # the remediation would end on RetryRequested, as if it were still running.
+            self._close_unmade_retry(workflow_id, result, exc)
+            raise
+
+    def _attempts(
+        self, ctx: ApplyContext, workflow_id: str, target: Path, result: LoopResult
+    ) -> LoopResult:
+        """The attempts of :meth:`run`, each closed on the verifying side if it raises."""
         hook = self.gates.anchor_hook(target)
         for index in range(self.max_retries + 1):
             started = self.ledger.clock.now()
@@ -410,6 +438,46 @@ class RetryLoop:
         reason = _raised_reason(raised.anchor, exc)
         self._close(ctx, raised, workflow_id, started, exc=exc, reason=reason)
 
+    def _close_unmade_retry(self, workflow_id: str, result: LoopResult, exc: BaseException) -> None:
+        """End a remediation whose last attempt asked for a retry that was not made.
+
+        The loop raised after ``RetryRequested`` for attempt N and before the planning side
+        anchored attempt N+1 (the tier failed before its first event, or was never called).
+        Attempt N+1 left no planning record to answer, and attempt N was settled; but the
+        run's last word would be that it retries. So attempt N, the last attempt made, gets
+        the run's one ``AttemptRefused`` (``not_retryable``: the loop does not retry after
+        an error), whose reason names the error and the retry not made.
+
+        The ledger decides: nothing is written unless attempt N has its ``RetryRequested``
+        and no ``AttemptRefused`` yet, and no attempt N+1 is anchored (an anchored attempt
+        is closed as itself, by :meth:`_close_raised` or :meth:`_close`). A failed write or
+        read is noted on ``exc``, which the caller raises either way.
+        """
+        if not result.attempts:
+            return  # attempt 0 was never anchored: nothing was requested, nothing to close
+        last = result.attempts[-1]
+        attempt_id = str(last.attempt_id)
+        index = last.attempt_index + 1
+        try:
+            if not self._has(gate_stream(workflow_id), attempt_id, RetryRequested):
+                return  # the attempt was closed as itself (or passed): no retry is pending
+            if self._has(gate_stream(workflow_id), attempt_id, AttemptRefused):
+                return  # its refusal is written already: an attempt has at most one
+            if any(
+                isinstance(e.payload, AttemptAnchorRecorded)
+                and e.payload.anchor.attempt_index == index
+                for e in self.ledger.store.read_stream(attempt_stream(workflow_id))
+            ):
+                return  # the retry was made: that attempt's own closing ends the run
+            self.gates.refuse(last, cause="not_retryable", reason=_unmade_reason(index, exc))
+        except Exception as failed:  # noqa: BLE001 - noted; the original error is what surfaces
+            detail = str(failed) if isinstance(failed, TraceboundError) else ""
+            exc.add_note(
+                f"the verifying side could not record AttemptRefused for attempt "
+                f"{last.attempt_index} of {workflow_id!r} (its retry was not made): "
+                f"{type(failed).__name__}" + (f": {detail}" if detail else "")
+            )
+
     def _raised_attempt(self, workflow_id: str, index: int, exc: BaseException) -> _Raised | None:
         """The attempt's anchor as the ledger holds it, if the planning side recorded one.
 
@@ -531,6 +599,27 @@ def _refusal_cause(plan: _Closed) -> RefusalCause:
     """``AttemptRefused.cause`` for an attempt that ended without a verdict: the planner
     refused for money (``budget_exceeded``), or anything else the loop does not retry."""
     return "budget_exceeded" if plan.refusal_reason == "budget" else "not_retryable"
+
+
+def _unmade_reason(index: int, exc: BaseException) -> str:
+    """``AttemptRefused.reason`` for the attempt before ``index`` when the loop raised before
+    attempt ``index`` was anchored (its retry requested, never made).
+
+    ``<kind> (<error type>)``: ``interrupted`` for Ctrl-C, ``CancelledError`` or
+    ``SystemExit``; ``tier_error`` for ``PlanningFailed`` (with the original error's type,
+    as for an anchored attempt); else ``error``. Type names only, as in
+    :func:`_raised_reason`.
+    """
+    if not isinstance(exc, Exception):
+        kind, name = "interrupted", type(exc).__name__
+    elif isinstance(exc, PlanningFailed):
+        kind, name = "tier_error", exc.cause
+    else:
+        kind, name = "error", type(exc).__name__
+    return (
+        f"{kind} ({name}) before attempt {index} was anchored: the retry requested after "
+        f"attempt {index - 1} was not made; the loop stopped"
+    )
 
 
 def _raised_reason(anchor: AttemptAnchor, exc: BaseException) -> str:
