@@ -49,7 +49,9 @@ __all__ = [
     "might_hold_base64",
     "past_escape",
     "percent_view",
+    "unwrap_base64",
     "whole_escapes",
+    "wrapped_base64",
 ]
 
 BASE64_MIN_LENGTH = 16
@@ -405,6 +407,29 @@ def _wrapped_block(text: str, first: str, end: int) -> tuple[int, str] | None:
         if len(token) < width or token.endswith("="):
             break
     return (end, "".join(lines)) if len(lines) > 1 else None
+
+
+def wrapped_base64(text: str, start: int, end: int) -> tuple[int, str] | None:
+    """When the base64 line ``text[start:end]`` opens a block wrapped in lines (see
+    :func:`_wrapped_block`), the block's end and its lines joined; None otherwise.
+
+    For rules that take a credential after a label (``Authorization: Basic``, ``auth:``):
+    their pattern stops at the first line break, and a credential that ``base64`` or a
+    MIME encoder wrapped at 76 characters (PEM tools at 64) goes on after it."""
+    return _wrapped_block(text, text[start:end], end)
+
+
+_FIRST_LINE = re.compile(rf"{_RUN}+={{0,2}}")
+
+
+def unwrap_base64(value: str) -> str | None:
+    """The token that ``value`` writes as one base64 block wrapped in lines (all of
+    ``value``, real or ``\\n``-escaped breaks), joined; None when it is not one."""
+    first = _FIRST_LINE.match(value)
+    if first is None:
+        return None
+    block = _wrapped_block(value, first.group(), first.end())
+    return block[1] if block is not None and block[0] == len(value) else None
 
 
 def _tokens(text: str) -> Iterator[tuple[int, str]]:

@@ -15,9 +15,11 @@ verify a secret.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import string
+import urllib.parse
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Literal, cast
@@ -46,7 +48,12 @@ from detect_secrets.plugins.sendgrid import SendGridDetector
 from detect_secrets.plugins.slack import SlackDetector
 from detect_secrets.plugins.stripe import StripeDetector
 
-from tracebound.pipeline._redaction_decoding import decode_base64, past_escape
+from tracebound.pipeline._redaction_decoding import (
+    decode_base64,
+    past_escape,
+    unwrap_base64,
+    wrapped_base64,
+)
 
 Span = tuple[int, int]
 Source = Literal["detect-secrets", "tracebound"]
@@ -445,21 +452,46 @@ def key_kind(key: str) -> Literal["auth", "basic", "secret"] | None:
 _USER_PASSWORD = re.compile(r"[^\s:]{1,256}:\S")
 _BASE64_VALUE = re.compile(r"[A-Za-z0-9+/]{4,}={0,2}")
 _BASIC_SCHEME = re.compile(r"(?i:basic)[ \t]+")  # ``"auth": "Basic dXNlcjpw…"``
+# OAuth scopes as GitHub, Slack and Atlassian write them: lower-case words (with ``_.-``)
+# joined by colons, in a list separated by spaces or commas (``read:user repo:status``,
+# ``chat:write.public``, ``read:jira-work``). Under a key that ends in ``oauth`` this is
+# what ``x:y`` is; a password there (an OAuth client's secret) is random, so it has a
+# capital, a digit or another symbol. The character classes exclude ``:`` and the
+# separators, so each string splits one way only: a match is linear.
+_SCOPE_WORD = r"[a-z][a-z_.\-]*(?::[a-z][a-z_.\-]*)*"
+_SCOPE_LIST = re.compile(rf"{_SCOPE_WORD}(?:[ ,]+{_SCOPE_WORD})*")
 
 
-def basic_credential(value: str) -> Span | None:
+def oauth_key(key: str) -> bool:
+    """Whether a key names an OAuth setting (``oauth``, ``github_oauth``), where a value
+    of the form ``x:y`` is mostly a scope, not ``user:password`` as under Docker's and
+    npm's ``auth``."""
+    return fold_case(key).endswith("oauth")
+
+
+def user_password(decoded: str | None, *, oauth: bool = False) -> bool:
+    """Whether decoded base64 is one ``user:password`` (see :data:`_USER_PASSWORD`); under
+    an OAuth key (:func:`oauth_key`), a scope list is not one."""
+    if decoded is None or _USER_PASSWORD.match(decoded) is None:
+        return False
+    return not (oauth and _SCOPE_LIST.fullmatch(decoded) is not None)
+
+
+def basic_credential(value: str, *, oauth: bool = False) -> Span | None:
     """The span of ``value`` that is base64 of ``user:password``, if it is one (the
-    whole value less surrounding whitespace and a ``Basic`` scheme); None otherwise."""
+    whole value less surrounding whitespace and a ``Basic`` scheme, on one line or wrapped
+    in lines as ``base64`` and MIME write it); None otherwise. ``oauth``: the value is
+    under an OAuth key (:func:`oauth_key`), where scope lists are not credentials."""
     start = len(value) - len(value.lstrip())
     token = value.strip()
     scheme = _BASIC_SCHEME.match(token)
     if scheme is not None:
         start += scheme.end()
         token = token[scheme.end() :]
-    if _BASE64_VALUE.fullmatch(token) is None:
+    joined = token if _BASE64_VALUE.fullmatch(token) else unwrap_base64(token)
+    if joined is None or _BASE64_VALUE.fullmatch(joined) is None:
         return None
-    decoded = decode_base64(token)
-    if decoded is None or _USER_PASSWORD.match(decoded) is None:
+    if not user_password(decode_base64(joined), oauth=oauth):
         return None
     return start, start + len(token)
 
@@ -526,7 +558,14 @@ AUTH_BASE64_HINT = r"""(?i:auth)["']?[ \t]*[:=]"""
 def _auth_base64_credentials(text: str) -> Iterator[Span]:
     for match in _AUTH_BASE64.finditer(text):
         start, end = match.span("v")
-        if basic_credential(text[start:end]) is not None:
+        # The key ends at the match's start: ``oauth`` if an ``o`` stands before ``auth``.
+        oauth = fold_case(text[max(0, match.start() - 1) : match.start()]) == "o"
+        # Wrapped in lines, the credential goes on after the first (whose decoded text may
+        # not even hold the colon yet): the block is taken whole.
+        block = wrapped_base64(text, start, end)
+        if block is not None and user_password(decode_base64(block[1]), oauth=oauth):
+            yield start, block[0]
+        elif basic_credential(text[start:end], oauth=oauth) is not None:
             yield start, end
 
 
@@ -543,18 +582,33 @@ def _auth_base64_credentials(text: str) -> Iterator[Span]:
 # - The pattern starts with the field, not an optional quote: ``re`` scans a pattern that
 #   starts with an optional group three times slower. _pair_field_ok checks the quote
 #   (or, unquoted, a word boundary) before the field.
+_PAIR_NAME_FIELDS = frozenset({"name", "Name", "NAME", "key", "Key", "KEY", "ParameterKey"})
+_PAIR_VALUE_FIELDS = frozenset({"value", "Value", "VALUE", "ParameterValue"})
 _PAIR_NAME = r"""
     (?P<kw>name|Name|NAME|key|Key|KEY|ParameterKey)(?P<nq>["']?)[ \t]*{op}[ \t]*
     (?P<q>["']?)(?P<name>[A-Za-z0-9_.\-]{{1,128}})(?P=q)
 """
-_PAIR_FLOW = re.compile(
-    "(?x)"
-    + _PAIR_NAME.format(op="[:=]")
-    + r"""
-    \s*[,;]\s*
-    (?P<vq>["']?)(?:value|Value|VALUE|ParameterValue)(?P=vq)[ \t]*[:=][ \t]*
-    """
+# In a flow mapping (JSON, Python, YAML flow, the CLI's shorthand) a pair's two fields come
+# in either order, and others may stand between them (CloudFormation's
+# ``"UsePreviousValue": false``, ``"ResolvedValue"``). So each name or value field starts a
+# walk over the fields that follow it in the same mapping (_pair_walk), up to the other
+# field of its pair. One flat alternation of the field names: ``re`` then tests a set of
+# first letters at each position; two alternations in groups (names | values) scan six
+# times slower.
+_PAIR_FIELDS = r"name|Name|NAME|key|Key|KEY|ParameterKey|value|Value|VALUE|ParameterValue"
+_PAIR_FIELD = re.compile(rf"""(?P<field>{_PAIR_FIELDS})(?P<nq>["']?)[ \t]*[:=][ \t]*""")
+# A field's name, after a flow mapping's separator (the field is a whole word: the
+# separator and an optional quote stand before it).
+_PAIR_NEXT_FIELD = re.compile(
+    r"""(?x) \s*[,;]\s* (?P<fq>["']?)(?P<field>[A-Za-z_][A-Za-z0-9_\-]{0,63})(?P=fq)
+    [ \t]*[:=][ \t]*"""
 )
+_PAIR_NAME_VALUE = re.compile(r"""(?P<q>["']?)(?P<name>[A-Za-z0-9_.\-]{1,128})(?P=q)""")
+# Fields that may stand between a pair's two: CloudFormation's parameter has four
+# (``ParameterKey``, ``ParameterValue``, ``UsePreviousValue``, ``ResolvedValue``). A
+# bound keeps the walk short, and a name three fields away from a value in a larger
+# mapping is not its pair's.
+_PAIR_GAP = 2
 # The YAML block form: ``value:`` on the next line, at the column where ``name:`` stands
 # (after a list item's ``- ``); checked in code, as a back-reference cannot count columns.
 _PAIR_BLOCK = re.compile(
@@ -567,12 +621,14 @@ _PAIR_BLOCK = re.compile(
 )
 
 
-def _pair_field_ok(text: str, match: re.Match[str]) -> bool:
-    """``"name"`` or ``name`` as a whole word, not ``"name`` or ``hostname``."""
-    start = match.start("kw")
-    before = text[start - 1] if start else ""
-    if match["nq"]:
-        return before == match["nq"]
+def _pair_field_ok(text: str, start: int, quote: str) -> bool:
+    """The field at ``start`` (closed by ``quote``, if any) is ``"name"`` or ``name`` as a
+    whole word, not ``"name`` or ``hostname`` (nor, for ``value``, ``UsePreviousValue``)."""
+    # At the text's start nothing stands before the field: a space, not "" (which is
+    # ``in`` every string and so read as a quote: a pair opening the text was missed).
+    before = text[start - 1] if start else " "
+    if quote:
+        return before == quote
     return not (before.isalnum() or before in "_\"'")
 
 
@@ -587,14 +643,152 @@ def _block_value(text: str, start: int) -> Span:
     return start, start + len(line)
 
 
-def _flow_value(text: str, start: int) -> Span | None:
+def _flow_value(text: str, start: int) -> tuple[Span, int] | None:
+    """A flow value at ``start`` (without its quotes) and where its field ends (after
+    them); None for none, or a nested mapping or list (``{``, ``[``), which ends a walk."""
+    if text.startswith(("{", "["), start):
+        return None
     value = _VALUE.match(text, start)
     if value is None:
         return None
     for name in ("dq", "sq"):
         if value.start(name) >= 0:
-            return value.span(name)
-    return start, start + len(_cut_bare(value.group("bare"), ":"))
+            return value.span(name), value.end()
+    end = start + len(_cut_bare(value.group("bare"), ":"))
+    return (start, end), end
+
+
+def _flow_name(text: str, start: int) -> tuple[str, int] | None:
+    """The key a name field names (``"DbPassword"``), and where the field ends."""
+    name = _PAIR_NAME_VALUE.match(text, start)
+    if name is None or _PAIR_NEXT_END.match(text, name.end()) is None:
+        return None
+    return name["name"], name.end()
+
+
+# A name stands alone in its field: the separator, the mapping's end or the text's follows.
+_PAIR_NEXT_END = re.compile(r"\s*(?:[,;}\])]|$)")
+
+
+def _pair_walk(text: str, kind: str) -> Iterator[tuple[str, Span]]:
+    """``(name, value span)`` for each name/value pair of a flow mapping whose name is a key
+    of ``kind``, the two fields in either order, with up to _PAIR_GAP others between.
+
+    Linear: a walk starts at a name field, or at a value field that no walk from a name
+    before it reached (a value first), and reads at most _PAIR_GAP + 1 fields after it
+    (each of bounded length, _VALUE): a character is read by at most _PAIR_GAP + 2 walks.
+    """
+    reached = -1  # the value a walk from its name reached: not walked from again
+    for match in _PAIR_FIELD.finditer(text):
+        if not _pair_field_ok(text, match.start(), match["nq"]):
+            continue
+        if match["field"] in _PAIR_NAME_FIELDS:
+            name = _flow_name(text, match.end())
+            if name is None:
+                continue
+            at = _pair_partner(text, name[1], _PAIR_VALUE_FIELDS)
+            if at is None:
+                continue
+            reached = at
+            value = _flow_value(text, at) if _pair_kind(name[0]) == kind else None
+        elif match.end() != reached:
+            value = _flow_value(text, match.end())
+            if value is None:
+                continue
+            at = _pair_partner(text, value[1], _PAIR_NAME_FIELDS)
+            name = None if at is None else _flow_name(text, at)
+            if name is None or _pair_kind(name[0]) != kind:
+                continue
+        else:
+            continue
+        if value is not None:
+            yield name[0], value[0]
+
+
+# Pair names are a document's schema (``DbPassword``, ``Authorization``): few, and the
+# same in every step. _PAIR_NAME_VALUE bounds them at 128 characters.
+_pair_kind = functools.lru_cache(maxsize=1024)(key_kind)
+
+
+def _pair_partner(text: str, end: int, wanted: frozenset[str]) -> int | None:
+    """Where the value of the first ``wanted`` field after ``end`` (a field's end) starts,
+    if it is one of the next _PAIR_GAP + 1 fields of the same mapping. A nested ``{``/``[``,
+    a second field of the starting kind (another pair's) or anything but ``, field:``
+    ends the walk."""
+    for _ in range(_PAIR_GAP + 1):
+        field = _PAIR_NEXT_FIELD.match(text, end)
+        if field is None:
+            return None
+        if field["field"] in wanted:
+            return field.end()
+        if field["field"] in _PAIR_NAME_FIELDS or field["field"] in _PAIR_VALUE_FIELDS:
+            return None
+        skipped = _flow_value(text, field.end())
+        if skipped is None:
+            return None
+        end = skipped[1]
+    return None
+
+
+# The AWS Query protocol (and any form body built the same way) writes a list of pairs as
+# ``Parameters.member.1.ParameterKey=DbPassword&Parameters.member.1.ParameterValue=…``
+# (``Tags.member.1.Key=…&Tags.member.1.Value=…``): a field's path names its pair. The
+# value runs to the next ``&`` or whitespace. Found by the field name (a literal scan),
+# then widened back over the path, as the keyword rule does: a pattern that opens with
+# the path tries it at every word and is five times slower.
+_QUERY_FIELD = re.compile(rf"(?P<field>{_PAIR_FIELDS})=(?P<v>[^&\s]*)")
+# The path: dotted words, each followed by one ``.``, at the start of the text, a line or
+# a query parameter (whitespace, ``&``, ``?``, ``;``, ``=`` or a quote before it). A path
+# splits one way only, so the match is linear. ``Filter.1.Value.1=`` (EC2's filter lists)
+# has no pair field before its ``=``.
+_QUERY_PATH = re.compile(r"(?:[A-Za-z0-9_\-]{1,64}\.){1,16}")
+_QUERY_PATH_CHARS = frozenset(string.ascii_letters + string.digits + "_-.")
+_QUERY_PATH_MAX = 16 * 65
+_QUERY_BOUNDARY = " \t\r\n&?;=\"'"
+_QUERY_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
+
+
+def _query_path(text: str, field: int) -> str | None:
+    """The path before the field at ``field``, or None when there is no whole one.
+
+    The walk back stops at the first character a path cannot hold; that character ends
+    the previous field's value (``&``, whitespace), so the walks back of successive
+    fields cover disjoint text, and each is bounded."""
+    if field == 0 or text[field - 1] != ".":
+        return None  # most hits (``key=``, ``token_value=``): one comparison
+    start = field
+    floor = max(0, field - _QUERY_PATH_MAX - 1)
+    while start > floor and text[start - 1] in _QUERY_PATH_CHARS:
+        start -= 1
+    if start > 0 and text[start - 1] not in _QUERY_BOUNDARY:
+        return None
+    path = _QUERY_PATH.fullmatch(text, start, field)
+    return None if path is None else path.group()
+
+
+def _query_pairs(text: str) -> Iterator[tuple[str, Span]]:
+    """``(name, value span)`` for each AWS Query pair, the two fields in either order and
+    anywhere in one line (one request): paired by their path, not their position.
+
+    Linear: one scan, then a lookup per value. Lines are counted as the scan goes (a count
+    of the line breaks between consecutive fields), never searched back from a field."""
+    names: dict[tuple[int, str], str] = {}
+    values: list[tuple[int, str, Span]] = []
+    line, last = 0, 0
+    for match in _QUERY_FIELD.finditer(text):
+        path = _query_path(text, match.start())
+        if path is None:
+            continue
+        line += text.count("\n", last, match.start())
+        last = match.start()
+        if match["field"] in _PAIR_VALUE_FIELDS:
+            values.append((line, path, match.span("v")))
+        elif _QUERY_NAME.fullmatch(match["v"]) and _pair_kind(match["v"]) is not None:
+            names.setdefault((line, path), match["v"])  # a secret name wins: fail closed
+    for line, path, span in values:
+        name = names.get((line, path))
+        if name is not None:
+            yield name, span
 
 
 def _name_value_pairs(kind: Literal["auth", "secret"]) -> Callable[[str], Iterator[Span]]:
@@ -604,29 +798,35 @@ def _name_value_pairs(kind: Literal["auth", "secret"]) -> Callable[[str], Iterat
     under that key in a structure (placeholders, literals and masks do not).
     """
 
+    def pairs(text: str) -> Iterator[tuple[str, Span]]:
+        yield from _pair_walk(text, kind)
+        for match in _PAIR_BLOCK.finditer(text):
+            if len(match["indent"]) != len(match["lead"]):
+                continue
+            if _pair_field_ok(text, match.start("kw"), match["nq"]):
+                yield match["name"], _block_value(text, match.end())
+        if "=" in text:
+            yield from _query_pairs(text)
+
     def find(text: str) -> Iterator[Span]:
-        for pattern in (_PAIR_FLOW, _PAIR_BLOCK):
-            for match in pattern.finditer(text):
-                if pattern is _PAIR_BLOCK and len(match["indent"]) != len(match["lead"]):
-                    continue
-                if not _pair_field_ok(text, match):
-                    continue
-                name = match["name"]
-                if key_kind(name) != kind:
-                    continue
-                at = match.end()
-                span = _block_value(text, at) if pattern is _PAIR_BLOCK else _flow_value(text, at)
-                if span is None or span[1] <= span[0]:
-                    continue
-                value = text[span[0] : span[1]]
-                if kind == "auth":
-                    credential = auth_credential(value)
-                    if credential is not None:
-                        yield span[0] + credential[0], span[0] + credential[1]
-                elif plausible_secret_value(value, name, quoted=True, op="="):
-                    yield span
+        for name, span in pairs(text):
+            if span[1] <= span[0] or _pair_kind(name) != kind:
+                continue
+            value = text[span[0] : span[1]]
+            if kind == "auth":
+                credential = auth_credential(value)
+                if credential is not None:
+                    yield span[0] + credential[0], span[0] + credential[1]
+            elif plausible_secret_value(_query_unescaped(value), name, quoted=True, op="="):
+                yield span
 
     return find
+
+
+def _query_unescaped(value: str) -> str:
+    # ``%24%7BDB%7D`` is ``${DB}``, a placeholder, wherever the value came from: judged
+    # as decoded (the redaction still covers the value as written).
+    return urllib.parse.unquote_plus(value) if "%" in value else value
 
 
 # --- hand-written token rules ----------------------------------------------------------
@@ -656,6 +856,17 @@ _BASIC_HEADER = re.compile(
     r"(?i)\b(?:proxy-)?authorization[\"']?[ \t]*[:=][ \t]*[\"']?basic[ \t]+"
     r"(?P<v>[A-Za-z0-9+/]{8,}={0,2})"
 )
+
+
+def _basic_headers(text: str) -> Iterator[Span]:
+    """The credential after ``Authorization: Basic``, with the lines it goes on over when
+    it is wrapped (a block that decodes as a whole; a line that merely follows does not)."""
+    for match in _BASIC_HEADER.finditer(text):
+        start, end = match.span("v")
+        block = wrapped_base64(text, start, end)
+        if block is not None and decode_base64(block[1]) is not None:
+            end = block[0]
+        yield start, end
 
 
 def _credential_like(match: re.Match[str]) -> bool:
@@ -987,7 +1198,7 @@ DETECTORS: tuple[Detector, ...] = (
         "HTTP Basic credential",
         _OURS,
         30,
-        _gate(_regex_rule(_BASIC_HEADER, group="v"), "authorization", ignore_case=True),
+        _gate(_basic_headers, "authorization", ignore_case=True),
     ),
     _d(
         "basic-auth-header",
