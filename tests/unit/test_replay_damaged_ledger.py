@@ -202,13 +202,30 @@ def test_damage_inside_the_log_is_named_before_its_length(tmp_path: Path) -> Non
     assert (damage.kind, damage.position) == (said.kind, said.position)
 
 
-def test_a_gap_outside_the_runs_span_is_left_to_verify_and_the_report_says_so(
-    tmp_path: Path,
-) -> None:
-    """Replay checks the positions from the one before the run's first event to the one
-    after its last; the rest of the log is `tracebound verify`'s (docs/pipeline.md)."""
+def test_a_gap_before_the_runs_span_is_found_by_the_stores_count(tmp_path: Path) -> None:
+    """The store counts the log's positions (SQLite: one statement): a gap anywhere is
+    found, here before run C's span, and named where `verify` names it, saying that it
+    lies outside the run (docs/pipeline.md)."""
     runs = _interleaved(tmp_path)
     _sql(tmp_path, ("DELETE FROM events WHERE position = 3", ()))
+    damage = _replay(tmp_path, runs["C"])
+    said = _verify_says(tmp_path)
+    assert (damage.kind, damage.position) == (said.kind, said.position) == (DamageKind.GAP, 3)
+    assert "before the run's span 17..23" in damage.detail
+    assert "tracebound verify" in damage.detail
+
+
+def test_a_gap_before_the_runs_span_is_left_to_verify_by_a_store_that_cannot_count(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the store's count (JSONL), the hashes are read from the run's span to the
+    end of the log; what lies before the span is `tracebound verify`'s, and the report
+    says which positions were found contiguous."""
+    from tracebound.store.sqlite import SQLiteStore
+
+    runs = _interleaved(tmp_path)
+    _sql(tmp_path, ("DELETE FROM events WHERE position = 3", ()))
+    monkeypatch.delattr(SQLiteStore, "log_extent")
     runner = make_runner(tmp_path)
     try:
         report = replay_run(runner.ledger, runner.blobs, runs["C"])
@@ -247,4 +264,6 @@ def test_the_cli_says_which_positions_replay_checked(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
     assert out["ok"] is True and out["chain"] == "ok"
-    assert out["positions"] == {"from": 1, "to": 18}  # run A is at 1..17; 18 is run C's
+    # Run A is at 1..17, but the store counted all of the log's positions.
+    assert out["positions"] == {"from": 1, "to": 23}
+    assert out["log"] == {"size": 23, "covered": 23}

@@ -703,8 +703,14 @@ def replay(
     first, last = report.positions
     console.print(
         f"[green]chain ok[/]: {report.events} event(s), head {report.head.hex()[:16]}…; "
-        f"log positions {first}..{last} contiguous (the rest of the log: `tracebound verify`)"
+        f"log positions {first}..{last} contiguous (edits outside the run: `tracebound verify`)"
     )
+    if report.covered < report.size:
+        console.print(
+            f"[yellow]note[/]: no signed checkpoint covers positions {report.covered + 1}.."
+            f"{report.size}: events cut off the end of the log there would not show "
+            "(`tracebound checkpoint` signs the length)"
+        )
     for f in report.failures:
         console.print(
             f"[bold red]{escape(f.kind)}[/] "

@@ -8,20 +8,26 @@ trusts neither:
   to the one before it (BLAKE3 chain, from genesis, stream versions 1, 2, 3...): a damaged
   stream raises :class:`~tracebound.errors.LedgerDamaged`, because nothing built on it
   could be trusted;
-* the log's positions must be contiguous over the run's *span*, from the position before
-  its first record to the one after its last: a deleted event there (the run's own or
-  another stream's, its first or its last) is a GAP at the missing position. Only the
-  chain hashes of the span are read, not the whole log (the cost is proportional to the
-  span, which other runs interleaved with this one widen): a gap or an edit elsewhere in
-  the log is ``tracebound verify``'s to find. That includes a deleted *tail* of the run
-  that was not next to what is left of it (a gated run's approval and resume, after other
-  runs' events): the run then reads as one that stopped there. A deleted *start* is
-  always found (the first record left is not version 1); the log is then searched from
-  position 1. Damage is named as ``verify`` names it: the first bad position the checks
-  reach, and the same kind;
-* the log must be at least as long as its newest checkpoint and its witness's: a run cut
-  short at the end of the log still chains from genesis, and only the signed length tells
-  it from a run that stopped there (TRUNCATION or ROLLBACK);
+* the log's positions must be contiguous, 1 to its last: a deleted event anywhere (the
+  run's own or another stream's) is a GAP at the first missing position. This is what
+  finds a deleted *tail* of the run that was not next to what is left of it (a gated run's
+  approval and resume, after other runs' events): the rest of the run chains from genesis
+  and would read as a run that stopped there. A store that counts its positions in its
+  index (:class:`~tracebound.store.port.LogExtentStore`: SQLite, PostgreSQL) answers with
+  one statement, ``COUNT``, ``MIN`` and ``MAX`` of the positions, and no hash is read while
+  they agree; only when they do not is the log searched for the first missing position.
+  Any other store (JSONL) has the chain hashes read and counted from the position before
+  the run's first record to the log's end (a gap before the run is then ``verify``'s).
+  Damage is named as ``verify`` names it: the first bad position the checks reach, and
+  the same kind (the records between the run and a gap after it are checked with
+  ``verify``'s own code, on that failure path only);
+* the log must be at least as long as its newest checkpoint and its witness's: events cut
+  off the *end* of the log leave no gap, and only the signed length tells that log from
+  one that ended there (TRUNCATION or ROLLBACK). With neither, replay cannot know, and the
+  report says so (``covered``: the length a signature vouches for);
+* what is left to ``tracebound verify``: records of other runs edited, moved or replaced
+  (a deleted event whose position was filled with a forged one, re-chained: only the
+  Merkle root shows it), and the signatures of the checkpoints;
 * every blob a record names (the inputs, each step's artifact, each validation's output)
   is fetched and its SHA-256 compared with the digest the record holds;
 * every accepted artifact is validated against the TPC contract again (the schema may
@@ -158,9 +164,13 @@ class ReplayReport:
     blame: list[tuple[str, str | None]] = field(default_factory=list)  # (failed, origin)
     approvals: list[ApprovalRecorded] = field(default_factory=list)
     failures: list[ChecksumFailure] = field(default_factory=list)
-    # The log positions found contiguous: the run's span, from the position before its
-    # first record to the one after its last (within the log). Not the whole log.
+    # The log positions found contiguous: 1 to the log's last when the store counts its
+    # positions; else from the position before the run's first record to the log's last.
     positions: tuple[int, int] = (0, 0)
+    size: int = 0  # the log's last position
+    # The log length a checkpoint (stored) or the witness vouches for: events cut off the
+    # end beyond it would not show (0: nothing signed covers the log).
+    covered: int = 0
 
     @property
     def ok(self) -> bool:
@@ -181,6 +191,7 @@ class ReplayReport:
             "inputs_digest": self.inputs_digest,
             "chain": "ok",
             "positions": {"from": self.positions[0], "to": self.positions[1]},
+            "log": {"size": self.size, "covered": self.covered},
             "steps": [s.as_dict() for s in self.steps],
             "lineage": self.lineage,
             "blame": [{"failed": f, "origin": o} for f, o in self.blame],
@@ -225,6 +236,56 @@ def _stored(store: LedgerStore, start: int, stop: int) -> int:
     if isinstance(store, MerkleNodeStore):
         return len(store.read_hashes(start, stop))
     return sum(1 for _ in store.read_raw(start=start, stop=stop))
+
+
+def _extent(store: LedgerStore) -> tuple[int, int, int] | None:
+    """The store's ``(count, lowest, highest)`` of positions, or None when it cannot count
+    them without reading (:class:`~tracebound.store.port.LogExtentStore`).
+
+    Looked up by name, not with ``isinstance``: a wrapper (the group committer) forwards a
+    store's extras by ``__getattr__``, which a runtime-checkable Protocol does not see.
+    """
+    extent = getattr(store, "log_extent", None)
+    if extent is None:
+        return None
+    count, lowest, highest = extent()
+    return int(count), int(lowest), int(highest)
+
+
+def _log_gap(
+    store: LedgerStore, start: int, span: tuple[int, int]
+) -> tuple[LedgerDamaged | None, tuple[int, int]]:
+    """The first missing position replay finds (a GAP, or None), and the positions it found
+    contiguous.
+
+    With the store's count: positions ``1 .. highest`` are all there when the count says
+    so, and nothing is read; otherwise the log is searched from position 1. Without it: the
+    hashes from ``start`` to the log's end are counted page by page, which covers the run's
+    span and everything after it (where a deleted tail of the run would be).
+    """
+    extent = _extent(store)
+    if extent is None:
+        size = store.size()
+        return _gap(store, start, size), (span[0], max(size, span[1]))
+    count, lowest, highest = extent
+    if count == highest and (count == 0 or lowest == 1):
+        return None, (min(1, highest), highest)
+    # An event was deleted (or one written below position 1, which no read from 1 sees):
+    # find the first missing position, page by page, from the start of the log.
+    return _gap(store, 1, highest), (1, highest)
+
+
+def _outside(damage: LedgerDamaged, span: tuple[int, int]) -> LedgerDamaged:
+    """``damage`` at a position outside the run's span, saying so."""
+    if damage.position is None or span[0] <= damage.position <= span[1]:
+        return damage
+    where = "before" if damage.position < span[0] else "after"
+    return LedgerDamaged(
+        damage.kind,
+        damage.position,
+        f"{damage.detail} ({where} the run's span {span[0]}..{span[1]}: the log is damaged; "
+        "`tracebound verify` checks all of it)",
+    )
 
 
 def _gap(store: LedgerStore, start: int, stop: int) -> LedgerDamaged | None:
@@ -273,7 +334,7 @@ def _record_damage(
 def _read_run(
     store: LedgerStore, run_id: str
 ) -> tuple[list[tuple[RawRecord, RecordedEvent]], tuple[int, int]]:
-    """:func:`read_run_records`, and the span of positions found contiguous around it."""
+    """:func:`read_run_records`, and the positions found contiguous (see :func:`_log_gap`)."""
     stream = run_stream(run_id)
     try:
         positions = [e.position for e in store.read_stream(stream)]
@@ -291,7 +352,9 @@ def _read_run(
     # before it, outside the span: the log is searched from position 1 for the first
     # damage (only then: that record is damage whatever is found).
     start = 1 if raws and raws[0].stream_version != 1 else span[0]
-    gap = _gap(store, start, span[1])
+    gap, contiguous = _log_gap(store, start, span)
+    if gap is not None:
+        gap = _outside(gap, span)
     out: list[tuple[RawRecord, RecordedEvent]] = []
     version, head = 0, bytes(GENESIS)
     for raw in raws:
@@ -307,7 +370,7 @@ def _read_run(
         out.append((raw, event))
     if gap is not None:
         raise _earliest(store, start, gap)
-    return out, span
+    return out, contiguous
 
 
 def _earliest(store: LedgerStore, start: int, damage: LedgerDamaged) -> LedgerDamaged:
@@ -331,15 +394,15 @@ def read_run_records(store: LedgerStore, run_id: str) -> list[tuple[RawRecord, R
 
     The stream index only says *where* the records are; what is returned is decoded from
     the bytes that were hashed, so an index that lies cannot change what a caller sees.
-    The log's positions around the run (from the one before its first record to the one
-    after its last) must be contiguous too; the rest of the log is not read.
+    The log's positions must be contiguous too, counted by the store where it can (no
+    record outside the run is read), else from the run's span to the log's end.
 
     Raises:
         ConfigError: there is no such run.
         LedgerDamaged: a record does not hash to its stored hash, does not link to the one
             before it (a stream version skipped: GAP), is not where the index says or where
-            its bytes say (REORDER), or no longer decodes; or a position of the run's span
-            is missing (GAP, at that position). The first bad position is named, as
+            its bytes say (REORDER), or no longer decodes; or a position of the log is
+            missing (GAP, at the first one). The first bad position is named, as
             ``tracebound verify`` names it.
     """
     return _read_run(store, run_id)[0]
@@ -363,8 +426,9 @@ def _undecodable(store: LedgerStore, stream: str, exc: Exception) -> LedgerDamag
     )
 
 
-def check_not_truncated(ledger: Ledger | LedgerStore) -> None:
-    """Refuse a store shorter than a checkpoint it holds, or than its witness's checkpoint.
+def check_not_truncated(ledger: Ledger | LedgerStore) -> int:
+    """Refuse a store shorter than a checkpoint it holds, or than its witness's checkpoint;
+    return the length they vouch for (0 when there is neither).
 
     A run cut short at the end of the log still chains from genesis, so this is what tells
     it from a run that simply stopped there. It is the length part of ``tracebound verify``
@@ -385,6 +449,7 @@ def check_not_truncated(ledger: Ledger | LedgerStore) -> None:
         held = latest.size if latest is not None else None
     # The stored checkpoints are not signature-checked here (verify does that).
     check_length(store.size(), newest, held, checkpoint="a stored checkpoint")
+    return max(newest, held or 0)
 
 
 def _fetch(
@@ -472,7 +537,7 @@ def replay_run(ledger: Ledger | LedgerStore, blobs: BlobStore, run_id: str) -> R
         raise
     # After the run's own checks: damage inside the log comes before its length, as in
     # `verify`, which names the first bad position.
-    check_not_truncated(ledger)
+    covered = check_not_truncated(ledger)
     first = records[0][1].payload
     if not isinstance(first, RunStarted):
         raise ConfigError(f"run {run_id!r} does not start with run_started")
@@ -499,6 +564,8 @@ def replay_run(ledger: Ledger | LedgerStore, blobs: BlobStore, run_id: str) -> R
         head=records[-1][0].hash,
         failures=failures,
         positions=span,
+        size=span[1],
+        covered=covered,
     )
     for raw, event in records:
         p = event.payload

@@ -5,6 +5,8 @@
 * :class:`CheckpointStore`: signed checkpoints of the log kept beside it.
 * :class:`MerkleNodeStore`: stored Merkle nodes (derived, checked on use), so proofs and
   checkpoints read O(log n) of the log (``integrity/nodes.py``).
+* :class:`LogExtentStore`: the log's positions counted in the store's own index, so that
+  a deleted event is found without reading the log (``tracebound replay``).
 
 Every backend (SQLite now; PostgreSQL and JSONL later) passes one conformance suite,
 ``tests/conformance``. Chaining happens inside the backend's write transaction, because
@@ -32,6 +34,7 @@ __all__ = [
     "CheckpointStore",
     "ImportStore",
     "LedgerStore",
+    "LogExtentStore",
     "LogStore",
     "MerkleNodeStore",
     "MetadataStore",
@@ -176,6 +179,24 @@ class MerkleNodeStore(Protocol):
 
     def drop_merkle_nodes(self) -> None:
         """Forget every stored node (they are computed again from the log)."""
+        ...
+
+
+@runtime_checkable
+class LogExtentStore(Protocol):
+    """The log's positions counted by the store, in its position index: no event is read.
+
+    Optional: a backend whose positions are counted no cheaper than by reading them (or
+    cannot be missing, as in JSONL, where the position is the line number) leaves it out,
+    and callers read the hashes instead.
+    """
+
+    def log_extent(self) -> tuple[int, int, int]:
+        """``(count, lowest, highest)`` of the positions the log holds, ``(0, 0, 0)`` when
+        it is empty, read in one snapshot. Positions are distinct integers, so every one of
+        ``1 .. highest`` is there exactly when ``count == highest`` and ``lowest == 1``
+        (or the log is empty); anything else means an event was deleted (or one written
+        below position 1), and the caller looks for where."""
         ...
 
 

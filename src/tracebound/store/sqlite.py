@@ -172,6 +172,12 @@ _HEAD_SQL: Final = (
     "ORDER BY stream_version DESC LIMIT 1"
 )
 _LAST_SQL: Final = "SELECT COALESCE(MAX(position), 0) FROM events"
+# One statement, one snapshot. A bare COUNT(*) is SQLite's page count of its smallest index
+# (no row is decoded: ~5 ms for 1M events); MIN and MAX are one seek each.
+_EXTENT_SQL: Final = (
+    "SELECT (SELECT COUNT(*) FROM events), (SELECT COALESCE(MIN(position), 0) FROM events), "
+    "(SELECT COALESCE(MAX(position), 0) FROM events)"
+)
 _FIRST_NODE_GAP_SQL: Final = (
     # The lowest stored index whose successor is not stored (``next - 1``: no overflow).
     "SELECT idx FROM (SELECT idx, LEAD(idx) OVER (ORDER BY idx) AS next FROM merkle_nodes "
@@ -674,6 +680,11 @@ class SQLiteStore(ChainedAppends):
         with _translated("read"):
             (last,) = self._conn().execute(_LAST_SQL).fetchone()
             return int(last)
+
+    def log_extent(self) -> tuple[int, int, int]:
+        with _translated("read"):
+            count, lowest, highest = self._conn().execute(_EXTENT_SQL).fetchone()
+            return int(count), int(lowest), int(highest)
 
     def read_raw(self, *, start: int = 1, stop: int | None = None) -> Iterator[RawRecord]:
         # Keyset pages: each page is one short read transaction, so a long reader neither
