@@ -173,7 +173,10 @@ def _validations(ref: str | None) -> ValidationRegistry | None:
 
 
 def _run_rows(events: Iterable[RecordedEvent]) -> list[dict[str, Any]]:
-    """One row per run, folded from the log: latest status, steps, and who it waits for."""
+    """One row per run, folded from the log: latest status, steps, and who it waits for.
+
+    ``steps`` counts the records the run stands on: a take-over's ``take_overs`` entry
+    (the claim's position, who took over, what it abandoned) accounts for the rest."""
     from tracebound.events.catalog import (  # noqa: PLC0415 - lazy, for startup time
         ApprovalRecorded,
         GateRequested,
@@ -182,9 +185,12 @@ def _run_rows(events: Iterable[RecordedEvent]) -> list[dict[str, Any]]:
         RunStarted,
         StepRecorded,
     )
+    from tracebound.events.takeover import TakeOvers  # noqa: PLC0415 - lazy, for startup time
 
     rows: dict[str, dict[str, Any]] = {}
+    take_overs = TakeOvers()
     for e in events:
+        taken = take_overs.add(e)
         p = e.payload
         if isinstance(p, RunStarted):
             rows[p.run_id] = {
@@ -199,11 +205,17 @@ def _run_rows(events: Iterable[RecordedEvent]) -> list[dict[str, Any]]:
                 "owners": [],
                 "decision": None,
                 "reason": None,
+                "take_overs": [],
             }
             continue
         row = rows.get(str(getattr(p, "run_id", "")))
         if row is None:
             continue
+        if taken is not None:
+            # The steps the dead claimant recorded are abandoned: the run's step count is
+            # the take-over's; the take-over names who took over, where, and what it left.
+            row["steps"] -= len(taken.steps)
+            row["take_overs"].append(taken.as_dict())
         if isinstance(p, StepRecorded):
             row["steps"] += 1
         elif isinstance(p, GateRequested):

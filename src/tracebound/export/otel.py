@@ -9,7 +9,8 @@ instrument                                   kind      attributes
 ============================================ ========= =========================================
 ``tracebound.pipeline.steps``                counter   role, status, pipeline_type
 ``tracebound.pipeline.gate_triggers``        counter   role, pipeline_type
-``tracebound.pipeline.resumes``              counter   decision, pipeline_type
+``tracebound.pipeline.resumes``              counter   decision, take_over, pipeline_type
+``tracebound.pipeline.abandoned_steps``      counter   role, status, pipeline_type
 ``tracebound.pipeline.redacted_steps``       counter   reason, role, pipeline_type
 ``tracebound.pipeline.repairs``              counter   role (of the origin), succeeded,
                                                        pipeline_type
@@ -24,6 +25,16 @@ Attribute keys are ``tracebound.role``, ``tracebound.step.status``,
 output (``success`` or ``error``); a ``gated`` record is a pause, not an output, so it
 counts as a step but is not measured. A resume is counted once per run it claimed: one
 that found the run claimed already recorded nothing.
+
+A take-over (``resume --take-over``, ``tracebound.resume.take_over`` true on its resume)
+abandons what the dead claimant recorded after its claim, and records those steps again
+(:mod:`tracebound.events.takeover`). A counter cannot un-count, and the dead claimant's
+steps did run (their latency and cost were real, and a live hook in its process counted
+them), so ``steps`` and the histograms keep them; ``abandoned_steps`` counts them again when
+the take-over is recorded, by the role and status they were recorded with. The run's own
+step outcomes are ``steps - abandoned_steps``. With a ``store``, the abandoned steps are read
+from the run's stream (a take-over runs in another process than the claimant it replaces);
+without one, only those this fold saw are counted.
 
 Two modes, one fold (:class:`_Fold`), so they cannot disagree:
 
@@ -63,6 +74,7 @@ from tracebound.events.catalog import (
 )
 from tracebound.events.envelope import RecordedEvent
 from tracebound.events.record import decode_record
+from tracebound.events.takeover import TakeOver, TakeOvers
 from tracebound.pipeline.redaction import RedactionStats
 from tracebound.pipeline.runner import run_stream
 from tracebound.store.port import LedgerStore
@@ -97,6 +109,7 @@ REASON: Final = "tracebound.redaction.reason"
 SUCCEEDED: Final = "tracebound.repair.succeeded"
 METRIC: Final = "tracebound.slo.metric"
 DECISION: Final = "tracebound.gate.decision"
+TAKE_OVER: Final = "tracebound.resume.take_over"
 _FINAL: Final = frozenset({"completed", "failed", "rejected"})
 """``run_finished`` statuses after which nothing more is recorded for the run's metrics
 (``gated`` is a pause: a resume follows)."""
@@ -124,6 +137,11 @@ class PipelineInstruments:
             "tracebound.pipeline.resumes",
             unit="{resume}",
             description="Gated runs a process took over after the human decision",
+        )
+        self.abandoned_steps = meter.create_counter(
+            "tracebound.pipeline.abandoned_steps",
+            unit="{step}",
+            description="Steps a dead claimant recorded that a take-over abandoned and ran again",
         )
         self.repairs = meter.create_counter(
             "tracebound.pipeline.repairs", unit="{repair}", description="Repair attempts"
@@ -159,6 +177,9 @@ class _Fold:
         self._store = store
         self._types: dict[str, str] = {}
         self._roles: dict[str, dict[str, str]] = {}  # run_id -> step_id -> role
+        # what a take-over abandoned: from the run's stream with a store, else from the
+        # events this fold saw (kept per run since its latest claim, until it finishes)
+        self._seen = TakeOvers() if store is None else None
 
     @property
     def runs(self) -> frozenset[str]:
@@ -194,6 +215,7 @@ class _Fold:
         return found or UNKNOWN
 
     def add(self, event: RecordedEvent) -> None:
+        taken = self._seen.add(event) if self._seen is not None else None
         p = event.payload
         if isinstance(p, RunStarted):
             self._types[p.run_id] = p.pipeline_type
@@ -202,7 +224,17 @@ class _Fold:
         elif isinstance(p, GateRequested):
             self.i.gate_triggers.add(1, {ROLE: p.role, PIPELINE_TYPE: self._type(p.run_id)})
         elif isinstance(p, RunResumed):
-            self.i.resumes.add(1, {DECISION: p.decision, PIPELINE_TYPE: self._type(p.run_id)})
+            ptype = self._type(p.run_id)
+            take_over = p.taken_over_by is not None
+            self.i.resumes.add(
+                1, {DECISION: p.decision, TAKE_OVER: take_over, PIPELINE_TYPE: ptype}
+            )
+            if take_over and self._store is not None:
+                taken = self._take_over_in_store(event)
+            for s in taken.steps if taken is not None else ():
+                self.i.abandoned_steps.add(
+                    1, {ROLE: s.role, STATUS: s.status, PIPELINE_TYPE: ptype}
+                )
         elif isinstance(p, RepairAttempted):
             role = self._role(p.run_id, p.origin_step_id)
             self.i.repairs.add(
@@ -213,6 +245,20 @@ class _Fold:
             self.i.slo_alerts.add(1, attrs)
         elif isinstance(p, RunFinished) and (p.status in _FINAL or self._store is not None):
             self._forget(p.run_id)  # at gated only if the store can tell the resume again
+
+    def _take_over_in_store(self, claim: RecordedEvent) -> TakeOver | None:
+        """The take-over ``claim`` is, read from its run's stream up to it (None for a
+        first claim, e.g. a take-over of a gate whose process never finished recording)."""
+        assert self._store is not None
+        found = TakeOvers()
+        taken = None
+        try:
+            stream = self._store.read_stream(claim.stream_id, to_version=claim.stream_version)
+            for e in stream:
+                taken = found.add(e)
+        except UnknownEventType:
+            return None  # a type registered only elsewhere in the run's stream: cannot tell
+        return taken
 
     def _step(self, p: StepRecorded) -> None:
         ptype = self._type(p.run_id)

@@ -11,6 +11,13 @@ Nothing here is kept in memory between calls: every number is a fold over record
 * ``unresolved_origin(role)`` = failures of that role's steps with no attributed origin.
 * SLO guardrails: a *critical* pipeline with harm_rate > 0 or unresolved_origin > 0 is in
   violation (:func:`slo_violations`).
+
+A run taken over (``resume --take-over``) holds two sets of records after its gate: the dead
+claimant's, abandoned by the take-over, and the take-over's (:mod:`tracebound.events.takeover`).
+Outputs, failures, blame, repairs, harm and latency come from the take-over's alone, so a run
+is counted once. Costs count both: ``cost_usd`` (``CostIncurred``) is never dropped, and
+``cost_est_usd`` adds each abandoned *execution*'s estimate (the dead claimant's record of
+the gated step re-applied the approved artifact, whose cost the take-over's record carries).
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from tracebound.events.catalog import (
     StepRecorded,
 )
 from tracebound.events.envelope import RecordedEvent
+from tracebound.events.takeover import TakeOvers
 
 __all__ = ["GroupMetrics", "RunMetrics", "SloViolation", "compute_metrics", "slo_violations"]
 
@@ -121,23 +129,45 @@ class _Scan:
     """The events metrics need, gathered in one pass over the log."""
 
     runs: dict[str, PipelineInfo] = field(default_factory=dict)
-    final_steps: dict[tuple[str, str], StepRecorded] = field(default_factory=dict)
-    blames: list[BlameAssigned] = field(default_factory=list)
-    repaired_origins: set[tuple[str, str]] = field(default_factory=set)
+    # by position, so that what a take-over abandons can be left out at the end
+    steps: list[tuple[int, StepRecorded]] = field(default_factory=list)
+    blames: list[tuple[int, BlameAssigned]] = field(default_factory=list)
+    repairs: list[tuple[int, RepairAttempted]] = field(default_factory=list)
     costs: list[tuple[CostIncurred, str | None]] = field(default_factory=list)
+    take_overs: TakeOvers = field(default_factory=TakeOvers)
 
     def add(self, e: RecordedEvent) -> None:
+        self.take_overs.add(e)
         p = e.payload
         if isinstance(p, RunStarted):
             self.runs[p.run_id] = PipelineInfo(p.pipeline, p.pipeline_type, p.critical)
         elif isinstance(p, StepRecorded):
-            self.final_steps[(p.run_id, p.step_id)] = p  # a later entry (after a gate) wins
+            self.steps.append((e.position, p))
         elif isinstance(p, BlameAssigned):
-            self.blames.append(p)
+            self.blames.append((e.position, p))
         elif isinstance(p, RepairAttempted) and p.succeeded:
-            self.repaired_origins.add((p.run_id, p.origin_step_id))
+            self.repairs.append((e.position, p))
         elif isinstance(p, CostIncurred):
-            self.costs.append((p, e.workflow_id))
+            self.costs.append((p, e.workflow_id))  # spent, abandoned or not: always counted
+
+    def final_steps(self) -> dict[tuple[str, str], StepRecorded]:
+        """Each step's last record, the abandoned ones left out: a later entry (after a
+        gate) wins, and a take-over's record is the one that counts, not the dead
+        claimant's (nor a step id only the dead claimant recorded, e.g. its repair)."""
+        gone = self.take_overs.abandoned
+        return {(p.run_id, p.step_id): p for pos, p in self.steps if pos not in gone}
+
+    def abandoned_executions(self) -> list[StepRecorded]:
+        """Abandoned records of steps that really ran: their cost was spent. The dead
+        claimant's record of the gated step itself re-applied the approved artifact (the
+        step's function is not called again), whose estimate the take-over's record of
+        the same step carries: counting it would count one artifact twice."""
+        gone = self.take_overs.abandoned
+        return [
+            p
+            for pos, p in self.steps
+            if pos in gone and p.status in {"success", "error"} and p.step_id != gone[pos].step_id
+        ]
 
 
 def compute_metrics(events: Iterable[RecordedEvent]) -> RunMetrics:
@@ -157,20 +187,24 @@ def compute_metrics(events: Iterable[RecordedEvent]) -> RunMetrics:
             out += [m.by_pipeline_type[info.pipeline_type], m.by_pipeline[info.name]]
         return out
 
-    for step in scan.final_steps.values():
+    for step in scan.final_steps().values():
         if step.status in {"success", "error"}:
             for g in groups(step.run_id, step.role):
                 g.outputs += 1
                 g.cost_est_usd += step.cost_est.compute_usd_est
                 g.latencies_ms.append(step.latency_ms)
-    for b in scan.blames:
+    for step in scan.abandoned_executions():
+        for g in groups(step.run_id, step.role):
+            g.cost_est_usd += step.cost_est.compute_usd_est  # spent, though not an output
+    gone = scan.take_overs.abandoned
+    repaired_origins = {(p.run_id, p.origin_step_id) for pos, p in scan.repairs if pos not in gone}
+    for b in (b for pos, b in scan.blames if pos not in gone):
         for g in groups(b.run_id, b.failed_role):
             g.failures += 1
             g.harmful += int(b.harmful)
             g.unresolved += int(b.origin_step_id is None)
             repaired = (
-                b.origin_step_id is not None
-                and (b.run_id, b.origin_step_id) in scan.repaired_origins
+                b.origin_step_id is not None and (b.run_id, b.origin_step_id) in repaired_origins
             )
             g.repaired += int(repaired)
         if b.origin_step_id is None and b.run_id in run_pipeline:

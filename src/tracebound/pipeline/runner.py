@@ -923,7 +923,15 @@ class Runner:
                 decision = p
             elif isinstance(p, RunResumed) and gate and p.step_id == gate.step_id:
                 claimed = e
-                at_claim = (len(steps), len(blames)) if at_claim is None else at_claim
+                # The gate's first claim marks what it stood on. A later one is a take-over
+                # (tracebound.events.takeover): what the claim before it recorded is
+                # abandoned, here as in every reader of the run, so it is cut now (a no-op
+                # at the first claim), not only for the gate the run waits at: after a
+                # take-over the run can go on to another gate, and a resume there builds
+                # on the take-over's steps alone, not a mix in which a dead claimant's step
+                # ids, or a step it got further to, would count as the run's own.
+                at_claim = at_claim or (len(steps), len(blames))
+                del steps[at_claim[0] :], blames[at_claim[1] :]
             elif isinstance(p, RepairAttempted) and at_claim is None:
                 # the attempt the gate paused; a claimant's own repairs come after its claim
                 repair = p

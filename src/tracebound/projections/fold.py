@@ -28,6 +28,7 @@ from typing import Any, Final, Literal, TypeAlias, assert_never, get_args
 
 from tracebound.events.catalog import BuiltinPayload
 from tracebound.events.envelope import Event
+from tracebound.events.takeover import ClaimCursor, TakeOver
 from tracebound.projections.base import Column, EventRecord, Row, Rows, Table
 from tracebound.projections.records import records_of
 
@@ -167,6 +168,18 @@ class WorkflowState:
     repairs_succeeded: int = 0
     routes: int = 0
     slo_alerts: int = 0
+    # take-overs (tracebound.events.takeover): the counts above are the take-over's; what
+    # it abandoned is counted here. `claim_gate`/`claim_position` are the run's current
+    # gate and its latest claim, `at_claim` the rolled-back counts as they stood at the
+    # gate's first claim (kept in the stored state, so an incremental fold can roll back).
+    take_overs: int = 0
+    taken_over_by: str | None = None
+    abandoned_events: int = 0
+    abandoned_steps: int = 0
+    abandoned_blames: int = 0
+    claim_gate: str | None = None
+    claim_position: int | None = None
+    at_claim: dict[str, int] | None = None
     # event types outside the built-in catalog
     other_events: int = 0
 
@@ -372,11 +385,42 @@ def _run_finished(state: WorkflowState, p: Mapping[str, Any]) -> None:
 def _gate_requested(state: WorkflowState, p: Mapping[str, Any]) -> None:
     state.gates_requested += 1
     state.status = "awaiting_approval"
+    state.claim_gate, state.claim_position, state.at_claim = p["step_id"], None, None
+
+
+# What a take-over's claim rolls back: the dead claimant's outcomes, blame and repairs are
+# not the run's (the runner rebuilds the run as it stood at the first claim and records the
+# steps again). Not rolled back: `events` (they happened), costs (they were spent), `resumes`
+# (both claims were made), and the status (the events after the take-over set it).
+_ROLLED_BACK: Final = (
+    "steps", "steps_failed", "steps_gated", "blames", "unresolved_blames", "harmful_outputs",
+    "repairs", "repairs_succeeded", "validations_run", "validations_failed", "routes",
+)  # fmt: skip
 
 
 def _run_resumed(state: WorkflowState, p: Mapping[str, Any]) -> None:
     # The decision itself was folded from approval_recorded; this is the process taking over.
     state.resumes += 1
+    # The same rule as every reader of a run (a claim of no gate this fold saw, e.g. a
+    # stream cut short, is neither a claim nor a take-over).
+    cursor = ClaimCursor(state.claim_gate, state.claim_position)
+    seen = cursor.see("run_resumed", p["step_id"], state.last_position, p.get("taken_over_by"))
+    state.claim_position = cursor.claim
+    if seen == "claim":
+        state.at_claim = {name: getattr(state, name) for name in _ROLLED_BACK}
+        state.at_claim["events"] = state.events
+    elif isinstance(seen, TakeOver) and state.at_claim is not None:
+        # The events since the claim before this one are abandoned: counted apart, and the
+        # run's counts rolled back to the first claim, as the runner rebuilt the run.
+        at = state.at_claim
+        state.take_overs += 1
+        state.taken_over_by = seen.taken_over_by
+        state.abandoned_events += state.events - 1 - at["events"]
+        state.abandoned_steps += state.steps - at["steps"]
+        state.abandoned_blames += state.blames - at["blames"]
+        for name in _ROLLED_BACK:
+            setattr(state, name, at[name])
+        state.at_claim = {**at, "events": state.events}
 
 
 def _validation_recorded(state: WorkflowState, p: Mapping[str, Any]) -> None:
@@ -559,7 +603,9 @@ class WorkflowStateProjection:
     """
 
     name = "workflow_state"
-    version = 1
+    # 2: take-overs roll the abandoned counts back (and the state keeps the claim to roll
+    # back to): a view built by version 1 counted a taken-over run's steps twice.
+    version = 2
     tables = (WORKFLOW_STATE,)
     kinds: frozenset[str] | None = None
 

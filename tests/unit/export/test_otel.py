@@ -54,6 +54,7 @@ def _attrs(**kw: Any) -> frozenset[tuple[str, Any]]:
         "succeeded": "tracebound.repair.succeeded",
         "metric": "tracebound.slo.metric",
         "decision": "tracebound.gate.decision",
+        "take_over": "tracebound.resume.take_over",
     }
     return frozenset((names[k], v) for k, v in kw.items())
 
@@ -90,7 +91,9 @@ def test_live_counters_are_exact(live: tuple[Runner, Points]) -> None:
         _attrs(role="Critic", status="success", ptype=R): 3,
     }
     assert points["tracebound.pipeline.gate_triggers"] == {_attrs(role="Executor", ptype=R): 1}
-    assert points["tracebound.pipeline.resumes"] == {_attrs(decision="approved", ptype=R): 1}
+    assert points["tracebound.pipeline.resumes"] == {
+        _attrs(decision="approved", take_over=False, ptype=R): 1
+    }
     assert points["tracebound.pipeline.repairs"] == {
         _attrs(role="Executor", succeeded=True, ptype=R): 1
     }
@@ -252,7 +255,9 @@ def test_a_run_resumed_in_the_same_process_keeps_its_metrics(
     assert hook.tracked_runs == frozenset()
     points = _points(reader)
     R = "remediation"  # noqa: N806 - a constant, read as one
-    assert points["tracebound.pipeline.resumes"] == {_attrs(decision="approved", ptype=R): 1}
+    assert points["tracebound.pipeline.resumes"] == {
+        _attrs(decision="approved", take_over=False, ptype=R): 1
+    }
     assert points["tracebound.pipeline.steps"] == {
         _attrs(role="Planner", status="success", ptype=R): 1,
         _attrs(role="Executor", status="gated", ptype=R): 1,
