@@ -702,9 +702,15 @@ def replay(
         table.add_column(col)
     for s in report.steps:
         colour = "green" if s.blob == "ok" else "red"
+        # A taken-over run lists the dead claimant's steps too (they happened, and were
+        # checked): dimmed, their position starred, and named in a note below, so that the
+        # steps the run stands on read apart from them without a column a narrow terminal
+        # would pay for with the artifact hash. A run without a take-over looks as before.
+        gone = s.abandoned_by is not None
         table.add_row(
-            str(s.position), escape(s.step_id), escape(s.parent_step_id or "-"), s.role,
-            s.status, s.artifact_hash[:19], f"[{colour}]{escape(s.blob)}[/]",
+            f"{s.position}*" if gone else str(s.position), escape(s.step_id),
+            escape(s.parent_step_id or "-"), s.role, s.status, s.artifact_hash[:19],
+            f"[{colour}]{escape(s.blob)}[/]", style="dim" if gone else None,
         )  # fmt: skip
     fit(
         table,
@@ -712,6 +718,19 @@ def replay(
         console=console,
     )
     console.print(table)
+    for t in report.take_overs:
+        by_it = (
+            s for s in report.steps if s.abandoned_by and s.abandoned_by.position == t.position
+        )
+        abandoned = [s.position for s in by_it]
+        who = f"take-over at position {t.position} ({t.taken_over_by})"
+        note = (
+            f"* steps at positions {abandoned[0]}..{abandoned[-1]} ({len(abandoned)}): "
+            f"abandoned by {who}; not counted as the run's"
+            if abandoned
+            else f"the {who} abandoned no step"
+        )
+        console.print(f"[dim]{escape(note)}[/]")
     first, last = report.positions
     console.print(
         f"[green]chain ok[/]: {report.events} event(s), head {report.head.hex()[:16]}…; "
@@ -729,12 +748,21 @@ def replay(
             + escape(f"{f.what} of {f.step_id or 'the run'}: {f.detail}")
         )
     if again is not None:
+        # The rerun is compared with the steps that count: say how many it left out.
+        skipped = (
+            f" [dim](the {again.abandoned} step(s) a take-over abandoned are not compared)[/]"
+            if again.abandoned
+            else ""
+        )
         if again.divergence is None:
             console.print(
                 f"[green]rerun identical[/]: {len(again.rerun)} step(s), {again.rerun_status}"
+                + skipped
             )
         else:
-            console.print(f"[bold red]rerun diverges[/] at {escape(again.divergence.describe())}")
+            console.print(
+                f"[bold red]rerun diverges[/] at {escape(again.divergence.describe())}" + skipped
+            )
     raise typer.Exit(EXIT_DAMAGED if failed else 0)
 
 

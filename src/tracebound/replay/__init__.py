@@ -8,7 +8,9 @@ ledger and names the first step where today's behaviour differs from the record.
 from __future__ import annotations
 
 from tracebound.replay.rebuild import (
+    AbandonedBy,
     ChecksumFailure,
+    ReplayedBlame,
     ReplayedStep,
     ReplayReport,
     read_run_records,
@@ -17,9 +19,11 @@ from tracebound.replay.rebuild import (
 from tracebound.replay.rerun import Divergence, RerunReport, StepKey, first_divergence, rerun_run
 
 __all__ = [
+    "AbandonedBy",
     "ChecksumFailure",
     "Divergence",
     "ReplayReport",
+    "ReplayedBlame",
     "ReplayedStep",
     "RerunReport",
     "StepKey",

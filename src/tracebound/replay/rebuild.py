@@ -35,6 +35,14 @@ trusts neither:
 
 Blob problems are *reported*, not raised: a blob may have been erased on purpose (the chain
 still verifies without it), and an auditor wants the whole list, not the first one.
+
+A run that was taken over (``tracebound resume RUN --take-over``) holds two sets of steps
+under the same step ids: the dead claimant's, recorded between its claim and the
+take-over, and the take-over's. Replay shows what *happened*, so it lists and checks both
+(the abandoned records are in the chain and their blobs were stored like any other), and
+marks each abandoned step and blame with the take-over that abandoned it
+(:mod:`tracebound.events.takeover`, the rule every reader applies). What summarises what
+the run *did* (``lineage``, ``blame``, ``status``) is built from the records that count.
 """
 
 from __future__ import annotations
@@ -65,6 +73,7 @@ from tracebound.events.catalog import (
 )
 from tracebound.events.envelope import RecordedEvent
 from tracebound.events.record import RawRecord, decode_record
+from tracebound.events.takeover import TakeOver, TakeOvers
 from tracebound.integrity.chain import GENESIS, chain_hash
 from tracebound.integrity.verify import (
     ChunkVerifier,
@@ -79,9 +88,11 @@ from tracebound.store.nodes import LogNodes
 from tracebound.store.port import LedgerStore, MerkleNodeStore
 
 __all__ = [
+    "AbandonedBy",
     "BlobCheck",
     "ChecksumFailure",
     "ReplayReport",
+    "ReplayedBlame",
     "ReplayedStep",
     "check_not_truncated",
     "read_run_records",
@@ -116,8 +127,32 @@ class ChecksumFailure:
 
 
 @dataclass(frozen=True)
+class AbandonedBy:
+    """The take-over that abandoned a record: the position of its ``run_resumed`` and the
+    human it names (:mod:`tracebound.events.takeover`)."""
+
+    position: int
+    taken_over_by: str | None
+
+    @classmethod
+    def of(cls, take_over: TakeOver | None) -> AbandonedBy | None:
+        return None if take_over is None else cls(take_over.position, take_over.taken_over_by)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"position": self.position, "taken_over_by": self.taken_over_by}
+
+
+def _abandoned_dict(by: AbandonedBy | None) -> dict[str, Any] | None:
+    return None if by is None else by.as_dict()
+
+
+@dataclass(frozen=True)
 class ReplayedStep:
-    """One ARL entry, rebuilt: the record's fields and the artifact its digest names."""
+    """One ARL entry, rebuilt: the record's fields and the artifact its digest names.
+
+    ``abandoned_by`` is the take-over that abandoned this record (None: the step counts as
+    the run's); an abandoned step is checked like any other, since it happened.
+    """
 
     position: int
     step_id: str
@@ -129,6 +164,7 @@ class ReplayedStep:
     blob: BlobCheck
     artifact: TPCArtifact | None = None
     error: str | None = None  # a failed step's recorded error text (redacted)
+    abandoned_by: AbandonedBy | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -142,6 +178,26 @@ class ReplayedStep:
             "blob": self.blob,
             "summary": None if self.artifact is None else self.artifact.outputs.summary,
             "error": self.error,
+            "abandoned_by": _abandoned_dict(self.abandoned_by),
+        }
+
+
+@dataclass(frozen=True)
+class ReplayedBlame:
+    """One ``blame_assigned`` record: the failed step, its origin (None: unresolved), and
+    the take-over that abandoned it (None: it counts)."""
+
+    position: int
+    failed: str
+    origin: str | None
+    abandoned_by: AbandonedBy | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "position": self.position,
+            "failed": self.failed,
+            "origin": self.origin,
+            "abandoned_by": _abandoned_dict(self.abandoned_by),
         }
 
 
@@ -156,13 +212,20 @@ class ReplayReport:
     critical: bool
     inputs_digest: str
     inputs: dict[str, Any] | None
-    status: str  # the newest RunFinished's status; "running" when there is none
+    status: str  # the newest counted RunFinished's status; "running" when there is none
     events: int
     head: bytes  # the run stream's chain head after its last record
+    # Every step and blame record, in stream order, each marked with the take-over that
+    # abandoned it, if one did: what happened.
     steps: list[ReplayedStep] = field(default_factory=list)
+    blames: list[ReplayedBlame] = field(default_factory=list)
+    # What the run did, from the records that count only: a step id's latest counted
+    # record's parent (so a repair only a dead claimant made is not in it), and the
+    # (failed, origin) of each counted blame.
     lineage: dict[str, str | None] = field(default_factory=dict)  # step -> parent
     blame: list[tuple[str, str | None]] = field(default_factory=list)  # (failed, origin)
     approvals: list[ApprovalRecorded] = field(default_factory=list)
+    take_overs: list[TakeOver] = field(default_factory=list)  # in stream order
     failures: list[ChecksumFailure] = field(default_factory=list)
     # The log positions found contiguous: 1 to the log's last when the store counts its
     # positions; else from the position before the run's first record to the log's last.
@@ -194,7 +257,9 @@ class ReplayReport:
             "log": {"size": self.size, "covered": self.covered},
             "steps": [s.as_dict() for s in self.steps],
             "lineage": self.lineage,
-            "blame": [{"failed": f, "origin": o} for f, o in self.blame],
+            # Every blame record, like ``steps`` (the ``blame`` attribute is the summary).
+            "blame": [b.as_dict() for b in self.blames],
+            "take_overs": [t.as_dict() for t in self.take_overs],
             "approvals": [
                 {
                     "step_id": a.step_id,
@@ -567,17 +632,42 @@ def replay_run(ledger: Ledger | LedgerStore, blobs: BlobStore, run_id: str) -> R
         size=span[1],
         covered=covered,
     )
+    _rebuild(report, records, blobs)
+    return report
+
+
+def _rebuild(
+    report: ReplayReport, records: list[tuple[RawRecord, RecordedEvent]], blobs: BlobStore
+) -> None:
+    """Add the run's steps, blames, approvals and status to ``report``, checking each blob
+    a record names (into ``report.failures``)."""
+    failures = report.failures
+    # Which records a take-over abandoned is only known once the take-over is read: find
+    # them all first (the same rule as the fold, metrics, `runs` and the runner).
+    take_overs = TakeOvers()
+    for _raw, event in records:
+        take_overs.add(event)
+    report.take_overs = list(take_overs.found)
     for raw, event in records:
         p = event.payload
+        # Every record is checked, abandoned or not (its blobs were stored, and it is in the
+        # chain); only the summaries of what the run did leave the abandoned ones out.
+        gone = AbandonedBy.of(take_overs.abandoned.get(raw.position))
         if isinstance(p, StepRecorded):
-            report.steps.append(_step(raw, p, blobs, failures))
-            report.lineage[p.step_id] = p.parent_step_id
+            report.steps.append(replace(_step(raw, p, blobs, failures), abandoned_by=gone))
+            if gone is None:
+                report.lineage[p.step_id] = p.parent_step_id
         elif isinstance(p, ValidationRecorded) and p.output_digest is not None:
             _fetch(blobs, p.output_digest, p.step_id, "validation-output", failures)
         elif isinstance(p, BlameAssigned):
-            report.blame.append((p.failed_step_id, p.origin_step_id))
+            report.blames.append(
+                ReplayedBlame(raw.position, p.failed_step_id, p.origin_step_id, gone)
+            )
+            if gone is None:
+                report.blame.append((p.failed_step_id, p.origin_step_id))
         elif isinstance(p, ApprovalRecorded):
             report.approvals.append(p)
-        elif isinstance(p, RunFinished):
+        elif isinstance(p, RunFinished) and gone is None:
+            # The rule never abandons a finish (a final one ends the run's claims, a gated
+            # one follows a new gate); were one abandoned, it would not be the run's status.
             report.status = p.status
-    return report

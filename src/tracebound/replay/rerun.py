@@ -11,6 +11,13 @@ recorded in the scratch ledger and the rerun resumes.
 The two step sequences are then compared in order (step id, status, artifact hash) and the
 FIRST divergence is reported: later ones usually follow from it. Artifact hashes are
 compared rather than timestamps or latencies, because they are what a step *produced*.
+
+Only the steps that count are compared. A run that was taken over holds, after the steps
+recorded before its first claim, the dead claimant's steps (abandoned by the take-over,
+:mod:`tracebound.events.takeover`) and then the take-over's, under the same step ids. The
+rerun executes the run once, as the take-over did, so it is compared with what the run
+stands on: the steps before the first claim, then the last take-over's. The abandoned ones
+are counted in :attr:`RerunReport.abandoned`, not compared (``replay`` lists them).
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from typing import Any
 
 from tracebound.errors import ConfigError, ValidationFailed
 from tracebound.events.catalog import StepRecorded
+from tracebound.events.takeover import abandoned_events
 from tracebound.ledger import Ledger
 from tracebound.pipeline.codeowners import CodeOwners
 from tracebound.pipeline.config import load_pipeline
@@ -85,7 +93,11 @@ class Divergence:
 
 @dataclass
 class RerunReport:
-    """Both step sequences and the first divergence (None: the rerun was identical)."""
+    """Both step sequences and the first divergence (None: the rerun was identical).
+
+    ``recorded`` holds the recorded steps that count; ``abandoned`` how many recorded steps
+    a take-over abandoned, and were therefore not compared.
+    """
 
     run_id: str
     recorded_status: str
@@ -93,6 +105,7 @@ class RerunReport:
     recorded: list[StepKey] = field(default_factory=list)
     rerun: list[StepKey] = field(default_factory=list)
     divergence: Divergence | None = None
+    abandoned: int = 0
 
     @property
     def identical(self) -> bool:
@@ -106,15 +119,20 @@ class RerunReport:
             "rerun_status": self.rerun_status,
             "recorded": [s.as_dict() for s in self.recorded],
             "rerun": [s.as_dict() for s in self.rerun],
+            "abandoned": self.abandoned,
             "divergence": None if self.divergence is None else self.divergence.as_dict(),
         }
 
 
 def _keys(store: LedgerStore, run_id: str) -> list[StepKey]:
+    """The steps of the rerun's scratch stream that count, by the rule the recorded side is
+    read with (a scratch rerun takes nothing over, so today this leaves nothing out)."""
+    events = list(store.read_stream(run_stream(run_id)))
+    gone = abandoned_events(events)
     return [
         StepKey(e.payload.step_id, e.payload.status, e.payload.artifact_hash)
-        for e in store.read_stream(run_stream(run_id))
-        if isinstance(e.payload, StepRecorded)
+        for e in events
+        if isinstance(e.payload, StepRecorded) and e.position not in gone
     ]
 
 
@@ -232,7 +250,12 @@ def rerun_run(
             except ValidationFailed:
                 rerun_status = "failed"  # an aborted run: its error step is in the stream
             rerun_keys = _keys(scratch_ledger.store, run_id)
-    recorded_keys = [StepKey(s.step_id, s.status, s.artifact_hash) for s in recorded.steps]
+    # A taken-over run's dead claimant recorded the steps after the gate too, under the
+    # same ids; comparing them would report a divergence where the rerun repeats the
+    # take-over exactly. The rerun is compared with what counts: the steps before the first
+    # claim, then the (last) take-over's.
+    counted = [s for s in recorded.steps if s.abandoned_by is None]
+    recorded_keys = [StepKey(s.step_id, s.status, s.artifact_hash) for s in counted]
     return RerunReport(
         run_id=run_id,
         recorded_status=recorded.status,
@@ -240,4 +263,5 @@ def rerun_run(
         recorded=recorded_keys,
         rerun=rerun_keys,
         divergence=first_divergence(recorded_keys, rerun_keys, recorded.status, rerun_status),
+        abandoned=len(recorded.steps) - len(counted),
     )
