@@ -11,7 +11,8 @@
  *   Python reader would have produced it, so the slow path can take over mid-page.
  * * `accept(page, offset, expected, limit, streams, span_type)`: the acceptance predicate of
  *   `ChunkVerifier.feed_page`, exactly: consecutive positions, BLAKE3(prev_hash || body) ==
- *   hash, the body ends with the suffix rebuilt from the index columns, and each stream's
+ *   hash, the body ends with the suffix rebuilt from the index columns, its event_type is
+ *   the event_type column, and each stream's
  *   record links to that stream's previous one. It accepts rows from `offset` until the first
  *   row that fails any of these (or `limit` rows), and returns how many it accepted plus
  *   their Merkle leaf hashes. It never judges a row it does not accept: the Python path does,
@@ -497,6 +498,7 @@ static PyObject *page_from_rows(PyObject *module, PyObject *rows) {
             !plain_int(c[6], &r->schema))
             goto not_plain;
         if (!plain_str(c[1], &r->sid, &r->sid_len, 1)) goto not_plain;
+        if (!plain_str(c[3], &r->etype, &r->etype_len, 1)) goto not_plain;
         if (c[4] == Py_None) {
             r->wf = NULL;
         } else if (!plain_str(c[4], &r->wf, &r->wf_len, 1)) {
@@ -506,8 +508,6 @@ static PyObject *page_from_rows(PyObject *module, PyObject *rows) {
         if (!plain_bytes(c[7], &r->prev, &len32) || len32 != 32) goto not_plain;
         if (!plain_bytes(c[8], &r->hash, &len32) || len32 != 32) goto not_plain;
         if (!plain_bytes(c[9], &r->body, &r->body_len)) goto not_plain;
-        r->etype = NULL; /* not checked by verify, and never materialised: source[i] is */
-        r->etype_len = 0;
         Py_INCREF(row);
         page->source[i] = row;
     }
@@ -637,7 +637,7 @@ static int reader_fill(ReaderObject *self, staged_t *staged, Py_ssize_t limit, P
             int len = sq.column_bytes(st, c);
             if (p == NULL && len) return READ_NOMEM;
             /* ids go into the record as JSON strings: only those that need no escape */
-            if (!utf8_ok(p, len, c == 1 || c == 4)) return READ_NOT_PLAIN;
+            if (!utf8_ok(p, len, c != 5)) return READ_NOT_PLAIN;
             if (arena_put(arena, p, (size_t)len, offs[k]) < 0) return READ_NOMEM;
             *lens[k] = len;
         }
@@ -1541,6 +1541,26 @@ static int suffix_ok(const row_t *r) {
     return 1;
 }
 
+/* Does the body's event_type (the first `,"event_type":`, which is the top-level key: only
+ * correlation_id and event_id come before it, and a JSON string cannot hold that text)
+ * equal the event_type column? `verify.py`'s _TYPE_KEY check, exactly. */
+static int type_ok(const row_t *r) {
+    static const char KEY[] = ",\"event_type\":";
+    static const char TAIL[] = "\",\"payload\":";
+    const Py_ssize_t key_len = (Py_ssize_t)(sizeof KEY - 1), tail_len = (Py_ssize_t)(sizeof TAIL - 1);
+    const uint8_t *b = r->body;
+    Py_ssize_t n = r->body_len;
+    for (Py_ssize_t i = 0; i + key_len <= n; i++) {
+        if (b[i] != ',' || memcmp(b + i, KEY, (size_t)key_len) != 0) continue;
+        const uint8_t *p = b + i + key_len;
+        Py_ssize_t left = n - (i + key_len);
+        if (left < 1 + r->etype_len + tail_len || p[0] != '"') return 0;
+        if (memcmp(p + 1, r->etype, (size_t)r->etype_len) != 0) return 0;
+        return memcmp(p + 1 + r->etype_len, TAIL, (size_t)tail_len) == 0;
+    }
+    return 0;
+}
+
 /* One stream seen in this call: the span object in `streams` and its head, mirrored. */
 typedef struct {
     const uint8_t *key;
@@ -1601,6 +1621,7 @@ static Py_ssize_t check_rows(const PageObject *page, Py_ssize_t offset, Py_ssize
         if (r->position != expected || expected == INT64_MAX) break;
         if (memcmp(digest, r->hash, 32) != 0) break;
         if (!suffix_ok(r)) break;
+        if (!type_ok(r)) break;
         leaf_hash(digest, leaf_out + 32 * k);
     }
     return k;

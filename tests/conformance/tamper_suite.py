@@ -297,6 +297,21 @@ class TamperSuite:
         d = damage_of(world)
         assert (d.kind, d.position) == (DamageKind.TAMPER, 7)
 
+    def test_edit_the_event_type_column_is_tamper(
+        self,
+        filled: Callable[[int], LedgerWorld],
+        attacker: Attacker,
+    ) -> None:
+        """``event_type`` is stored beside the hashed body on the SQL backends and read
+        from there: the projections' SQLite reader decides by it whether to read a
+        record's body at all (a ``cost_incurred`` relabelled ``rag_hit`` leaves the cost
+        views), and the audit trail shows it. It must be checked like the other index
+        columns. (On JSONL the field is inside the hashed record.)"""
+        world = filled(30)
+        attacker.edit_column(7, "event_type", "rag_hit")
+        d = damage_of(world)
+        assert (d.kind, d.position) == (DamageKind.TAMPER, 7)
+
     def test_edit_the_stored_hash_is_tamper(
         self, filled: Callable[[int], LedgerWorld], attacker: Attacker
     ) -> None:
