@@ -366,7 +366,7 @@ def approve_cmd(
     codeowners: CodeownersOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Approve a gated step as NAME, who must own every path it touches (CODEOWNERS).
+    """Approve a gated step as NAME, who must own every path the gate names (CODEOWNERS).
 
     When a reason names no path (an exec: action, a scope the policy does not allow), NAME
     must be a default owner (the catch-all `*` line) as well. The approver's identity and

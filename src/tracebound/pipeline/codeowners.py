@@ -10,6 +10,12 @@ default owner, one of the last catch-all line's (``*``, ``**`` or ``/**``). With
 line nobody can approve it. A gate with both kinds of reason needs both: the approver owns
 every path *and* is a default owner, or running an arbitrary command would be the call of
 whoever owns one file.
+
+A path is also matched in its folded spelling (NFC, case-folded: ``fold_path``), because
+the policy gates it that way: on macOS and Windows ``.GITHUB/x`` is the file ``.github/``'s
+owners own. When the two spellings have different owners, the approver must be among both
+(fail closed: the exact-spelling owner of ``.GITHUB/x``, often just the catch-all line, must
+not lift a gate on what is, on the machine that applies it, ``.github/x``).
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from pathlib import Path
 from typing import Final
 
 from tracebound.errors import PolicyError, PolicyUnusable
-from tracebound.pipeline.policy import glob_match
+from tracebound.pipeline.policy import fold_path, glob_match
 
 __all__ = ["CodeOwners", "NotAnOwner"]
 
@@ -71,6 +77,21 @@ class CodeOwners:
                 owners = names
         return owners
 
+    def _folded_owners(self, path: str) -> tuple[str, ...]:
+        """The last line matching ``path`` when both are folded (see the module doc)."""
+        owners: tuple[str, ...] = ()
+        folded = fold_path(path)
+        for pattern, names in self.rules:
+            if glob_match(fold_path(pattern), folded):
+                owners = names
+        return owners
+
+    def _must_own(self, path: str) -> list[tuple[str, ...]]:
+        """The owner groups an approver of ``path`` must be in: the exact spelling's, and
+        the folded spelling's when another line wins there."""
+        exact, folded = self.owners_of(path), self._folded_owners(path)
+        return [exact] if folded == exact else [exact, folded]
+
     def default_owners(self) -> tuple[str, ...]:
         """The repository's owners: the last catch-all line's, or () if there is none."""
         owners: tuple[str, ...] = ()
@@ -90,7 +111,7 @@ class CodeOwners:
         """The names :meth:`check_approver` accepts for this gate: the owners of every path,
         who are default owners too when the gate is repository-wide (or names no path).
         Empty when no one name passes, e.g. the paths' owners own no catch-all line."""
-        groups = [self.owners_of(p) for p in dict.fromkeys(paths)]
+        groups = [g for p in dict.fromkeys(paths) for g in self._must_own(p)]
         if repository_wide or not groups:
             groups.append(self.default_owners())
         first, *rest = groups
@@ -107,11 +128,15 @@ class CodeOwners:
         """
         who = _norm(approver)
         wanted = tuple(paths)
-        missing = [p for p in wanted if who not in {_norm(o) for o in self.owners_of(p)}]
+        missing = [
+            p
+            for p in wanted
+            if any(who not in {_norm(o) for o in group} for group in self._must_own(p))
+        ]
         if missing:
             raise NotAnOwner(
                 f"{approver} is not a CODEOWNER of {', '.join(missing)}; owners: "
-                + "; ".join(f"{p}: {' '.join(self.owners_of(p)) or 'nobody'}" for p in missing)
+                + "; ".join(f"{p}: {_describe_owners(self._must_own(p))}" for p in missing)
             )
         if wanted and not repository_wide:
             return
@@ -122,3 +147,9 @@ class CodeOwners:
                 f"{approver} may not approve a gate that {what}: only the default owners "
                 f"(a catch-all `*` line) may; default owners: {' '.join(default) or 'nobody'}"
             )
+
+
+def _describe_owners(groups: list[tuple[str, ...]]) -> str:
+    """``@a @b``, or ``@a and also one of @c`` when a folded spelling has other owners."""
+    texts = [" ".join(g) or "nobody" for g in groups]
+    return " and also one of ".join(texts)

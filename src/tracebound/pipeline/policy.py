@@ -32,6 +32,7 @@ from __future__ import annotations
 import posixpath
 import re
 import tomllib
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
@@ -51,6 +52,7 @@ __all__ = [
     "UnsafeAllowAll",
     "UntrustedExecution",
     "WriteAccess",
+    "fold_path",
     "glob_match",
     "normalise_path",
     "request_from_artifact",
@@ -159,6 +161,14 @@ def normalise_path(path: str) -> str:
     return "" if normal == "." else normal
 
 
+def fold_path(text: str) -> str:
+    """A path or pattern as a case-insensitive, normalisation-insensitive file system sees
+    it: NFC, then case-folded. On macOS and Windows `.GITHUB/x` *is* `.github/x`, and on
+    macOS `cafe\u0301` (NFD) *is* `caf\u00e9` (NFC); matching only the spelling given
+    would let another spelling of a sensitive or owned path slip past its rule."""
+    return unicodedata.normalize("NFC", text).casefold()
+
+
 def _diff_paths(diff: str) -> list[str]:
     raw: list[str] = []
     for m in _GIT_HEADER.finditer(diff):
@@ -222,13 +232,14 @@ class SensitivePaths:
     patterns: tuple[str, ...]
 
     def gate_reasons(self, request: StepRequest) -> list[GateReason]:
-        # Case-insensitively as well: on macOS and Windows `.GITHUB/workflows/x` *is*
-        # `.github/workflows/x`. Gating a few more paths is the safe side to err on.
+        # Case- and normalisation-insensitively as well (fold_path): on macOS and Windows
+        # `.GITHUB/workflows/x` *is* `.github/workflows/x`. Gating a few more paths is the
+        # safe side to err on.
         hits = tuple(
             p
             for p in request.paths
             if any(
-                glob_match(g, p) or glob_match(g.casefold(), p.casefold()) for g in self.patterns
+                glob_match(g, p) or glob_match(fold_path(g), fold_path(p)) for g in self.patterns
             )
         )
         if not hits:

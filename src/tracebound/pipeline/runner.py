@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -69,7 +70,7 @@ from tracebound.ledger import Ledger
 from tracebound.pipeline.codeowners import CodeOwners
 from tracebound.pipeline.critic import Finding, check_constraints
 from tracebound.pipeline.metrics import compute_metrics, slo_violations
-from tracebound.pipeline.policy import Policy, request_from_artifact
+from tracebound.pipeline.policy import Policy, normalise_path, request_from_artifact
 from tracebound.pipeline.redaction import Redaction, Redactor
 from tracebound.pipeline.runtime import Pipeline, RoleName, StepContext, StepSpec
 from tracebound.pipeline.validations import ValidationInput, ValidationRegistry
@@ -279,6 +280,11 @@ class Runner:
         """
         if take_over_by is not None and not take_over_by.strip():
             raise ConfigError("a take-over names the human who takes the run over")
+        if take_over_by is not None:
+            # The name goes to the ledger (run_resumed.taken_over_by) and nothing checks it
+            # against CODEOWNERS (a take-over lifts no gate): redacted like any free text,
+            # or a token pasted as `--as` would be written as it is.
+            take_over_by = self._scrub(take_over_by)
         loaded = self._load(pipeline, run_id)
         run, gate, decision = loaded.run, loaded.gate, loaded.decision
         if gate is None:
@@ -639,9 +645,9 @@ class Runner:
         allow) makes the gate repository-wide: its approver must be a default owner as well
         as own every path. The record says so itself; its reason texts could not.
         """
-        reasons = self.policy.evaluate(
-            request_from_artifact(sr.spec.role, artifact, sr.spec.scopes)
-        )
+        request = request_from_artifact(sr.spec.role, artifact, sr.spec.scopes)
+        request = replace(request, paths=_through_links(request.paths, self.workspace))
+        reasons = self.policy.evaluate(request)
         sr.outcome.latency_ms = _ms(sr.started, self.ledger.clock.now())
         if not reasons:  # an approved execution never gets here (_after_gate)
             return False
@@ -1017,6 +1023,34 @@ def _paused_repair(
     return repair
 
 
+def _through_links(paths: tuple[str, ...], workspace: Path | None) -> tuple[str, ...]:
+    """``paths`` plus, for each that passes through a symlink in ``workspace``, the path it
+    really names there (``../...`` when the link leads out of the workspace).
+
+    The policy and CODEOWNERS compare spellings; an apply hook writes files. With
+    ``docs/ci -> ../.github/workflows`` in the workspace, ``docs/ci/deploy.yml`` is
+    ``.github/workflows/deploy.yml``, and a link to ``/etc`` is a path outside the root, so
+    both spellings are judged and the gate's approver must own both. Only links present
+    when the gate is decided are seen: one made later, before the apply hook runs, is not
+    (docs/pipeline.md says so; an apply hook should write without following links).
+    """
+    if workspace is None:
+        return paths
+    root = workspace.resolve()
+    out = list(paths)
+    for p in paths:
+        if not p or p == ".." or p.startswith("../"):
+            continue  # outside already: gated whatever it links to
+        try:
+            real = (root / p).resolve()
+        except (OSError, RuntimeError):  # a link loop: judge the spelling alone
+            continue
+        name = normalise_path(os.path.relpath(real, root).replace(os.sep, "/"))
+        if name and name != p:
+            out.append(name)
+    return tuple(dict.fromkeys(out))
+
+
 def _started(started: RunStarted | None, pipeline: Pipeline, run_id: str) -> RunStarted:
     """The run's ``run_started``, checked to be there and of this pipeline."""
     if started is None:
@@ -1076,6 +1110,11 @@ def approve(
     if decision == "approved":
         if codeowners is None:
             raise PolicyError("approving needs a CODEOWNERS file: nobody else may lift a gate")
+        codeowners.check_approver(approver, gate.paths, repository_wide=gate.repository_wide)
+    elif codeowners is not None:
+        # Rejecting is an owner's call too (docs/pipeline.md; the CLI checked it, the library
+        # did not), and the check keeps the recorded name one of CODEOWNERS' names: this
+        # function has no redactor, so an unchecked name (a pasted token) went to the ledger.
         codeowners.check_approver(approver, gate.paths, repository_wide=gate.repository_wide)
     record = ApprovalRecorded(
         run_id=run_id,
