@@ -780,7 +780,9 @@ def verify_evidence_cmd(
 
     Checks the integrity hash, the checkpoint signature, every record's BLAKE3 link and the
     run stream's continuity, every inclusion proof, and that each artifact digest is
-    listed. Exit 1 names what failed; 3 when the file carries no signed checkpoint.
+    listed. Exit 1 names what failed; 3 when the file carries no signed checkpoint. A
+    status of running or gated is reported as not final (JSON ``"final": false``): nothing
+    signed says where a run ends, so the file shows the run up to there.
     """
     from tracebound.export.evidence import verify_evidence  # noqa: PLC0415 - lazy, for startup time
 
@@ -807,6 +809,13 @@ def verify_evidence_cmd(
                 f"(signed tree of {report.tree_size})."
             )
         )
+        if not report.final:
+            # Nothing signed says where a run ends: a copy of a longer run cut back to here
+            # verifies the same (module docstring of tracebound.export.evidence).
+            console.print(
+                f"[yellow]NOT FINAL[/]: {escape(report.status)} is not how a run ends; the "
+                "file shows the run up to here, and a later copy may hold more of it."
+            )
     else:
         console.print(
             f"[yellow]UNSIGNED[/]: run {escape(str(report.run_id))}'s records chain correctly, "

@@ -18,12 +18,20 @@ carries everything a check needs:
 Only what the ledger holds goes in, and the ledger holds only redacted data: no secret a
 step saw can reach an evidence file.
 
+Each record must be in the canonical (RFC 8785) form the ledger writes, read strictly: a
+record holding a key twice could show a first-wins reader one value and the verifier
+another, and whoever holds the store files can write such a row before the owner's next
+checkpoint signs it (a checkpoint checks the chain, not the JSON).
+
 Limits, stated plainly: the proofs show that each record is in the signed log, and the
-chain shows that none was removed from the middle of the run. Dropping the newest records
-of a run is detected only when that removes its final ``run_finished``: the SLO alerts a
-critical pipeline records after it could be cut off, and a run resumed after a gate has an
-earlier ``run_finished`` (status ``gated``) it could be cut back to. Only a signed per-run
-head would close that gap.
+chain shows that none was removed from the middle of the run. Nothing signed says where a
+run *ends*, so the newest records of a run can be dropped: the SLO alerts a critical
+pipeline records after its ``run_finished``; everything from the ``run_finished`` on, with
+the status relabelled ``running``; and a run resumed after a gate can be cut back to its
+earlier ``run_finished`` (status ``gated``). What is refused is a status the kept records do
+not end with. The report says ``final=False`` for ``running`` and ``gated``, the statuses
+such a cut can produce: they show the run up to there, not how it ended. Only a signed
+per-run head would close that gap.
 """
 
 from __future__ import annotations
@@ -36,8 +44,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
-
-import orjson
 
 from tracebound.canonical import canonical_bytes
 from tracebound.errors import (
@@ -94,6 +100,9 @@ _EVENT_MEMBERS: Final = frozenset(
 _ARTIFACT_MEMBERS: Final = frozenset({"kind", "step_id", "digest", "present"})
 _PROOF_MEMBERS: Final = frozenset({"position", "proof"})
 _STATUSES: Final = frozenset({"running", "completed", "failed", "gated", "rejected"})
+# How a run ends for good. "running" and "gated" are where a genuine prefix of a longer run
+# can stop, so evidence saying them shows the run up to there, not its end (module docstring).
+_FINAL_STATUSES: Final = frozenset({"completed", "failed", "rejected"})
 DEFAULT_EVIDENCE_DIR: Final = Path("artifacts") / "agent-runs"
 _INTEGRITY: Final = {"algorithm": "sha256", "over": "RFC 8785 canonical JSON of every other member"}
 
@@ -129,6 +138,7 @@ class EvidenceReport:
     origin: str | None
     tree_size: int | None
     root: str | None
+    final: bool = True  # False for running or gated: later records may exist (see above)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -142,6 +152,7 @@ class EvidenceReport:
             "origin": self.origin,
             "tree_size": self.tree_size,
             "root": self.root,
+            "final": self.final,
         }
 
 
@@ -370,12 +381,22 @@ def _check_record(item: Any, stream: str) -> _Record:
         raise EvidenceInvalid("record", f"{where}: body is not base64") from exc
     if chain_hash(prev, body_bytes) != claimed:
         raise EvidenceInvalid("record", f"{where}: the bytes do not hash to its hash")
+    # Strictly, and only in the canonical form the ledger writes: hashed bytes with a key
+    # twice (or any other spelling) mean one thing to this check and another to a reader.
     try:
-        body = orjson.loads(body_bytes)
-    except orjson.JSONDecodeError as exc:
-        raise EvidenceInvalid("record", f"{where}: the record is not JSON") from exc
+        body = loads_strict(body_bytes)
+    except ValueError as exc:
+        raise EvidenceInvalid("record", f"{where}: the record is not plain JSON: {exc}") from exc
     if not isinstance(body, dict):
         raise EvidenceInvalid("record", f"{where}: the record is not an object")
+    try:
+        canonical = canonical_bytes(body) == body_bytes
+    except CanonicalizationError:
+        canonical = False
+    if not canonical:
+        raise EvidenceInvalid(
+            "record", f"{where}: the record is not in the canonical form the ledger writes"
+        )
     said = (
         body.get("position"),
         body.get("stream_id"),
@@ -485,7 +506,8 @@ def _check_proofs(
         cp = open_checkpoint(note, verifier, origin=origin)
     except CheckpointError as exc:  # SignatureInvalid included
         raise EvidenceInvalid("checkpoint", str(exc)) from exc
-    if doc.get("tree_size") != cp.size:
+    tree_size = doc.get("tree_size")
+    if type(tree_size) is not int or tree_size != cp.size:  # not True for 1, nor 1.0
         raise EvidenceInvalid("checkpoint", f"tree_size is not the checkpoint's {cp.size}")
     proofs = doc.get("proofs")
     if not isinstance(proofs, list):
@@ -521,7 +543,9 @@ def verify_evidence(
 
     Checks, in order: the format, the integrity hash, each record's BLAKE3 link and fields,
     the run stream's continuity from genesis to its end, the listed digests, then the
-    checkpoint's signature and every inclusion proof against it.
+    checkpoint's signature and every inclusion proof against it. The report's ``final`` is
+    False for ``running`` and ``gated``: nothing signed says where a run ends, so such a file
+    shows the run up to there (a longer run cut back to it verifies the same).
 
     Args:
         require_signed: refuse evidence without a checkpoint (written before any signing
@@ -559,6 +583,12 @@ def verify_evidence(
         raise EvidenceInvalid("checkpoint", "the evidence carries no signed checkpoint")
     elif doc.get("proofs") or doc.get("tree_size") is not None:
         raise EvidenceInvalid("checkpoint", "proofs without a checkpoint")
+    elif not ("checkpoint" in doc and "tree_size" in doc and doc.get("proofs") == []):
+        # As written: all three members, null, null and []. Anything else is not a file
+        # this writer made, and an unsigned file is read no less strictly than a signed one.
+        raise EvidenceInvalid(
+            "format", "an unsigned file has 'checkpoint' and 'tree_size' null and 'proofs' []"
+        )
     return EvidenceReport(
         run_id=run_id,
         pipeline=str(doc.get("pipeline")),
@@ -569,4 +599,5 @@ def verify_evidence(
         origin=None if cp is None else cp.origin,
         tree_size=None if cp is None else cp.size,
         root=None if cp is None else cp.root.hex(),
+        final=status in _FINAL_STATUSES,
     )
