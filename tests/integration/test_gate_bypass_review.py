@@ -5,7 +5,7 @@ colluding process on the same machine) without the approver's identity would try
 SQLite ledger files, real blob stores, real `tracebound` processes where the CLI matters.
 
 What the product promises (docs/pipeline.md, section 4; README "approve"): the approver
-owns every path the step touches (CODEOWNERS, last match wins), in one normalised spelling;
+owns every path the gate names (CODEOWNERS, last match wins), in one normalised spelling;
 a path outside the root is always gated; an approval covers one artifact, once; every blob
 read is checked against its digest; nothing unredacted is written. What it does not promise
 is that ``--as NAME`` is authenticated: the name is a claim, recorded. The tests at the end
@@ -411,6 +411,35 @@ def test_an_approval_of_the_first_gate_does_not_lift_a_repair_gate(kit: Kit) -> 
     with second.ledger:
         assert second.resume(pipe, run.run_id).status == "gated"  # undecided: still waits
     assert len(applied) == 1
+
+
+def test_two_decisions_racing_on_one_gate_record_one(kit: Kit) -> None:
+    """Two processes decide the same gate at once: @alice approves while, between her read
+    of the run and her append, a second process records @alice's rejection. Each saw no
+    decision; exactly one may be recorded, and the loser is told it was already decided
+    (it re-reads the run once its append at the version it read conflicts)."""
+    pipe = touching("requirements.txt")
+    runner = runner_on(kit)
+    other = runner_on(kit, 2)
+    with runner.ledger, other.ledger:
+        run = runner.run(pipe, {})
+        store = runner.ledger.store
+        read_stream = store.read_stream
+        raced = {"done": False}
+
+        def racing_read(*args: Any, **kwargs: Any) -> Any:
+            events = list(read_stream(*args, **kwargs))
+            if not raced["done"]:  # the other process decides right after this one read
+                raced["done"] = True
+                decide(other, run.run_id, "execute", "@alice", "rejected")
+            return iter(events)
+
+        store.read_stream = racing_read  # type: ignore[method-assign]
+        with pytest.raises(ConfigError, match="already rejected"):
+            decide(runner, run.run_id, "execute", "@alice")
+        store.read_stream = read_stream  # type: ignore[method-assign]
+        decisions = [p for p in stream(runner, run.run_id) if isinstance(p, ApprovalRecorded)]
+    assert [d.decision for d in decisions] == ["rejected"]
 
 
 # -- 5. what resume is resumed with --------------------------------------------------------

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Any, Final, Literal, NamedTuple
 
 import orjson
 
@@ -1091,14 +1091,47 @@ def approve(
 ) -> ApprovalRecorded:
     """Record a named human's decision on a gated step, checked against CODEOWNERS.
 
+    The decision is appended at the version of the run stream it was judged on, so two
+    decisions racing on one gate cannot both be recorded: the loser re-reads the run and is
+    told the gate was decided. Anything else that moved the stream meanwhile (the gating
+    process finishing its records) is judged again the same way.
+
     Raises:
-        ConfigError: the step is not waiting at a gate.
-        PolicyError: no CODEOWNERS file, or the approver does not own every touched path
-            (or, for a repository-wide gate, is not a default owner as well).
+        ConfigError: the step is not waiting at a gate, or was already decided.
+        PolicyError: no CODEOWNERS file, or the approver does not own every path the gate
+            names (or, for a repository-wide gate, is not a default owner as well).
+        ConcurrencyConflict: the run's stream kept moving through every attempt.
     """
+    left = _DECIDE_ATTEMPTS
+    while True:
+        try:
+            return _decide(
+                ledger, run_id, step_id, approver, codeowners=codeowners, decision=decision
+            )
+        except ConcurrencyConflict:
+            left -= 1  # re-read: the other writer may have decided this gate
+            if not left:
+                raise
+
+
+_DECIDE_ATTEMPTS: Final = 8  # a run's process writes a few records after its gate, then stops
+
+
+def _decide(
+    ledger: Ledger,
+    run_id: RunId,
+    step_id: StepId,
+    approver: str,
+    *,
+    codeowners: CodeOwners | None,
+    decision: Literal["approved", "rejected"],
+) -> ApprovalRecorded:
+    """One judged attempt of :func:`approve`, appended at the stream version it read."""
     gate: GateRequested | None = None
     decided: ApprovalRecorded | None = None  # a decision on the latest gate of this step
+    version = 0
     for e in ledger.store.read_stream(run_stream(run_id)):
+        version = e.stream_version
         if isinstance(e.payload, GateRequested) and e.payload.step_id == step_id:
             gate, decided = e.payload, None
         elif isinstance(e.payload, ApprovalRecorded) and gate and e.payload.step_id == step_id:
@@ -1124,7 +1157,7 @@ def approve(
         paths=gate.paths,
         timestamp=ledger.clock.now(),
     )
-    ledger.record(run_stream(run_id), [record], workflow_id=run_id)
+    ledger.record(run_stream(run_id), [record], workflow_id=run_id, expected_version=version)
     return record
 
 
