@@ -36,7 +36,7 @@ from tracebound.integrity.keys import NoteSigner, NoteVerifier
 from tracebound.ledger import Ledger
 from tracebound.store.keyfile import default_key_path, load_signer, load_verifier
 from tracebound.store.url import DEFAULT_STORE_DIR, open_store, store_path
-from tracebound.store.witness import FileWitness, default_witness_path
+from tracebound.store.witness import OriginMismatch, choose_witness
 from tracebound.system import RandomIds, SystemClock
 
 EXIT_OK = 0
@@ -179,7 +179,34 @@ def open_ledger(
     witness: Path | None = None,
     need_signer: bool = False,
 ) -> Ledger:
-    """Open the ledger with whatever keys and witness are configured."""
+    """Open the ledger with whatever keys and witness are configured.
+
+    Raises:
+        LedgerDamaged: FORK, the store names another origin than its witness follows
+            (:func:`open_ledger_checked`); nothing is read from or written to it then.
+    """
+    ledger, mismatch = open_ledger_checked(
+        store, key=key, verifier_key=verifier_key, witness=witness, need_signer=need_signer
+    )
+    if mismatch is not None:
+        ledger.close()
+        raise mismatch.damage()
+    return ledger
+
+
+def open_ledger_checked(
+    store: str | None,
+    *,
+    key: Path | None = None,
+    verifier_key: str | None = None,
+    witness: Path | None = None,
+    need_signer: bool = False,
+) -> tuple[Ledger, OriginMismatch | None]:
+    """Open the ledger, and say whether the store still names the origin its witness follows.
+
+    On a mismatch the ledger's witness is the one of the origin the store is bound to (or
+    the explicit ``--witness`` file's), so ``verify`` still compares the log with it.
+    """
     signer = try_signer(key)
     if need_signer and signer is None:
         raise SigningKeyError(
@@ -196,15 +223,13 @@ def open_ledger(
     ledger = Ledger(backend, clock=SystemClock(), ids=RandomIds(), signer=signer, verifier=verifier)
     try:
         origin = ledger.origin
-        ledger.witness = FileWitness(
-            witness if witness is not None else default_witness_path(origin),
-            origin=origin,
-            store_dir=store_dir(store),
+        ledger.witness, mismatch = choose_witness(
+            backend, origin, store_dir(store), explicit=witness, binding=need_signer
         )
     except BaseException:
         ledger.close()
         raise
-    return ledger
+    return ledger, mismatch
 
 
 def store_dir(store: str | None) -> Path:

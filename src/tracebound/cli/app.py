@@ -37,6 +37,7 @@ from tracebound.cli._common import (
     fail,
     handled,
     open_ledger,
+    open_ledger_checked,
     progress_bar,
     resolve_key_path,
     store_dir,
@@ -78,6 +79,7 @@ from tracebound.ledger import (
 from tracebound.store.keyfile import generate_keypair
 from tracebound.store.port import AppendRequest, LedgerStore
 from tracebound.store.url import open_store
+from tracebound.store.witness import bind_store, binding_path, store_identity
 from tracebound.system import RandomIds, SystemClock
 
 
@@ -251,6 +253,17 @@ def init(
             created = backend.get_meta(ORIGIN_KEY) is None
             if created:
                 backend.set_meta(ORIGIN_KEY, name)
+            # The store's place is bound to its origin outside the store, beside the
+            # witness: a store renamed later is not this log (docs: README, witness).
+            identity = store_identity(backend)
+            bound = bind_store(identity, name)
+            if bound != name:
+                raise ConfigError(
+                    f"the store at {identity} is bound to the origin {bound!r} "
+                    f"({binding_path(identity)}), not {name!r}; if this store is a new "
+                    "ledger on purpose, delete that file (its witness no longer guards "
+                    "this place) and run init again"
+                )
         finally:
             backend.close()
     if as_json:
@@ -768,12 +781,19 @@ def verify(
     stored checkpoint are "not yet signed" (``coverage`` in the JSON).
     """
     with handled(as_json):
-        ledger = open_ledger(store, key=key, verifier_key=verifier_key, witness=witness)
+        ledger, mismatch = open_ledger_checked(
+            store, key=key, verifier_key=verifier_key, witness=witness
+        )
         try:
             with progress_bar("verifying", enabled=not as_json) as update:
                 report = ledger.verify(progress=update, workers=workers)
         finally:
             ledger.close()
+    if mismatch is not None:
+        # Checked against the witness the store is bound to; whatever that found, the
+        # store naming another log is damage too.
+        report.damage = mismatch.damage(report.damage)
+        report.checks["witness"] = "failed"
     code = EXIT_OK if report.ok else EXIT_INCOMPLETE
     if report.damage is not None:
         code = EXIT_DAMAGED
@@ -818,9 +838,8 @@ def verify(
         )
     if report.damage is not None:
         d = report.damage
-        console.print(
-            f"[bold red]DAMAGED[/]: {d.kind.value} at position {d.position}: {escape(d.detail)}"
-        )
+        where = "" if d.position is None else f" at position {d.position}"
+        console.print(f"[bold red]DAMAGED[/]: {d.kind.value}{where}: {escape(d.detail)}")
     elif report.ok:
         console.print("[bold green]OK[/]: the ledger is intact and matches its signed checkpoints.")
     else:

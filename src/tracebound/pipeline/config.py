@@ -58,7 +58,7 @@ from tracebound.store.keyfile import (
 from tracebound.store.sqlite import SQLiteStore
 from tracebound.store.sqlite_blobs import SQLiteBlobStore
 from tracebound.store.url import open_store, store_path
-from tracebound.store.witness import FileWitness, default_witness_path
+from tracebound.store.witness import choose_witness
 from tracebound.system import RandomIds, SystemClock
 
 __all__ = [
@@ -320,6 +320,8 @@ class RunnerConfig:
         Raises:
             StoreNotFound: there is no store (run ``tracebound init``).
             SigningKeyError: ``need_signer`` and there is no signing key.
+            LedgerDamaged: FORK, the store names another origin than the one it is bound to
+                (or the explicit witness file follows): ``store.witness.choose_witness``.
         """
         signer = self._signer()
         if need_signer and signer is None:
@@ -333,12 +335,16 @@ class RunnerConfig:
             backend, clock=SystemClock(), ids=RandomIds(), signer=signer, verifier=verifier
         )
         try:
-            origin = ledger.origin
-            witness = self.witness.expanduser() if self.witness else default_witness_path(origin)
-            ledger.witness = FileWitness(witness, origin=origin, store_dir=self.store_dir())
+            explicit = self.witness.expanduser() if self.witness else None
+            ledger.witness, mismatch = choose_witness(
+                backend, ledger.origin, self.store_dir(), explicit=explicit, binding=need_signer
+            )
         except BaseException:
             backend.close()
             raise
+        if mismatch is not None:  # the store is not the log its witness follows
+            backend.close()
+            raise mismatch.damage()
         return ledger
 
     def build_runner(self, ledger: Ledger, **extra: Any) -> Runner:

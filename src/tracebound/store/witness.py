@@ -13,17 +13,36 @@ rewritten) is a ``fork``.
 :class:`Witness` is the protocol; :class:`FileWitness` keeps one note file per log, by default
 in ``$TRACEBOUND_WITNESS_DIR`` or ``~/.local/state/tracebound/witness``. Other witness kinds
 (a remote cosigning witness, for example) can implement the same protocol later.
+
+The default witness file is named after the log's origin, and the origin is read from the
+store, which the attacker holds: renamed, it would point at another (empty) witness. So
+beside the witness files a *binding* per store, ``stores/<blake3(identity)>.json`` holding
+``{"store": identity, "origin": origin}``, records which origin the store at that place is
+(:func:`store_identity`, :func:`read_binding`, :func:`bind_store`); a store that names
+another origin than its binding is not the log the witness follows (:class:`OriginMismatch`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
+from urllib.parse import parse_qsl, unquote, urlsplit
 
-from tracebound.errors import CheckpointError, ConfigError, ProofError, StorageError
+from blake3 import blake3
+
+from tracebound.errors import (
+    CheckpointError,
+    ConfigError,
+    DamageKind,
+    LedgerDamaged,
+    ProofError,
+    StorageError,
+)
 from tracebound.integrity.keys import NoteVerifier
 from tracebound.integrity.merkle import verify_consistency
 from tracebound.integrity.note import MAX_NOTE_BYTES, Checkpoint, open_checkpoint
@@ -38,9 +57,15 @@ except ImportError:  # pragma: no cover - not on POSIX
 __all__ = [
     "WITNESS_DIR_ENV",
     "FileWitness",
+    "OriginMismatch",
     "Witness",
+    "bind_store",
+    "binding_path",
+    "choose_witness",
     "default_witness_dir",
     "default_witness_path",
+    "read_binding",
+    "store_identity",
 ]
 
 WITNESS_DIR_ENV = "TRACEBOUND_WITNESS_DIR"
@@ -85,6 +110,111 @@ def default_witness_dir() -> Path:
 def default_witness_path(origin: str) -> Path:
     """Return the default witness file for the log ``origin``."""
     return default_witness_dir() / f"{file_stem(origin)}.note"
+
+
+def store_identity(store: object) -> str:
+    """Where a store is, as a stable name: what its binding to an origin is keyed by.
+
+    SQLite: the database file; JSONL: the directory; both absolute, with the parent
+    directory resolved but not the last name, so a store replaced by a symlink to another
+    file keeps its place's identity. PostgreSQL: host, port, database and schema (no user,
+    no password). Anything else: its ``url``.
+    """
+    url = str(getattr(store, "url", ""))
+    path = getattr(store, "path", None)
+    scheme = url.split(":", 1)[0]
+    if scheme in {"sqlite", "jsonl"} and path is not None:
+        p = Path(path).expanduser()
+        return f"{scheme}://{p.absolute().parent.resolve() / p.name}"
+    if scheme in {"postgresql", "postgres"}:
+        parts = urlsplit(url)
+        query = dict(parse_qsl(parts.query, keep_blank_values=True))
+        host = parts.hostname or query.get("host", "")
+        port = str(parts.port or query.get("port", "5432"))
+        dbname = unquote(parts.path.lstrip("/"))
+        return f"postgresql://{host}:{port}/{dbname}?schema={query.get('schema', '')}"
+    return url
+
+
+def binding_path(identity: str) -> Path:
+    """The file binding the store ``identity`` to its origin, beside the witness files."""
+    return default_witness_dir() / "stores" / f"{blake3(identity.encode()).hexdigest()}.json"
+
+
+def read_binding(identity: str) -> str | None:
+    """The origin the store ``identity`` is bound to, or None when it has no binding yet.
+
+    Raises:
+        ConfigError: the binding file is unreadable or is not a binding of this store.
+    """
+    path = binding_path(identity)
+    try:
+        data = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read the store's origin binding {path}: {exc}") from exc
+    if (
+        not isinstance(data, dict)
+        or data.get("store") != identity
+        or not isinstance(data.get("origin"), str)
+    ):
+        raise ConfigError(f"the origin binding {path} is not a binding of the store {identity}")
+    origin: str = data["origin"]
+    return origin
+
+
+def bind_store(identity: str, origin: str) -> str:
+    """Bind the store ``identity`` to ``origin`` unless it is bound already; return the
+    origin it is bound to (``origin``, or the one an earlier binding names).
+
+    The file is created 0600 in a 0700 directory, atomically and never overwritten, so two
+    processes binding at once cannot lose either's binding.
+
+    Raises:
+        ConfigError: an existing binding file is unreadable or malformed.
+        StorageError: the binding could not be written.
+    """
+    path = binding_path(identity)
+    held = read_binding(identity)
+    if held is not None:
+        return held
+    data = json.dumps({"store": identity, "origin": origin}, sort_keys=True).encode() + b"\n"
+    try:
+        make_private_dir(path.parent)
+        write_file_atomic(path, data, mode=0o600, overwrite=False)
+    except FileExistsError:
+        pass  # another process bound it first: its binding stands
+    except OSError as exc:
+        raise StorageError(f"cannot write the store's origin binding {path}: {exc}") from exc
+    held = read_binding(identity)
+    return origin if held is None else held
+
+
+@dataclass(frozen=True)
+class OriginMismatch:
+    """The store names another origin than the one its witness follows.
+
+    ``expected`` is the origin the store's binding (``source``) or the explicitly given
+    witness file says this store is; ``found`` is the one the store itself names now.
+    """
+
+    found: str
+    expected: str
+    source: str
+
+    def message(self) -> str:
+        return (
+            f"this store names the origin {self.found!r}, but {self.source} says it is the "
+            f"log {self.expected!r}: the log in the store is not the one its witness follows "
+            "(renamed, or another ledger's store put in its place)"
+        )
+
+    def damage(self, found: LedgerDamaged | None = None) -> LedgerDamaged:
+        """FORK damage naming the mismatch (after ``found``'s own finding, if given)."""
+        if found is None:
+            return LedgerDamaged(DamageKind.FORK, None, self.message())
+        return LedgerDamaged(found.kind, found.position, f"{found.detail}; {self.message()}")
 
 
 def _check_extends(held: Checkpoint, new: Checkpoint, proof: Sequence[bytes]) -> None:
@@ -183,6 +313,17 @@ class FileWitness:
             raise CheckpointError(f"witness file {self.path} is larger than any checkpoint")
         return data
 
+    def held_origin(self) -> str | None:
+        """The origin line of the held note, signature not checked, or None if none is held.
+
+        To choose which origin to expect (:meth:`latest` then checks the signature); the file
+        is outside the store, so its holder cannot pick it.
+        """
+        data = self._read()
+        if data is None:
+            return None
+        return data.split(b"\n", 1)[0].decode("utf-8", "replace")
+
     def latest(self, verifier: NoteVerifier) -> Checkpoint | None:
         """Return the held checkpoint after checking its signature, or None if none is held.
 
@@ -247,3 +388,43 @@ class FileWitness:
         except OSError as exc:
             raise StorageError(f"cannot update witness file {self.path}: {exc}") from exc
         return new
+
+
+def choose_witness(
+    store: object, origin: str, store_dir: Path | None, *, explicit: Path | None, binding: bool
+) -> tuple[FileWitness, OriginMismatch | None]:
+    """The witness a store named ``origin`` is checked against, and whether the store still
+    names the origin that witness follows.
+
+    ``explicit`` (``--witness PATH``): the file's own checkpoint names the log it follows.
+    Otherwise the default witness of the origin the store is *bound* to; without a binding
+    one is written (trust on first use) when the witness is about to be written
+    (``binding``: ``checkpoint``) or the witness of the store's origin already exists. On a
+    mismatch the witness returned is the expected origin's, so ``verify`` still compares
+    the log with it; the caller decides whether to refuse (:meth:`OriginMismatch.damage`).
+    """
+    if explicit is not None:
+        chosen = FileWitness(explicit, origin=origin, store_dir=store_dir)
+        try:
+            held = chosen.held_origin()
+        except (CheckpointError, StorageError):
+            return chosen, None  # unreadable or oversized: `latest` reports it as before
+        if held is None or held == origin:
+            return chosen, None
+        found = OriginMismatch(found=origin, expected=held, source=f"the witness file {explicit}")
+        return FileWitness(explicit, origin=held, store_dir=store_dir), found
+    identity = store_identity(store)
+    bound = read_binding(identity)
+    if bound is None and (binding or default_witness_path(origin).exists()):
+        try:
+            bound = bind_store(identity, origin)
+        except StorageError:
+            if binding:
+                raise
+            # A read-only witness directory: check as before, bind on the next checkpoint.
+    if bound is None or bound == origin:
+        return FileWitness(default_witness_path(origin), origin=origin, store_dir=store_dir), None
+    found = OriginMismatch(
+        found=origin, expected=bound, source=f"its binding {binding_path(identity)}"
+    )
+    return FileWitness(default_witness_path(bound), origin=bound, store_dir=store_dir), found
