@@ -19,12 +19,13 @@ from tests.unit.export.test_evidence import VERIFIER
 from tests.unit.export.test_evidence_forgeries import (
     OWNER,
     World,
+    _cut_to_gate,
     _dup_status,
-    _keep,
     _owner_signs,
     _reseal,
     world,  # noqa: F401 - the module fixture, shared
 )
+from tracebound import NoteSigner
 from tracebound.integrity.chain import chain_hash
 from tracebound.integrity.merkle import inclusion_proof_from_leaves, leaf_hash, node_hash, root_of
 from tracebound.integrity.note import Checkpoint, SignedNote, sign_checkpoint
@@ -79,6 +80,13 @@ def _bad_then_good_signature(w: World) -> dict[str, Any]:
     return _reseal(doc)
 
 
+def _head_by_another_key(w: World) -> dict[str, Any]:
+    doc = copy.deepcopy(w.resumed)
+    text = SignedNote.parse(doc["run_head"]).text
+    doc["run_head"] = SignedNote.sign(text, NoteSigner("kit", bytes([9]) * 32)).encode()
+    return _reseal(doc)
+
+
 FORGERIES: dict[str, tuple[Callable[[World], dict[str, Any]], str]] = {
     "a record with a key twice, signed": (
         lambda w: _owner_signs(_dup_status(copy.deepcopy(w.first))),
@@ -90,6 +98,15 @@ FORGERIES: dict[str, tuple[Callable[[World], dict[str, Any]], str]] = {
     "events past an older checkpoint": (_older_checkpoint, "outside a tree"),
     "a CRLF note": (_crlf, "U+000D"),
     "a bad signature line before the good one": (_bad_then_good_signature, "bad signature"),
+    "the gate's head on the resumed file": (
+        lambda w: _reseal({**copy.deepcopy(w.resumed), "run_head": w.gated["run_head"]}),
+        "tree of",
+    ),
+    "another run's head": (
+        lambda w: _reseal({**copy.deepcopy(w.again), "run_head": w.second["run_head"]}),
+        "is for run",
+    ),
+    "a head signed by another key": (_head_by_another_key, "not signed by"),
 }
 
 
@@ -109,25 +126,54 @@ def test_a_forged_evidence_file_exits_1_with_a_typed_error(
     assert "OK" not in proc.stdout
 
 
-def test_a_run_cut_back_to_its_gate_is_reported_not_final(
+def test_a_run_cut_back_to_its_gate_is_refused_by_its_head(
     world: World,  # noqa: F811 - the shared fixture
     auditor: CLI,
 ) -> None:
-    """The documented limit, as the auditor sees it: it verifies, and says it is not final."""
-    doc = copy.deepcopy(world.resumed)
-    gate = next(i for i, e in enumerate(doc["events"]) if e["event_type"] == "run_finished")
-    doc = _keep(doc, gate + 1)
-    doc["status"] = "gated"
+    """Cut back with the signed run head kept: exit 1. With the head stripped: it verifies
+    (exit 0) as files without a head always did, says so, and ``--require-head`` refuses it."""
+    doc = _reseal(_cut_to_gate(copy.deepcopy(world.resumed)))
+    (auditor.cwd / "e.json").write_text(json.dumps(doc))
+    out = auditor.json("verify-evidence", "e.json", "--verifier-key", KEY, code=1)
+    assert out["ok"] is False and out["error"]["kind"] == "EvidenceInvalid", out
+    assert "head check failed" in out["error"]["message"]
+    assert "cut back" in out["error"]["message"]
+    proc = auditor.run("verify-evidence", "e.json", "--verifier-key", KEY)
+    assert proc.returncode == 1 and "OK" not in proc.stdout and "Traceback" not in proc.stderr
+
+    doc["run_head"] = None
     (auditor.cwd / "e.json").write_text(json.dumps(_reseal(doc)))
     out = auditor.json("verify-evidence", "e.json", "--verifier-key", KEY)
-    assert (out["ok"], out["status"], out["final"]) == (True, "gated", False)
+    said = (out["ok"], out["status"], out["final"], out["run_head"])
+    assert said == (True, "gated", False, None)
     proc = auditor.run("verify-evidence", "e.json", "--verifier-key", KEY)
-    assert proc.returncode == 0 and "NOT FINAL" in proc.stdout
+    assert proc.returncode == 0 and "NOT FINAL" in proc.stdout and "NO RUN HEAD" in proc.stdout
+    args = ("verify-evidence", "e.json", "--verifier-key", KEY, "--require-head")
+    out = auditor.json(*args, code=1)
+    assert out["error"]["kind"] == "EvidenceInvalid"
+    assert "no signed run head" in out["error"]["message"]
+    proc = auditor.run(*args)
+    assert proc.returncode == 1 and "OK" not in proc.stdout
+
+
+def test_a_genuine_file_reports_its_signed_head(
+    world: World,  # noqa: F811 - the shared fixture
+    auditor: CLI,
+) -> None:
     (auditor.cwd / "e.json").write_text(json.dumps(world.resumed))
-    out = auditor.json("verify-evidence", "e.json", "--verifier-key", KEY)
+    args = ("verify-evidence", "e.json", "--verifier-key", KEY, "--require-head")
+    out = auditor.json(*args)
+    last = world.resumed["events"][-1]
     assert (out["ok"], out["status"], out["final"]) == (True, "completed", True)
-    proc = auditor.run("verify-evidence", "e.json", "--verifier-key", KEY)
-    assert proc.returncode == 0 and "NOT FINAL" not in proc.stdout
+    assert out["run_head"] == {
+        "stream_version": last["stream_version"],
+        "hash": last["hash"],
+        "status": "completed",
+        "tree_size": world.resumed["tree_size"],
+    }
+    proc = auditor.run(*args)
+    assert proc.returncode == 0 and "OK" in proc.stdout
+    assert "NOT FINAL" not in proc.stdout and "NO RUN HEAD" not in proc.stdout
 
 
 # -- verify-proof -----------------------------------------------------------------------------

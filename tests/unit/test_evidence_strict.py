@@ -127,6 +127,11 @@ def test_a_checkpoint_of_another_origin_is_refused_when_one_is_expected(
     doc["checkpoint"] = sign_checkpoint(
         Checkpoint("evil.example/log", cp.size, cp.root), NoteSigner("kit", bytes(32))
     )
+    # The signed run head names the real origin and tree: refused beside another checkpoint.
+    with pytest.raises(EvidenceInvalid) as head:
+        verify_evidence(_reseal(doc), VERIFIER)
+    assert head.value.part == "head"
+    doc["run_head"] = None  # as a file without a head: the origin check alone
     _reseal(doc)
     assert verify_evidence(doc, VERIFIER).origin == "evil.example/log"  # named in the report
     with pytest.raises(EvidenceInvalid) as info:

@@ -774,15 +774,24 @@ def verify_evidence_cmd(
     key: KeyOpt = None,
     verifier_key: VerifierOpt = None,
     origin: OriginOpt = None,
+    require_head: Annotated[
+        bool,
+        typer.Option(
+            "--require-head",
+            help="Refuse (exit 1) a file without a signed run head: its end is then unproven.",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Check a run's evidence file offline, with only the verifier key (no ledger needed).
 
     Checks the integrity hash, the checkpoint signature, every record's BLAKE3 link and the
-    run stream's continuity, every inclusion proof, and that each artifact digest is
-    listed. Exit 1 names what failed; 3 when the file carries no signed checkpoint. A
-    status of running or gated is reported as not final (JSON ``"final": false``): nothing
-    signed says where a run ends, so the file shows the run up to there.
+    run stream's continuity, every inclusion proof, that each artifact digest is listed,
+    and the signed run head: the records end exactly where it says (a run cut back is
+    refused). Exit 1 names what failed; 3 when the file carries no signed checkpoint. A
+    file without a run head (older, or stripped) verifies with ``"run_head": null`` and a
+    warning, unless ``--require-head``. A status of running or gated is reported as not
+    final (JSON ``"final": false``): the run may have gone on after this file's tree.
     """
     from tracebound.export.evidence import verify_evidence  # noqa: PLC0415 - lazy, for startup time
 
@@ -793,7 +802,9 @@ def verify_evidence_cmd(
                 "verify-evidence needs --verifier-key (the ledger's public key): without it "
                 "nothing in the file can be trusted"
             )
-        report = verify_evidence(file, verifier, require_signed=False, origin=origin)
+        report = verify_evidence(
+            file, verifier, require_signed=False, require_head=require_head, origin=origin
+        )
     code = 0 if report.signed else EXIT_INCOMPLETE
     if as_json:
         out = report.as_dict()
@@ -809,9 +820,14 @@ def verify_evidence_cmd(
                 f"(signed tree of {report.tree_size})."
             )
         )
+        if report.run_head is None:
+            # Older files have none, and the unkeyed integrity hash lets anyone strip it
+            # (module docstring of tracebound.export.evidence).
+            console.print(
+                "[yellow]NO RUN HEAD[/]: nothing signed says where the run ends, so a longer "
+                "run cut back to here verifies the same (--require-head refuses such a file)."
+            )
         if not report.final:
-            # Nothing signed says where a run ends: a copy of a longer run cut back to here
-            # verifies the same (module docstring of tracebound.export.evidence).
             console.print(
                 f"[yellow]NOT FINAL[/]: {escape(report.status)} is not how a run ends; the "
                 "file shows the run up to here, and a later copy may hold more of it."

@@ -11,6 +11,7 @@ carries everything a check needs:
   whether each blob was still present when the file was written (blobs may be erased);
 * the newest signed checkpoint (a C2SP signed note) and one RFC 6962 inclusion proof per
   event against it, so the records are shown to be in the signed log;
+* ``run_head``: where the run ends in that checkpoint's tree, signed (below), or null;
 * ``integrity``: SHA-256 over the RFC 8785 form of everything else, which catches
   corruption in transit. It is not a signature: anyone can recompute it. What an attacker
   cannot forge without the key is the checkpoint, and through the proofs every record.
@@ -23,15 +24,28 @@ record holding a key twice could show a first-wins reader one value and the veri
 another, and whoever holds the store files can write such a row before the owner's next
 checkpoint signs it (a checkpoint checks the chain, not the JSON).
 
-Limits, stated plainly: the proofs show that each record is in the signed log, and the
-chain shows that none was removed from the middle of the run. Nothing signed says where a
-run *ends*, so the newest records of a run can be dropped: the SLO alerts a critical
-pipeline records after its ``run_finished``; everything from the ``run_finished`` on, with
-the status relabelled ``running``; and a run resumed after a gate can be cut back to its
-earlier ``run_finished`` (status ``gated``). What is refused is a status the kept records do
-not end with. The report says ``final=False`` for ``running`` and ``gated``, the statuses
-such a cut can produce: they show the run up to there, not how it ended. Only a signed
-per-run head would close that gap.
+What is signed about the run's end: the chain shows that no record was removed from the
+middle of the run, and the proofs that each record is in the signed log, but neither says
+where a run *ends*: a genuine prefix proves just as well. So, when the writer holds the
+signing key, the file carries ``run_head``: a signed note (same key and C2SP note format as
+the checkpoint, a distinct first line, :mod:`tracebound.integrity.run_head`) saying that in
+the checkpoint's tree (origin, size and root) the run's stream ends at this stream version
+and record hash, with this status. The verifier requires the file's records to end exactly
+there, so a run cut back (before its ``run_finished`` and called ``running``; to a resumed
+run's earlier ``gated`` finish; before the SLO alerts a critical pipeline records after its
+``run_finished``) is refused, and so is a head of another run, another origin or another
+checkpoint (one copied from an earlier file of the same run).
+
+Still not proven, by design: freshness. An *older* genuine file of a run (written at its
+gate, say) carries its own older checkpoint and head and verifies, truly, as the run up to
+that tree; ``final`` is False for ``running`` and ``gated`` because the run may have gone on
+since. Judge freshness by the checkpoint's size (and a witness, where there is one).
+
+Files without a head (format ``tracebound-evidence/1``, written before heads existed; a
+ledger holding only the verifier key writes ``run_head`` null) still verify, reported with
+``run_head`` None: their end is unproven. The integrity hash is unkeyed, so anyone can strip a
+head the same way; a verifier that needs the end proven passes ``require_head=True``
+(``verify-evidence --require-head``), which refuses them.
 """
 
 from __future__ import annotations
@@ -66,6 +80,7 @@ from tracebound.integrity.merkle import (
 )
 from tracebound.integrity.nodes import StoredTree
 from tracebound.integrity.note import Checkpoint, SignedNote, open_checkpoint, parse_checkpoint
+from tracebound.integrity.run_head import RunHead, open_run_head, sign_run_head
 from tracebound.integrity.strict_json import loads_strict
 from tracebound.ledger import Ledger
 from tracebound.pipeline.runner import run_stream
@@ -77,6 +92,7 @@ from tracebound.store.keyfile import file_stem
 __all__ = [
     "DEFAULT_EVIDENCE_DIR",
     "FORMAT",
+    "FORMAT_V1",
     "EvidenceInvalid",
     "EvidenceReport",
     "EvidenceWriter",
@@ -87,13 +103,17 @@ __all__ = [
     "write_evidence",
 ]
 
-FORMAT: Final = "tracebound-evidence/1"
+FORMAT: Final = "tracebound-evidence/2"
+"""What this version writes: version 1 plus ``run_head`` (a signed note, or null)."""
+FORMAT_V1: Final = "tracebound-evidence/1"
+"""Written before run heads existed; still verified, and reported with ``run_head`` None."""
 # The members each part of an evidence file has: exactly these. The integrity hash is not a
 # signature, so anything else in the file ("approved_by": ...) would be vouched for by nobody.
-_DOC_MEMBERS: Final = frozenset(
+_DOC_MEMBERS_V1: Final = frozenset(
     {"format", "run_id", "stream_id", "pipeline", "pipeline_type", "critical", "status",
      "events", "artifacts", "checkpoint", "tree_size", "proofs", "integrity"}
 )  # fmt: skip
+_DOC_MEMBERS: Final = {FORMAT_V1: _DOC_MEMBERS_V1, FORMAT: _DOC_MEMBERS_V1 | {"run_head"}}
 _EVENT_MEMBERS: Final = frozenset(
     {"position", "stream_version", "event_type", "prev_hash", "hash", "body"}
 )
@@ -113,7 +133,9 @@ class EvidenceInvalid(IntegrityError):
     ``part`` is one of ``format`` (not an evidence file), ``integrity`` (the integrity hash),
     ``checkpoint`` (signature, or no checkpoint when one is required), ``record`` (a
     record's bytes, hash or fields), ``chain`` (the run stream's links, order or ends),
-    ``proof`` (an inclusion proof) or ``digests`` (the artifact digests listed).
+    ``proof`` (an inclusion proof), ``digests`` (the artifact digests listed) or ``head``
+    (the signed run head: its signature, or the records not ending where it says, or none
+    when one is required).
     """
 
     def __init__(self, part: str, detail: str) -> None:
@@ -139,6 +161,9 @@ class EvidenceReport:
     tree_size: int | None
     root: str | None
     final: bool = True  # False for running or gated: later records may exist (see above)
+    # Where the signed head says the run ends (the file's records end exactly there), or
+    # None: no head (an older writer, no signing key, or stripped), so the end is unproven.
+    run_head: RunHead | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -153,6 +178,14 @@ class EvidenceReport:
             "tree_size": self.tree_size,
             "root": self.root,
             "final": self.final,
+            "run_head": None
+            if self.run_head is None
+            else {
+                "stream_version": self.run_head.stream_version,
+                "hash": self.run_head.hash.hex(),
+                "status": self.run_head.status,
+                "tree_size": self.run_head.tree_size,
+            },
         }
 
 
@@ -165,8 +198,8 @@ def integrity_hash(doc: Mapping[str, Any]) -> str:
 # -- writing ----------------------------------------------------------------------------
 
 
-def _checkpoint_for(ledger: Ledger, newest: int) -> tuple[str, Checkpoint] | None:
-    """The newest checkpoint note, if it covers position ``newest``."""
+def _latest_checkpoint(ledger: Ledger) -> tuple[str, Checkpoint] | None:
+    """The newest checkpoint note and what it says."""
     note = ledger.store.latest_checkpoint()
     if note is None:
         return None
@@ -174,7 +207,22 @@ def _checkpoint_for(ledger: Ledger, newest: int) -> tuple[str, Checkpoint] | Non
         cp = open_checkpoint(note, ledger.verifier)
     else:  # still worth including: the auditor checks the signature with their key
         cp = parse_checkpoint(SignedNote.parse(note).text)
-    return (note, cp) if cp.size >= newest else None
+    return note, cp
+
+
+def _run_head(
+    ledger: Ledger, run_id: str, *, last: RawRecord, status: str, note: str, cp: Checkpoint
+) -> str | None:
+    """The signed run head of a file carrying checkpoint ``note``, when this ledger's signer
+    signed that checkpoint (a head by another key would not verify beside it)."""
+    if ledger.signer is None:
+        return None
+    try:
+        open_checkpoint(note, ledger.signer.verifier)
+    except CheckpointError:  # signed by a key this process does not hold
+        return None
+    head = RunHead(cp.origin, run_id, last.stream_version, last.hash, status, cp.size, cp.root)
+    return sign_run_head(head, ledger.signer)
 
 
 def _artifacts(records: Sequence[tuple[RawRecord, Any]], blobs: BlobStore) -> list[dict[str, Any]]:
@@ -202,13 +250,18 @@ def build_evidence(ledger: Ledger, blobs: BlobStore, run_id: str) -> dict[str, A
     """The evidence document of one run, as JSON-ready data (see the module docstring).
 
     Proofs are included when the newest checkpoint covers the whole run; otherwise the
-    document is unsigned (``checkpoint`` is null) and says so.
+    document is unsigned (``checkpoint`` is null) and says so. With proofs, and the signing
+    key of that checkpoint on the ledger, ``run_head`` is a signed note saying where the run's
+    stream ends in the checkpoint's tree (:mod:`tracebound.integrity.run_head`); else null.
 
     Raises:
         ConfigError: there is no such run.
         LedgerDamaged: the run's chain is broken, or the log is shorter than its checkpoint.
         ProofError: a proof does not verify against the checkpoint (the log was altered).
     """
+    # The checkpoint first, then the records: the log only grows, so every record of the run
+    # inside the checkpoint's tree is read, and a signed head's "ends here" is true of it.
+    latest = _latest_checkpoint(ledger)
     records = read_run_records(ledger.store, run_id)
     started = records[0][1].payload
     if not isinstance(started, RunStarted):
@@ -218,8 +271,9 @@ def build_evidence(ledger: Ledger, blobs: BlobStore, run_id: str) -> dict[str, A
         if isinstance(event.payload, RunFinished):
             status = event.payload.status
     newest = records[-1][0].position
-    signed = _checkpoint_for(ledger, newest)
+    signed = latest if latest is not None and latest[1].size >= newest else None
     proofs: list[dict[str, Any]] = []
+    head: str | None = None
     if signed is not None:
         cp = signed[1]
 
@@ -234,6 +288,7 @@ def build_evidence(ledger: Ledger, blobs: BlobStore, run_id: str) -> dict[str, A
         paths = ledger.checked_proof(build, check)
         for (raw, _), proof in zip(records, paths, strict=True):
             proofs.append({"position": raw.position, "proof": [h.hex() for h in proof]})
+        head = _run_head(ledger, run_id, last=records[-1][0], status=status, note=signed[0], cp=cp)
     doc: dict[str, Any] = {
         "format": FORMAT,
         "run_id": run_id,
@@ -257,6 +312,7 @@ def build_evidence(ledger: Ledger, blobs: BlobStore, run_id: str) -> dict[str, A
         "checkpoint": None if signed is None else signed[0],
         "tree_size": None if signed is None else signed[1].size,
         "proofs": proofs,
+        "run_head": head,
     }
     doc["integrity"] = {**_INTEGRITY, "hash": integrity_hash(doc)}
     return doc
@@ -532,25 +588,75 @@ def _check_proofs(
     return cp
 
 
+def _check_head(
+    note: Any,
+    records: list[_Record],
+    *,
+    run_id: str,
+    status: str,
+    cp: Checkpoint,
+    verifier: NoteVerifier,
+) -> RunHead:
+    """The signed run head: by the checkpoint's key and origin, for this run, bound to this
+    checkpoint, and the file's records end exactly where it says."""
+    if not isinstance(note, str):
+        raise EvidenceInvalid("head", "'run_head' is not a signed note")
+    try:
+        head = open_run_head(note, verifier, origin=cp.origin)
+    except CheckpointError as exc:  # SignatureInvalid included
+        raise EvidenceInvalid("head", f"run head: {exc}") from exc
+    if head.run_id != run_id:
+        raise EvidenceInvalid("head", f"the run head is for run {head.run_id!r:.80}, not this one")
+    if (head.tree_size, head.root) != (cp.size, cp.root):
+        raise EvidenceInvalid(
+            "head",
+            f"the run head is for a tree of {head.tree_size}, not the checkpoint's {cp.size}: "
+            "it was signed beside another checkpoint",
+        )
+    last = records[-1]
+    if (head.stream_version, head.hash) != (last.version, last.hash):
+        raise EvidenceInvalid(
+            "head",
+            f"the signed run head says the run's stream ends at version {head.stream_version} "
+            f"in a tree of {cp.size}, but the records end at version {last.version}: the run "
+            "was cut back or added to",
+        )
+    if head.status != status:
+        raise EvidenceInvalid(
+            "head", f"the signed run head says {head.status!r}, the file says {status!r}"
+        )
+    return head
+
+
 def verify_evidence(
     source: Path | str | Mapping[str, Any],
     verifier: NoteVerifier,
     *,
     require_signed: bool = True,
+    require_head: bool = False,
     origin: str | None = None,
 ) -> EvidenceReport:
     """Check an evidence file offline: no ledger, no blobs, only the verifier key.
 
     Checks, in order: the format, the integrity hash, each record's BLAKE3 link and fields,
-    the run stream's continuity from genesis to its end, the listed digests, then the
-    checkpoint's signature and every inclusion proof against it. The report's ``final`` is
-    False for ``running`` and ``gated``: nothing signed says where a run ends, so such a file
-    shows the run up to there (a longer run cut back to it verifies the same).
+    the run stream's continuity from genesis to its end, the listed digests, the
+    checkpoint's signature and every inclusion proof against it, then the signed run head:
+    same key and origin as the checkpoint, this run, bound to this checkpoint's tree, and the
+    records end exactly at its stream version and hash, with its status. A file cut back to
+    a genuine earlier record is refused by the head.
+
+    A signed file without a run head (written before heads existed, by a ledger with only a
+    verifier key, or with the head stripped: the integrity hash is unkeyed, so anyone can
+    remove it) still verifies as before, and the report says ``run_head=None``: its end is
+    unproven. ``final`` is False for ``running`` and ``gated`` either way: the run may have
+    gone on after the tree the file is checked against.
 
     Args:
         require_signed: refuse evidence without a checkpoint (written before any signing
             key existed). With False, such evidence passes every other check and the
             report says ``signed=False``.
+        require_head: refuse evidence without a signed run head, so that where the run ends
+            is proven (implies a checkpoint). Without it, a missing head is reported only.
         origin: When given, the checkpoint must name this log (one key may sign several).
 
     Raises:
@@ -558,9 +664,12 @@ def verify_evidence(
         ConfigError: the file cannot be read.
     """
     doc = _load(source)
-    if doc.get("format") != FORMAT:
+    fmt = doc.get("format")
+    if not isinstance(fmt, str) or fmt not in _DOC_MEMBERS:
         raise EvidenceInvalid("format", f"not a tracebound evidence file ({FORMAT})")
-    _members(doc, _DOC_MEMBERS, "format", "the evidence file")
+    _members(doc, _DOC_MEMBERS[fmt], "format", "the evidence file")
+    if fmt == FORMAT and "run_head" not in doc:
+        raise EvidenceInvalid("format", f"a {FORMAT} file has 'run_head' (a note, or null)")
     integrity = _field(doc, "integrity", dict, "integrity")
     try:
         expected = integrity_hash(doc)
@@ -589,6 +698,19 @@ def verify_evidence(
         raise EvidenceInvalid(
             "format", "an unsigned file has 'checkpoint' and 'tree_size' null and 'proofs' []"
         )
+    head: RunHead | None = None
+    if doc.get("run_head") is not None:
+        if cp is None:
+            raise EvidenceInvalid("head", "a run head without a checkpoint to bind it to")
+        head = _check_head(
+            doc["run_head"], records, run_id=run_id, status=status, cp=cp, verifier=verifier
+        )
+    elif require_head:
+        raise EvidenceInvalid(
+            "head",
+            "the evidence carries no signed run head, so nothing signed says where the run "
+            "ends (written by an older version or without the signing key, or stripped)",
+        )
     return EvidenceReport(
         run_id=run_id,
         pipeline=str(doc.get("pipeline")),
@@ -600,4 +722,5 @@ def verify_evidence(
         tree_size=None if cp is None else cp.size,
         root=None if cp is None else cp.root.hex(),
         final=status in _FINAL_STATUSES,
+        run_head=head,
     )

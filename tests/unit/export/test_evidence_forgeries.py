@@ -17,9 +17,11 @@ Review findings (security review of the offline verifiers):
 * an unsigned file with ``"proofs": {}`` (or ``0``, ``false``) or without ``tree_size`` and
   ``proofs`` at all passed ``require_signed=False``; ``tree_size: true`` passed for a tree of
   one event (``True == 1``);
-* a finished run cut back before its ``run_finished`` and relabelled ``running`` passes, and
-  so does a resumed run cut back to its ``gated`` finish: no signed statement says where a
-  run ends. Kept as strict xfails; the report now says such a status is not final.
+* a finished run cut back before its ``run_finished`` and relabelled ``running`` passed, and
+  so did a resumed run cut back to its ``gated`` finish: no signed statement said where a
+  run ends. Closed by the signed run head (tests/unit/export/test_evidence_run_head.py);
+  with the head stripped they still verify, reported ``run_head=None`` and not final, and
+  ``require_head=True`` refuses them.
 """
 
 from __future__ import annotations
@@ -268,45 +270,47 @@ def test_events_beyond_an_older_checkpoint_are_refused(world: World) -> None:
     assert "outside a tree" in message
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=pytest.fail.Exception,  # "DID NOT RAISE": accepted, not refused for another reason
-    reason="no signed per-run head: a finished run cut back before its run_finished and "
-    "called 'running' is a genuine prefix proven against a genuine checkpoint; the report "
-    "says final=False (see test_a_status_that_is_not_final_is_reported_so)",
-)
-def test_a_finished_run_cut_back_to_running_is_refused(world: World) -> None:
-    doc = copy.deepcopy(world.first)
+def _cut_to_running(doc: dict[str, Any]) -> dict[str, Any]:
+    """A finished run cut back before its run_finished and called running (not resealed)."""
     end = next(i for i, e in enumerate(doc["events"]) if e["event_type"] == "run_finished")
     doc = _keep(doc, end)
     doc["status"] = "running"
-    _rejects(_reseal(doc), "chain")
+    return doc
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=pytest.fail.Exception,  # "DID NOT RAISE": accepted, not refused for another reason
-    reason="documented limit (no signed per-run head): a resumed run cut back to its first "
-    "run_finished (gated) is a genuine prefix; the report says final=False",
-)
-def test_a_resumed_run_cut_back_to_its_gate_is_refused(world: World) -> None:
-    doc = copy.deepcopy(world.resumed)
+def _cut_to_gate(doc: dict[str, Any]) -> dict[str, Any]:
+    """A resumed run cut back to its first run_finished, gated (not resealed)."""
     gate = next(i for i, e in enumerate(doc["events"]) if e["event_type"] == "run_finished")
     doc = _keep(doc, gate + 1)
     doc["status"] = "gated"
-    _rejects(_reseal(doc), "chain")
+    return doc
+
+
+def test_a_finished_run_cut_back_to_running_is_refused(world: World) -> None:
+    """Was a strict xfail (accepted): the signed run head says the stream ends later."""
+    message = _rejects(_reseal(_cut_to_running(copy.deepcopy(world.first))), "head")
+    assert "cut back" in message
+
+
+def test_a_resumed_run_cut_back_to_its_gate_is_refused(world: World) -> None:
+    """Was a strict xfail (accepted): the signed run head says the stream ends later."""
+    message = _rejects(_reseal(_cut_to_gate(copy.deepcopy(world.resumed))), "head")
+    assert "cut back" in message
 
 
 def test_a_status_that_is_not_final_is_reported_so(world: World) -> None:
-    """What the verifier can say about the two cuts above: not where the run ended."""
+    """The cuts above with the head stripped (the integrity hash is unkeyed): they verify,
+    as files without a head did, reported not final and with no run head; a verifier that
+    wants the end proven asks for the head."""
     assert verify_evidence(copy.deepcopy(world.resumed), VERIFIER).final
     assert not verify_evidence(copy.deepcopy(world.gated), VERIFIER).final
-    doc = copy.deepcopy(world.resumed)
-    gate = next(i for i, e in enumerate(doc["events"]) if e["event_type"] == "run_finished")
-    doc = _keep(doc, gate + 1)
-    doc["status"] = "gated"
-    report = verify_evidence(_reseal(doc), VERIFIER)
-    assert (report.status, report.final, report.as_dict()["final"]) == ("gated", False, False)
+    for cut in (_cut_to_gate(copy.deepcopy(world.resumed)),
+                _cut_to_running(copy.deepcopy(world.first))):  # fmt: skip
+        cut["run_head"] = None
+        report = verify_evidence(_reseal(cut), VERIFIER)
+        assert not report.final and report.run_head is None
+        assert report.as_dict()["final"] is False and report.as_dict()["run_head"] is None
+        assert "no signed run head" in _rejects(cut, "head", require_head=True)
 
 
 def test_a_status_the_events_do_not_support_is_refused(world: World) -> None:
