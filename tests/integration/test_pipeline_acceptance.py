@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.integration.pipeline_kit import SECRET, Kit, diff, tpc
-from tracebound.errors import ValidationFailed
+from tracebound.errors import PolicyError, ValidationFailed
 from tracebound.events.catalog import (
     ApprovalRecorded,
     BlameAssigned,
@@ -185,8 +185,11 @@ def test_rejected_gate_ends_the_run(kit: Kit) -> None:
     applied: list[tuple[str, ...]] = []
     first = kit.runner().run(gated_pipeline(applied), {})
     runner = kit.runner()
+    with pytest.raises(PolicyError, match="rejecting needs a CODEOWNERS file"):
+        approve(runner.ledger, RunId(first.run_id), StepId("execute"), "bob",
+                codeowners=None, decision="rejected")  # fmt: skip
     approve(runner.ledger, RunId(first.run_id), StepId("execute"), "bob",
-            codeowners=None, decision="rejected")  # fmt: skip
+            codeowners=runner.codeowners, decision="rejected")  # fmt: skip
     done = runner.resume(gated_pipeline(applied), first.run_id)
     assert done.status == "rejected" and applied == []
     finished = payloads(kit, done, RunFinished)[-1]

@@ -282,7 +282,7 @@ def runs(
 # -- approve / reject ----------------------------------------------------------------------
 
 
-def _decide(
+def _record_decision(
     decision: str,
     run: str,
     step: str,
@@ -301,9 +301,9 @@ def _decide(
         assert owners is not None
         ledger = config.open_ledger()
         try:
-            gate = _gate(ledger, run, step)
-            # Rejecting is an owner's call too; a repository-wide gate's, a default owner's.
-            owners.check_approver(name, gate.paths, repository_wide=gate.repository_wide)
+            _gate(ledger, run, step)  # for its errors: no such run, or the step is not gated
+            # approve checks the name against CODEOWNERS for either decision, and re-judges
+            # if another decision races this one.
             record = approve(
                 ledger,
                 RunId(run),
@@ -373,7 +373,9 @@ def approve_cmd(
     the time are recorded in the run's ledger stream; the run continues with
     `tracebound resume RUN`.
     """
-    _decide("approve", run, step, name, store=store, codeowners=codeowners, as_json=as_json)
+    _record_decision(
+        "approve", run, step, name, store=store, codeowners=codeowners, as_json=as_json
+    )
 
 
 def reject_cmd(
@@ -385,7 +387,7 @@ def reject_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Reject a gated step as NAME (a CODEOWNER of its paths); `resume` then ends the run."""
-    _decide("reject", run, step, name, store=store, codeowners=codeowners, as_json=as_json)
+    _record_decision("reject", run, step, name, store=store, codeowners=codeowners, as_json=as_json)
 
 
 # -- resume --------------------------------------------------------------------------------

@@ -798,18 +798,21 @@ def _name_value_pairs(kind: Literal["auth", "secret"]) -> Callable[[str], Iterat
     under that key in a structure (placeholders, literals and masks do not).
     """
 
-    def pairs(text: str) -> Iterator[tuple[str, Span]]:
-        yield from _pair_walk(text, kind)
+    def pairs(text: str) -> Iterator[tuple[str, Span, bool]]:
+        """``(name, value span, from a query string)``."""
+        for name, span in _pair_walk(text, kind):
+            yield name, span, False
         for match in _PAIR_BLOCK.finditer(text):
             if len(match["indent"]) != len(match["lead"]):
                 continue
             if _pair_field_ok(text, match.start("kw"), match["nq"]):
-                yield match["name"], _block_value(text, match.end())
+                yield match["name"], _block_value(text, match.end()), False
         if "=" in text:
-            yield from _query_pairs(text)
+            for name, span in _query_pairs(text):
+                yield name, span, True
 
     def find(text: str) -> Iterator[Span]:
-        for name, span in pairs(text):
+        for name, span, from_query in pairs(text):
             if span[1] <= span[0] or _pair_kind(name) != kind:
                 continue
             value = text[span[0] : span[1]]
@@ -817,15 +820,19 @@ def _name_value_pairs(kind: Literal["auth", "secret"]) -> Callable[[str], Iterat
                 credential = auth_credential(value)
                 if credential is not None:
                     yield span[0] + credential[0], span[0] + credential[1]
-            elif plausible_secret_value(_query_unescaped(value), name, quoted=True, op="="):
+            # Only a query string's value is percent-encoded: in JSON, YAML or Python text
+            # `%24Xy9...` is the secret as written, not a `$` placeholder.
+            elif plausible_secret_value(
+                _query_unescaped(value) if from_query else value, name, quoted=True, op="="
+            ):
                 yield span
 
     return find
 
 
 def _query_unescaped(value: str) -> str:
-    # ``%24%7BDB%7D`` is ``${DB}``, a placeholder, wherever the value came from: judged
-    # as decoded (the redaction still covers the value as written).
+    # In a query string ``%24%7BDB%7D`` is ``${DB}``, a placeholder: judged as decoded (the
+    # redaction still covers the value as written).
     return urllib.parse.unquote_plus(value) if "%" in value else value
 
 

@@ -1140,15 +1140,13 @@ def _decide(
         raise ConfigError(f"step {step_id!r} of run {run_id!r} is not waiting for approval")
     if decided is not None:
         raise ConfigError(f"{step_id} in run {run_id} was already {decided.decision}")
-    if decision == "approved":
-        if codeowners is None:
-            raise PolicyError("approving needs a CODEOWNERS file: nobody else may lift a gate")
-        codeowners.check_approver(approver, gate.paths, repository_wide=gate.repository_wide)
-    elif codeowners is not None:
-        # Rejecting is an owner's call too (docs/pipeline.md; the CLI checked it, the library
-        # did not), and the check keeps the recorded name one of CODEOWNERS' names: this
-        # function has no redactor, so an unchecked name (a pasted token) went to the ledger.
-        codeowners.check_approver(approver, gate.paths, repository_wide=gate.repository_wide)
+    # Rejecting is an owner's call too (docs/pipeline.md), and the check keeps the recorded
+    # name one of CODEOWNERS' names: this function has no redactor, so an unchecked name (a
+    # pasted token) would go to the ledger as it is.
+    if codeowners is None:
+        doing = "approving" if decision == "approved" else "rejecting"
+        raise PolicyError(f"{doing} needs a CODEOWNERS file: a gate is decided by its owners")
+    codeowners.check_approver(approver, gate.paths, repository_wide=gate.repository_wide)
     record = ApprovalRecorded(
         run_id=run_id,
         step_id=step_id,

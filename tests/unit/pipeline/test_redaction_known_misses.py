@@ -427,3 +427,19 @@ def test_counting_pattern_counts() -> None:
     assert [m.group() for m in counter.finditer("aa b a")] == ["aa", "a"]
     assert counter.match("aaa", 1) is not None
     assert counter.work >= 2
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"ParameterKey": "DbPassword", "ParameterValue": "%24Xy9kLm2pQ7wZ"}',
+        '{"name": "api_token", "value": "%7Bq8Zr4Lp%7D"}',
+        '{"Name": "DB_PASSWORD", "Value": "%3Cxk92LmPq%3E"}',
+    ],
+)
+def test_a_percent_sign_outside_a_query_string_is_the_secret_as_written(text: str) -> None:
+    """Only a query string's values are percent-decoded before they are judged: in JSON,
+    `%24Xy9...` is not the placeholder `$Xy9...` (review: kept in clear for a while)."""
+    out = Redactor(b"test-redaction-key-0123").redact_text(text).value
+    assert out != text
+    assert "Xy9kLm2pQ7wZ" not in out and "q8Zr4Lp" not in out and "xk92LmPq" not in out

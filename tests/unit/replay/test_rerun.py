@@ -90,7 +90,7 @@ def test_a_rejected_run_reruns_to_the_same_end(tmp_path: Path) -> None:
     runner = rp.make_runner(tmp_path)
     first = runner.run(rp.gated, {})
     approve(runner.ledger, RunId(first.run_id), StepId("execute"), "bob",
-            codeowners=None, decision="rejected")  # fmt: skip
+            codeowners=runner.codeowners, decision="rejected")  # fmt: skip
     runner.resume(rp.gated, first.run_id)
     report = _rerun(runner, first.run_id)
     assert report.identical and report.rerun_status == "rejected"

@@ -30,12 +30,13 @@ But the remediation still ends on the record. If the loop raises between two att
 after ``RetryRequested`` for attempt N and before attempt N+1 is anchored (in the tier
 before its first event, in the loop's clock...), attempt N, the last attempt made, gets
 ``AttemptRefused(cause="not_retryable")`` with a ``reason`` of ``<kind> (<type>) before
-attempt N+1 was anchored: the retry requested after attempt N was not made`` (``kind``:
-``interrupted``, ``tier_error`` for ``PlanningFailed``, else ``error``), unless it has its
-refusal already; then the original error is re-raised unchanged. So a remediation that
-stops without a passing attempt ends with one ``AttemptRefused`` (a write that fails is
-noted on the error), never on a retry request that nothing followed. A run stopped before
-attempt 0 was anchored asked for nothing and writes nothing.
+attempt N+1 was anchored: the retry requested after attempt N was not made; the loop
+stopped`` (``kind``: ``interrupted``, ``tier_error`` for ``PlanningFailed``, else
+``error``), unless it has its refusal already; then the original error is re-raised
+unchanged. So a remediation that stops without a passing attempt ends with one
+``AttemptRefused`` (a write that fails is noted on the error), never on a retry request
+that nothing followed. A run stopped before attempt 0 was anchored asked for nothing and
+writes nothing.
 
 If ``FallbackTier.run`` returned and the loop itself then raises (an interrupt, or a failure
 of its own bookkeeping: the attempts log, the cost row, the retry request...), the attempt
