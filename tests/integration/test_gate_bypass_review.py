@@ -15,16 +15,14 @@ pin that limit (and a few others) as they stand, so a change to them is a visibl
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.integration.pipeline_kit import POLICY, SECRET, Kit, diff, tpc
+from tests.integration.test_cli_runs import Shell
 from tracebound import FixedClock, Ledger, SequentialIds, SQLiteStore
 from tracebound.errors import ConfigError, IntegrityError
 from tracebound.events.catalog import (
@@ -577,31 +575,6 @@ def test_a_rejected_artifacts_secret_never_reaches_the_ledger_or_its_blobs(kit: 
 
 
 # -- 7. the CLI: who `--as` is, and which CODEOWNERS file is read ---------------------------
-
-
-class Shell:
-    """`tracebound` as a user runs it, in a working directory with HOME in tmp."""
-
-    def __init__(self, tmp_path: Path) -> None:
-        self.cwd = tmp_path / "work"
-        self.cwd.mkdir()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEBOUND_")}
-        env["HOME"] = str(tmp_path / "home")
-        env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(ROOT / "src")])
-        env["COLUMNS"] = "200"
-        self.env = env
-
-    def run(self, *args: str, code: int | None = 0) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(
-            [sys.executable, *args], cwd=self.cwd, env=self.env, capture_output=True,
-            text=True, timeout=180, check=False,
-        )  # fmt: skip
-        if code is not None:
-            assert proc.returncode == code, (args, proc.returncode, proc.stdout, proc.stderr)
-        return proc
-
-    def tb(self, *args: str, code: int | None = 0) -> subprocess.CompletedProcess[str]:
-        return self.run("-m", "tracebound", *args, code=code)
 
 
 @pytest.fixture
