@@ -452,36 +452,22 @@ def key_kind(key: str) -> Literal["auth", "basic", "secret"] | None:
 _USER_PASSWORD = re.compile(r"[^\s:]{1,256}:\S")
 _BASE64_VALUE = re.compile(r"[A-Za-z0-9+/]{4,}={0,2}")
 _BASIC_SCHEME = re.compile(r"(?i:basic)[ \t]+")  # ``"auth": "Basic dXNlcjpw…"``
-# OAuth scopes as GitHub, Slack and Atlassian write them: lower-case words (with ``_.-``)
-# joined by colons, in a list separated by spaces or commas (``read:user repo:status``,
-# ``chat:write.public``, ``read:jira-work``). Under a key that ends in ``oauth`` this is
-# what ``x:y`` is; a password there (an OAuth client's secret) is random, so it has a
-# capital, a digit or another symbol. The character classes exclude ``:`` and the
-# separators, so each string splits one way only: a match is linear.
-_SCOPE_WORD = r"[a-z][a-z_.\-]*(?::[a-z][a-z_.\-]*)*"
-_SCOPE_LIST = re.compile(rf"{_SCOPE_WORD}(?:[ ,]+{_SCOPE_WORD})*")
 
 
-def oauth_key(key: str) -> bool:
-    """Whether a key names an OAuth setting (``oauth``, ``github_oauth``), where a value
-    of the form ``x:y`` is mostly a scope, not ``user:password`` as under Docker's and
-    npm's ``auth``."""
-    return fold_case(key).endswith("oauth")
+def user_password(decoded: str | None) -> bool:
+    """Whether decoded base64 is one ``user:password`` (see :data:`_USER_PASSWORD`).
+
+    Under any key ending in ``auth``, ``oauth`` included: base64 of an OAuth scope list
+    (``read:user``) reads as ``user:password`` and is redacted too. Failing closed costs a
+    scope list's readability; an exception for lower-case ``word:word`` would let
+    ``admin:supersecretpassword`` through (review, session 12)."""
+    return decoded is not None and _USER_PASSWORD.match(decoded) is not None
 
 
-def user_password(decoded: str | None, *, oauth: bool = False) -> bool:
-    """Whether decoded base64 is one ``user:password`` (see :data:`_USER_PASSWORD`); under
-    an OAuth key (:func:`oauth_key`), a scope list is not one."""
-    if decoded is None or _USER_PASSWORD.match(decoded) is None:
-        return False
-    return not (oauth and _SCOPE_LIST.fullmatch(decoded) is not None)
-
-
-def basic_credential(value: str, *, oauth: bool = False) -> Span | None:
+def basic_credential(value: str) -> Span | None:
     """The span of ``value`` that is base64 of ``user:password``, if it is one (the
     whole value less surrounding whitespace and a ``Basic`` scheme, on one line or wrapped
-    in lines as ``base64`` and MIME write it); None otherwise. ``oauth``: the value is
-    under an OAuth key (:func:`oauth_key`), where scope lists are not credentials."""
+    in lines as ``base64`` and MIME write it); None otherwise."""
     start = len(value) - len(value.lstrip())
     token = value.strip()
     scheme = _BASIC_SCHEME.match(token)
@@ -491,7 +477,7 @@ def basic_credential(value: str, *, oauth: bool = False) -> Span | None:
     joined = token if _BASE64_VALUE.fullmatch(token) else unwrap_base64(token)
     if joined is None or _BASE64_VALUE.fullmatch(joined) is None:
         return None
-    if not user_password(decode_base64(joined), oauth=oauth):
+    if not user_password(decode_base64(joined)):
         return None
     return start, start + len(token)
 
@@ -558,14 +544,12 @@ AUTH_BASE64_HINT = r"""(?i:auth)["']?[ \t]*[:=]"""
 def _auth_base64_credentials(text: str) -> Iterator[Span]:
     for match in _AUTH_BASE64.finditer(text):
         start, end = match.span("v")
-        # The key ends at the match's start: ``oauth`` if an ``o`` stands before ``auth``.
-        oauth = fold_case(text[max(0, match.start() - 1) : match.start()]) == "o"
         # Wrapped in lines, the credential goes on after the first (whose decoded text may
         # not even hold the colon yet): the block is taken whole.
         block = wrapped_base64(text, start, end)
-        if block is not None and user_password(decode_base64(block[1]), oauth=oauth):
+        if block is not None and user_password(decode_base64(block[1])):
             yield start, block[0]
-        elif basic_credential(text[start:end], oauth=oauth) is not None:
+        elif basic_credential(text[start:end]) is not None:
             yield start, end
 
 

@@ -64,7 +64,6 @@ from tracebound.pipeline._redaction_detectors import (
     basic_credential,
     key_kind,
     may_match,
-    oauth_key,
     plausible_secret_value,
 )
 
@@ -761,8 +760,7 @@ def _key_hint_hits(text: str, key: str) -> list[tuple[int, int, Detector]]:
         credential = auth_credential(text)
         return [] if credential is None else [(*credential, _AUTH_HINT_DETECTOR)]
     if kind == "basic":
-        # Under an OAuth key (``github_oauth``), base64 of ``read:user`` is a scope list.
-        credential = basic_credential(text, oauth=oauth_key(key))
+        credential = basic_credential(text)
         return [] if credential is None else [(*credential, _BASIC_HINT_DETECTOR)]
     if plausible_secret_value(text, key, quoted=True, op="="):
         return [(0, len(text), _KEY_HINT_DETECTOR)]
