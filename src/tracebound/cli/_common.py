@@ -89,6 +89,16 @@ WitnessOpt = Annotated[
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document for scripts.")]
+RedactionKeyOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--redaction-key",
+        envvar="TRACEBOUND_REDACTION_KEY",
+        help="Redaction HMAC key (32 bytes, created on first use). "
+        "Default: ~/.config/tracebound/keys/redaction.key",
+        show_default=False,
+    ),
+]
 OriginOpt = Annotated[
     str | None,
     typer.Option(

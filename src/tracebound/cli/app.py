@@ -6,11 +6,12 @@ import io
 import json
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from datetime import datetime
 from importlib import metadata
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TextIO
 
 import orjson
 import typer
@@ -28,6 +29,7 @@ from tracebound.cli._common import (
     JsonOpt,
     KeyOpt,
     OriginOpt,
+    RedactionKeyOpt,
     StoreOpt,
     VerifierOpt,
     WitnessOpt,
@@ -81,6 +83,9 @@ from tracebound.store.port import AppendRequest, LedgerStore
 from tracebound.store.url import open_store
 from tracebound.store.witness import bind_store, binding_path, store_identity
 from tracebound.system import RandomIds, SystemClock
+
+if TYPE_CHECKING:
+    from tracebound.pipeline.redaction import Redactor
 
 
 class _Root(RootGroup):
@@ -330,7 +335,9 @@ def keys_show(
 # -- writing ------------------------------------------------------------------------------
 
 
-def _parse_line(number: int, line: str, clock: SystemClock, ids: RandomIds) -> AppendRequest:
+def _parse_line(
+    number: int, line: str, clock: SystemClock, ids: RandomIds, redaction: _Redaction | None
+) -> AppendRequest:
     try:
         data = json.loads(line)
     except json.JSONDecodeError as exc:
@@ -366,6 +373,8 @@ def _parse_line(number: int, line: str, clock: SystemClock, ids: RandomIds) -> A
     if not isinstance(payload, dict):
         raise ConfigError(f"line {number}: `payload` must be an object")
     kind = payload.get("kind", data.get("event_type"))
+    if redaction is not None:
+        payload = redaction.scrub(payload)
     try:
         event = Event.model_validate(
             {
@@ -386,31 +395,51 @@ def _parse_line(number: int, line: str, clock: SystemClock, ids: RandomIds) -> A
     return AppendRequest(StreamId(stream_id), [event], expected)
 
 
-def _read_requests(source: TextIO) -> tuple[list[int], list[AppendRequest]]:
+class _Redaction:
+    """`append`'s redaction of each payload before it is validated and written, as the
+    runner redacts what a step hands on: a secret piped in is never hashed into the log."""
+
+    def __init__(self, redactor: Redactor) -> None:
+        self.redactor = redactor
+        self.found: Counter[str] = Counter()
+
+    def scrub(self, payload: dict[str, Any]) -> dict[str, Any]:
+        kind = payload.get("kind")
+        result = self.redactor.redact({k: v for k, v in payload.items() if k != "kind"})
+        self.found.update(r.detector for r in result.redactions)
+        scrubbed: dict[str, Any] = result.value
+        return scrubbed if kind is None else {"kind": kind, **scrubbed}
+
+
+def _read_requests(
+    source: TextIO, redaction: _Redaction | None
+) -> tuple[list[int], list[AppendRequest]]:
     """The requests of the non-blank lines, and the number of the line each came from."""
     clock, ids = SystemClock(), RandomIds()
     numbers, requests = [], []
     for number, line in enumerate(source, start=1):
         if line.strip():
             numbers.append(number)
-            requests.append(_parse_line(number, line, clock, ids))
+            requests.append(_parse_line(number, line, clock, ids, redaction))
     return numbers, requests
 
 
-def _read_input(file: Path | None) -> tuple[list[int], list[AppendRequest]]:
+def _read_input(
+    file: Path | None, redaction: _Redaction | None
+) -> tuple[list[int], list[AppendRequest]]:
     """The requests of `append`'s FILE, or of stdin when it is omitted or `-`."""
     stdin = file is None or str(file) == "-"
     try:
         if file is not None and not stdin:
             with file.open(encoding="utf-8-sig") as fh:
-                return _read_requests(fh)
+                return _read_requests(fh, redaction)
         if sys.stdin.isatty():  # else a bare `tracebound append` just seems to hang
             err_console.print("Reading JSON lines from stdin; end with Ctrl-D.")
         # Strict UTF-8, as for a file: the locale's decoder would let bytes that are not
         # UTF-8 through as lone surrogates. utf-8-sig: a leading BOM is skipped.
         source = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8-sig")
         try:
-            return _read_requests(source)
+            return _read_requests(source, redaction)
         finally:
             source.detach()  # closing the wrapper would close stdin
     except UnicodeDecodeError as exc:
@@ -472,19 +501,36 @@ def append(
         typer.Argument(help="JSON-lines file of events; `-` or omitted reads stdin."),
     ] = None,
     store: StoreOpt = None,
+    redaction_key: RedactionKeyOpt = None,
+    no_redact: Annotated[
+        bool,
+        typer.Option(
+            "--no-redact",
+            help="Write payloads as given, for input already redacted (a secret in it "
+            "is then hashed into the log for good).",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Append events given as JSON lines.
 
     Each line: {"stream_id": "run-1", "payload": {"kind": "cost_incurred", ...}} with optional
-    workflow_id, correlation_id, event_id, timestamp and expected_version. All lines are
-    validated before anything is written; a bad line writes nothing.
+    workflow_id, correlation_id, event_id, timestamp and expected_version. Secrets and
+    personal data in each payload are redacted first (docs/redaction.md), with the
+    redaction key (created on first use). All lines are validated before anything is
+    written; a bad line writes nothing.
     """
     with handled(as_json):
         backend = open_store(store)  # first: no waiting for stdin to learn there is no ledger
         recorded: list[RecordedEvent] = []
+        redaction = None
         try:
-            numbers, requests = _read_input(file)
+            if not no_redact:
+                from tracebound.pipeline.config import RunnerConfig  # noqa: PLC0415 - startup
+
+                config = RunnerConfig(store=store, redaction_key=redaction_key)
+                redaction = _Redaction(config.redactor())
+            numbers, requests = _read_input(file, redaction)
             _check_expected_versions(backend, numbers, requests, as_json)
             with progress_bar("appending", enabled=not as_json) as update:
                 for i in range(0, len(requests), _APPEND_BATCH):
@@ -499,15 +545,25 @@ def append(
             backend.close()
     first = recorded[0].position if recorded else None
     last = recorded[-1].position if recorded else None
+    redacted = {} if redaction is None else dict(sorted(redaction.found.items()))
     if as_json:
         emit_json(
-            {"ok": True, "appended": len(recorded), "first_position": first, "last_position": last}
+            {
+                "ok": True,
+                "appended": len(recorded),
+                "first_position": first,
+                "last_position": last,
+                "redacted": redacted,
+            }
         )
     else:
         console.print(
             f"Appended {len(recorded)} event(s)"
             + (f", positions {first}..{last}" if recorded else "")
         )
+        if redacted:
+            said = ", ".join(f"{name} {n}" for name, n in redacted.items())
+            console.print(f"Redacted before writing: {said}")
 
 
 # -- reading ------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from tracebound.cli._common import (
     JsonOpt,
     KeyOpt,
     OriginOpt,
+    RedactionKeyOpt,
     StoreOpt,
     VerifierOpt,
     WitnessOpt,
@@ -86,16 +87,6 @@ BlobsOpt = Annotated[
         envvar="TRACEBOUND_BLOBS",
         help="Keep blobs as files in this directory. Default: inside a SQLite ledger's "
         "own file; <store dir>/blobs for a JSONL ledger",
-        show_default=False,
-    ),
-]
-RedactionKeyOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--redaction-key",
-        envvar="TRACEBOUND_REDACTION_KEY",
-        help="Redaction HMAC key (32 bytes, created on first use). "
-        "Default: ~/.config/tracebound/keys/redaction.key",
         show_default=False,
     ),
 ]
