@@ -26,10 +26,8 @@ from multiprocessing import get_context
 from typing import Any, Final, TypeVar, overload
 from uuid import UUID
 
-from tracebound.canonical import canonical_bytes
 from tracebound.errors import (
     BundleFieldMismatch,
-    CanonicalizationError,
     CheckpointError,
     ConfigError,
     DamageKind,
@@ -60,7 +58,7 @@ from tracebound.integrity.note import (
     open_checkpoint,
     sign_checkpoint,
 )
-from tracebound.integrity.strict_json import loads_strict
+from tracebound.integrity.strict_json import loads_canonical_record, loads_strict
 from tracebound.integrity.verify import (
     ChunkResult,
     ChunkVerifier,
@@ -427,21 +425,12 @@ def _check_bundle_fields(bundle: InclusionBundle) -> None:
     """The fields a bundle states beside its record must be the record's own: only the
     record is hashed, so a copy that differs was edited (a proof of one stream's event
     relabelled as another's)."""
-    # Strictly, and only in the canonical form the ledger writes: hashed bytes with a key
-    # twice ("stream_id" once for another stream, then for this one) would show a
-    # first-wins reader another record than the one checked here.
+    # Read as only the ledger writes it: hashed bytes with a key twice ("stream_id" once for
+    # another stream, then for this one) would show a first-wins reader another record.
     try:
-        record = loads_strict(bundle.body)
+        record = loads_canonical_record(bundle.body)
     except ValueError as exc:
-        raise ProofError(f"the hashed record is not plain JSON: {exc}") from exc
-    if not isinstance(record, dict):
-        raise ProofError("the hashed record is not a JSON object")
-    try:
-        canonical = canonical_bytes(record) == bundle.body
-    except CanonicalizationError:
-        canonical = False
-    if not canonical:
-        raise ProofError("the hashed record is not in the canonical form the ledger writes")
+        raise ProofError(f"the hashed record is {exc}") from exc
     stated: tuple[tuple[str, object], ...] = (
         ("position", bundle.position),
         ("stream_id", bundle.stream_id),

@@ -6,7 +6,6 @@ import io
 import json
 import sys
 import time
-from collections import Counter
 from collections.abc import Iterator
 from datetime import datetime
 from importlib import metadata
@@ -336,7 +335,7 @@ def keys_show(
 
 
 def _parse_line(
-    number: int, line: str, clock: SystemClock, ids: RandomIds, redaction: _Redaction | None
+    number: int, line: str, clock: SystemClock, ids: RandomIds, redactor: Redactor | None
 ) -> AppendRequest:
     try:
         data = json.loads(line)
@@ -373,8 +372,8 @@ def _parse_line(
     if not isinstance(payload, dict):
         raise ConfigError(f"line {number}: `payload` must be an object")
     kind = payload.get("kind", data.get("event_type"))
-    if redaction is not None:
-        payload = redaction.scrub(payload)
+    if redactor is not None:
+        payload = _scrubbed(redactor, payload)
     try:
         event = Event.model_validate(
             {
@@ -395,24 +394,16 @@ def _parse_line(
     return AppendRequest(StreamId(stream_id), [event], expected)
 
 
-class _Redaction:
-    """`append`'s redaction of each payload before it is validated and written, as the
-    runner redacts what a step hands on: a secret piped in is never hashed into the log."""
-
-    def __init__(self, redactor: Redactor) -> None:
-        self.redactor = redactor
-        self.found: Counter[str] = Counter()
-
-    def scrub(self, payload: dict[str, Any]) -> dict[str, Any]:
-        kind = payload.get("kind")
-        result = self.redactor.redact({k: v for k, v in payload.items() if k != "kind"})
-        self.found.update(r.detector for r in result.redactions)
-        scrubbed: dict[str, Any] = result.value
-        return scrubbed if kind is None else {"kind": kind, **scrubbed}
+def _scrubbed(redactor: Redactor, payload: dict[str, Any]) -> dict[str, Any]:
+    """`append`'s payload redacted before it is validated and written, as the runner redacts
+    what a step hands on: a secret piped in is never hashed into the log. ``kind`` names the
+    event type and is left as it is."""
+    rest = redactor.redact({k: v for k, v in payload.items() if k != "kind"}).value
+    return rest if "kind" not in payload else {"kind": payload["kind"], **rest}
 
 
 def _read_requests(
-    source: TextIO, redaction: _Redaction | None
+    source: TextIO, redactor: Redactor | None
 ) -> tuple[list[int], list[AppendRequest]]:
     """The requests of the non-blank lines, and the number of the line each came from."""
     clock, ids = SystemClock(), RandomIds()
@@ -420,26 +411,26 @@ def _read_requests(
     for number, line in enumerate(source, start=1):
         if line.strip():
             numbers.append(number)
-            requests.append(_parse_line(number, line, clock, ids, redaction))
+            requests.append(_parse_line(number, line, clock, ids, redactor))
     return numbers, requests
 
 
 def _read_input(
-    file: Path | None, redaction: _Redaction | None
+    file: Path | None, redactor: Redactor | None
 ) -> tuple[list[int], list[AppendRequest]]:
     """The requests of `append`'s FILE, or of stdin when it is omitted or `-`."""
     stdin = file is None or str(file) == "-"
     try:
         if file is not None and not stdin:
             with file.open(encoding="utf-8-sig") as fh:
-                return _read_requests(fh, redaction)
+                return _read_requests(fh, redactor)
         if sys.stdin.isatty():  # else a bare `tracebound append` just seems to hang
             err_console.print("Reading JSON lines from stdin; end with Ctrl-D.")
         # Strict UTF-8, as for a file: the locale's decoder would let bytes that are not
         # UTF-8 through as lone surrogates. utf-8-sig: a leading BOM is skipped.
         source = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8-sig")
         try:
-            return _read_requests(source, redaction)
+            return _read_requests(source, redactor)
         finally:
             source.detach()  # closing the wrapper would close stdin
     except UnicodeDecodeError as exc:
@@ -523,14 +514,16 @@ def append(
     with handled(as_json):
         backend = open_store(store)  # first: no waiting for stdin to learn there is no ledger
         recorded: list[RecordedEvent] = []
-        redaction = None
+        redacted: dict[str, int] = {}
         try:
+            config = None
             if not no_redact:
                 from tracebound.pipeline.config import RunnerConfig  # noqa: PLC0415 - startup
 
                 config = RunnerConfig(store=store, redaction_key=redaction_key)
-                redaction = _Redaction(config.redactor())
-            numbers, requests = _read_input(file, redaction)
+            numbers, requests = _read_input(file, None if config is None else config.redactor())
+            if config is not None:
+                redacted = dict(sorted(config.stats.by_detector().items()))
             _check_expected_versions(backend, numbers, requests, as_json)
             with progress_bar("appending", enabled=not as_json) as update:
                 for i in range(0, len(requests), _APPEND_BATCH):
@@ -545,7 +538,6 @@ def append(
             backend.close()
     first = recorded[0].position if recorded else None
     last = recorded[-1].position if recorded else None
-    redacted = {} if redaction is None else dict(sorted(redaction.found.items()))
     if as_json:
         emit_json(
             {

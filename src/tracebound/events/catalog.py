@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Annotated, Any, ClassVar, Literal, NewType, Self, TypeAlias, get_args
+from typing import Annotated, Any, ClassVar, Final, Literal, NewType, Self, TypeAlias, get_args
 
 from pydantic import (
     AfterValidator,
@@ -70,6 +70,7 @@ from tracebound.ids import (
 
 __all__ = [
     "BUILTIN_PAYLOAD_TYPES",
+    "FINAL_RUN_STATUSES",
     "PHASE4_ATTEMPT_TYPES",
     "RUNTIME_PAYLOAD_TYPES",
     "AdapterDegraded",
@@ -603,6 +604,11 @@ class RunFinished(Payload):
     status: Literal["completed", "failed", "gated", "rejected"]
     failed_step: _StepId | None = None
     reason: _Text | None = None
+
+
+FINAL_RUN_STATUSES: Final = frozenset({"completed", "failed", "rejected"})
+"""``run_finished`` statuses after which a run records nothing more (``gated`` is a pause:
+a resume may follow)."""
 
 
 class GateRequested(Payload):

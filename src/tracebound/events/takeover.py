@@ -28,7 +28,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from tracebound.events.catalog import GateRequested, RunFinished, RunResumed, StepRecorded
+from tracebound.events.catalog import (
+    FINAL_RUN_STATUSES,
+    GateRequested,
+    RunFinished,
+    RunResumed,
+    StepRecorded,
+)
 from tracebound.events.envelope import RecordedEvent
 
 __all__ = ["ClaimCursor", "TakeOver", "TakeOvers", "abandoned_events"]
@@ -90,9 +96,6 @@ class ClaimCursor:
         return None
 
 
-_FINAL = frozenset({"completed", "failed", "rejected"})
-
-
 @dataclass
 class TakeOvers:
     """Take-overs found in a stream of recorded events (any streams, interleaved), with the
@@ -134,7 +137,7 @@ class TakeOvers:
         pending = self._since_claim.get(stream)
         if pending is not None:
             pending.append(e)
-        if isinstance(p, RunFinished) and p.status in _FINAL:
+        if isinstance(p, RunFinished) and p.status in FINAL_RUN_STATUSES:
             self.forget(stream)  # a run that finished for good is never taken over again
         return None
 

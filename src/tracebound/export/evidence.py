@@ -68,7 +68,13 @@ from tracebound.errors import (
     ProofError,
     StorageError,
 )
-from tracebound.events.catalog import RunFinished, RunStarted, StepRecorded, ValidationRecorded
+from tracebound.events.catalog import (
+    FINAL_RUN_STATUSES,
+    RunFinished,
+    RunStarted,
+    StepRecorded,
+    ValidationRecorded,
+)
 from tracebound.events.record import RawRecord
 from tracebound.integrity.chain import GENESIS, chain_hash
 from tracebound.integrity.keys import NoteVerifier
@@ -80,8 +86,8 @@ from tracebound.integrity.merkle import (
 )
 from tracebound.integrity.nodes import StoredTree
 from tracebound.integrity.note import Checkpoint, SignedNote, open_checkpoint, parse_checkpoint
-from tracebound.integrity.run_head import RunHead, open_run_head, sign_run_head
-from tracebound.integrity.strict_json import loads_strict
+from tracebound.integrity.run_head import RUN_STATUSES, RunHead, open_run_head, sign_run_head
+from tracebound.integrity.strict_json import loads_canonical_record, loads_strict
 from tracebound.ledger import Ledger
 from tracebound.pipeline.runner import run_stream
 from tracebound.replay.rebuild import read_run_records
@@ -119,10 +125,6 @@ _EVENT_MEMBERS: Final = frozenset(
 )
 _ARTIFACT_MEMBERS: Final = frozenset({"kind", "step_id", "digest", "present"})
 _PROOF_MEMBERS: Final = frozenset({"position", "proof"})
-_STATUSES: Final = frozenset({"running", "completed", "failed", "gated", "rejected"})
-# How a run ends for good. "running" and "gated" are where a genuine prefix of a longer run
-# can stop, so evidence saying them shows the run up to there, not its end (module docstring).
-_FINAL_STATUSES: Final = frozenset({"completed", "failed", "rejected"})
 DEFAULT_EVIDENCE_DIR: Final = Path("artifacts") / "agent-runs"
 _INTEGRITY: Final = {"algorithm": "sha256", "over": "RFC 8785 canonical JSON of every other member"}
 
@@ -437,22 +439,10 @@ def _check_record(item: Any, stream: str) -> _Record:
         raise EvidenceInvalid("record", f"{where}: body is not base64") from exc
     if chain_hash(prev, body_bytes) != claimed:
         raise EvidenceInvalid("record", f"{where}: the bytes do not hash to its hash")
-    # Strictly, and only in the canonical form the ledger writes: hashed bytes with a key
-    # twice (or any other spelling) mean one thing to this check and another to a reader.
     try:
-        body = loads_strict(body_bytes)
+        body = loads_canonical_record(body_bytes)
     except ValueError as exc:
-        raise EvidenceInvalid("record", f"{where}: the record is not plain JSON: {exc}") from exc
-    if not isinstance(body, dict):
-        raise EvidenceInvalid("record", f"{where}: the record is not an object")
-    try:
-        canonical = canonical_bytes(body) == body_bytes
-    except CanonicalizationError:
-        canonical = False
-    if not canonical:
-        raise EvidenceInvalid(
-            "record", f"{where}: the record is not in the canonical form the ledger writes"
-        )
+        raise EvidenceInvalid("record", f"{where}: the record is {exc}") from exc
     said = (
         body.get("position"),
         body.get("stream_id"),
@@ -498,7 +488,7 @@ def _check_chain(records: list[_Record], doc: Mapping[str, Any], run_id: str) ->
                 "record", f"the {name} named ({said!r:.60}) does not match run_started's"
             )
     status = doc.get("status")
-    if not isinstance(status, str) or status not in _STATUSES:
+    if not isinstance(status, str) or status not in RUN_STATUSES:
         raise EvidenceInvalid("format", f"unknown run status {status!r:.60}")
     if status == "running":
         # As written: "running" only while the run has never finished (a gated run that
@@ -721,6 +711,7 @@ def verify_evidence(
         origin=None if cp is None else cp.origin,
         tree_size=None if cp is None else cp.size,
         root=None if cp is None else cp.root.hex(),
-        final=status in _FINAL_STATUSES,
+        # "running" and "gated" are where a genuine prefix of a longer run can stop
+        final=status in FINAL_RUN_STATUSES,
         run_head=head,
     )

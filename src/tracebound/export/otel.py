@@ -64,6 +64,7 @@ from typing import Final
 
 from tracebound.errors import ConfigError, DamageKind, LedgerDamaged, UnknownEventType
 from tracebound.events.catalog import (
+    FINAL_RUN_STATUSES,
     GateRequested,
     RepairAttempted,
     RunFinished,
@@ -110,9 +111,6 @@ SUCCEEDED: Final = "tracebound.repair.succeeded"
 METRIC: Final = "tracebound.slo.metric"
 DECISION: Final = "tracebound.gate.decision"
 TAKE_OVER: Final = "tracebound.resume.take_over"
-_FINAL: Final = frozenset({"completed", "failed", "rejected"})
-"""``run_finished`` statuses after which nothing more is recorded for the run's metrics
-(``gated`` is a pause: a resume follows)."""
 
 
 class PipelineInstruments:
@@ -243,7 +241,9 @@ class _Fold:
         elif isinstance(p, SloAlertRaised):
             attrs = {METRIC: p.metric, ROLE: p.role or "any", PIPELINE_TYPE: p.pipeline_type}
             self.i.slo_alerts.add(1, attrs)
-        elif isinstance(p, RunFinished) and (p.status in _FINAL or self._store is not None):
+        elif isinstance(p, RunFinished) and (
+            p.status in FINAL_RUN_STATUSES or self._store is not None
+        ):
             self._forget(p.run_id)  # at gated only if the store can tell the resume again
 
     def _take_over_in_store(self, claim: RecordedEvent) -> TakeOver | None:

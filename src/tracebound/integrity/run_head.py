@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from tracebound.errors import CheckpointError
+from tracebound.events.catalog import FINAL_RUN_STATUSES
 from tracebound.integrity.keys import NoteSigner, NoteVerifier
 from tracebound.integrity.merkle import HASH_SIZE
 from tracebound.integrity.note import MAX_TREE_SIZE, SignedNote
@@ -52,7 +53,8 @@ __all__ = [
 RUN_HEAD_FORMAT: Final = "tracebound-run-head/1"
 """The first line of every run-head note: what the note is, and its version."""
 
-RUN_STATUSES: Final = frozenset({"running", "completed", "failed", "gated", "rejected"})
+RUN_STATUSES: Final = FINAL_RUN_STATUSES | {"running", "gated"}
+"""What a run head (and an evidence file) may say a run is: finished, paused, or going on."""
 
 _DECIMAL = re.compile(r"0|[1-9][0-9]*")
 _HEX = re.compile(r"[0-9a-f]{64}")

@@ -19,7 +19,10 @@ from typing import Any
 
 import orjson
 
-__all__ = ["loads_strict"]
+from tracebound.canonical import canonical_bytes
+from tracebound.errors import CanonicalizationError
+
+__all__ = ["loads_canonical_record", "loads_strict"]
 
 
 class _DuplicateKey(Exception):
@@ -66,3 +69,27 @@ def loads_strict(data: bytes | str) -> Any:
     except ValueError as exc:  # orjson accepted it; be safe all the same
         raise ValueError(f"not JSON: {exc}") from exc
     return value
+
+
+def loads_canonical_record(data: bytes) -> dict[str, Any]:
+    """A hashed ledger record as only the ledger writes it: strict JSON (above), an object,
+    and exactly its RFC 8785 bytes. Any other spelling of the same bytes' hash (a key twice,
+    spaces, escapes, members out of order) could read one way to a verifier and another to
+    a reader, and whoever holds a store can write such a row before its next checkpoint.
+
+    Raises:
+        ValueError: the message completes "the record is ...".
+    """
+    try:
+        record = loads_strict(data)
+    except ValueError as exc:
+        raise ValueError(f"not plain JSON: {exc}") from exc
+    if not isinstance(record, dict):
+        raise ValueError("not a JSON object")  # noqa: TRY004 - one error type for callers to wrap
+    try:
+        canonical = canonical_bytes(record) == data
+    except CanonicalizationError:
+        canonical = False
+    if not canonical:
+        raise ValueError("not in the canonical form the ledger writes")
+    return record

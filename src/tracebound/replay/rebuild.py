@@ -220,10 +220,8 @@ class ReplayReport:
     steps: list[ReplayedStep] = field(default_factory=list)
     blames: list[ReplayedBlame] = field(default_factory=list)
     # What the run did, from the records that count only: a step id's latest counted
-    # record's parent (so a repair only a dead claimant made is not in it), and the
-    # (failed, origin) of each counted blame.
+    # record's parent (so a repair only a dead claimant made is not in it).
     lineage: dict[str, str | None] = field(default_factory=dict)  # step -> parent
-    blame: list[tuple[str, str | None]] = field(default_factory=list)  # (failed, origin)
     approvals: list[ApprovalRecorded] = field(default_factory=list)
     take_overs: list[TakeOver] = field(default_factory=list)  # in stream order
     failures: list[ChecksumFailure] = field(default_factory=list)
@@ -234,6 +232,11 @@ class ReplayReport:
     # The log length a checkpoint (stored) or the witness vouches for: events cut off the
     # end beyond it would not show (0: nothing signed covers the log).
     covered: int = 0
+
+    @property
+    def blame(self) -> list[tuple[str, str | None]]:
+        """``(failed, origin)`` of each blame that counts (not abandoned by a take-over)."""
+        return [(b.failed, b.origin) for b in self.blames if b.abandoned_by is None]
 
     @property
     def ok(self) -> bool:
@@ -663,8 +666,6 @@ def _rebuild(
             report.blames.append(
                 ReplayedBlame(raw.position, p.failed_step_id, p.origin_step_id, gone)
             )
-            if gone is None:
-                report.blame.append((p.failed_step_id, p.origin_step_id))
         elif isinstance(p, ApprovalRecorded):
             report.approvals.append(p)
         elif isinstance(p, RunFinished) and gone is None:
