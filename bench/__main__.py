@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     single, batched = (5_000, 100_000) if args.full else (2_000, 20_000)
     sizes = args.events or ([1_000_000, 5_000_000] if args.full else [1_000_000])
-    info = machine()
+    info = machine(args.dir)
     print_table("Machine", ["what", "value"], [[k, v] for k, v in info.items()])
     results: dict[str, Any] = {"machine": info}
     print("\nappend:")

@@ -13,6 +13,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from bench._regime import regime
 from tracebound.events.catalog import CostIncurred, CostSource
 from tracebound.ids import StepId
 
@@ -73,8 +74,13 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def machine() -> dict[str, Any]:
-    """What the numbers were measured on."""
+def machine(directory: Path | None = None) -> dict[str, Any]:
+    """What the numbers were measured on: the hardware and software, then the regime.
+
+    The regime (``bench._regime``: wake-up cost, fsync latency and its CPU, two-process
+    scaling, load) is probed here, so call this before a bench's own work starts;
+    ``directory`` is where the bench writes, so that fsync is timed on that disk.
+    """
     try:
         es_version = metadata.version("eventsourcing")
     except metadata.PackageNotFoundError:
@@ -106,6 +112,7 @@ def machine() -> dict[str, Any]:
         "eventsourcing": es_version,
         "canonical": accel,
         "platform": platform.platform(),
+        **regime(directory),
     }
 
 

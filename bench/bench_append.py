@@ -394,8 +394,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--no-floors", action="store_true", help="skip the bare-SQLite and fdatasync floors"
     )
     args = parser.parse_args(argv)
+    info = machine(args.dir)
     append = run(args.single, args.batched, args.rounds, args.dir, floors=not args.no_floors)
-    results = {"machine": machine(), "append": append}
+    results = {"machine": info, "append": append}
     report(results["append"])
     write_json(args.json, results)
     return results

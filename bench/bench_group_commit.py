@@ -426,7 +426,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--dir", type=Path, default=None)
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
-    results: dict[str, Any] = {"machine": machine()}
+    results: dict[str, Any] = {"machine": machine(args.dir)}
     results["group_commit"] = run(
         args.threads,
         args.per_thread,

@@ -348,7 +348,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--profile", action="store_true", help="pyinstrument the timed runs")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
-    info = machine()
+    info = machine(args.dir)
     print_table("Machine", ["what", "value"], [[k, v] for k, v in info.items()])
     result = run(args.runs, args.steps, args.dir, args.profile, args.blobs)
     report(result)

@@ -521,7 +521,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     workdir = args.dir or Path(tempfile.gettempdir()) / "tracebound-bench-projections"
     workdir.mkdir(parents=True, exist_ok=True)
-    results: dict[str, Any] = {"machine": machine()}
+    results: dict[str, Any] = {"machine": machine(workdir)}
     print_table("Machine", ["what", "value"], [[k, v] for k, v in results["machine"].items()])
     if not args.skip_rebuild:
         store = build_ledger(workdir / f"ledger-{args.events}.db", args.events)

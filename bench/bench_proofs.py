@@ -112,6 +112,7 @@ def one_round(ledger: Ledger, rng: random.Random, new: int, n: int) -> dict[str,
 
 
 def run(events: int, new: int, rounds: int, directory: Path, keep: Path | None) -> dict[str, Any]:
+    info = machine(directory)  # before the work: the regime as the bench found it
     root = (keep / str(events)) if keep is not None else directory / "ledger"
     setup = None
     if not (root / "store").exists():
@@ -133,7 +134,7 @@ def run(events: int, new: int, rounds: int, directory: Path, keep: Path | None) 
         ledger.close()
     medians = {k: statistics.median(r[k] for r in results) for k in results[0]}
     return {
-        "machine": machine(),
+        "machine": info,
         "events": events,
         "size_after": size,
         "new_per_checkpoint": new,

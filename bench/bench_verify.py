@@ -252,7 +252,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         _child(args.child, args.workers[0])
         return {}
     results = {
-        "machine": machine(),
+        "machine": machine(args.dir),
         "verify": run(args.events, args.workers, args.dir, args.ledger),
     }
     report(results["verify"])
