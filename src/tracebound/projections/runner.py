@@ -457,6 +457,11 @@ class ProjectionRunner(Generic[ViewsT]):
         failed: dict[str, tuple[ProjectionFailure, BaseException]] = {}
         with _no_cyclic_gc():
             self._catch_up(live, head, report, failed, until_caught_up=until_caught_up)
+            if report.batches > 1:
+                # A bulk catch-up: free its caches before the collector resumes, which
+                # costs a fraction of the collector's walk over them (see Rows.release).
+                for lv in live:
+                    lv.rows.release()
         if report.batches:
             # Tables of a fresh projection are bulk-loaded without secondary indexes.
             self.views.create_indexes([lv.projection for lv in live if lv.position == head])

@@ -254,6 +254,52 @@ def test_positions_are_committed_with_rows(ledger: SQLiteStore, tmp_path: Path) 
     assert views_snapshot(runner.views)["cost_ledger"][0]["amount_usd"] == "5"
 
 
+def _cached(runner: ProjectionRunner[SQLiteViews]) -> int:
+    """Rows and remembered keys the runner's caches hold (what the collector would walk)."""
+    assert runner._live is not None
+    return sum(
+        len(c)
+        for lv in runner._live
+        for c in (*lv.rows._cache.values(), *lv.rows._written.values())
+    )
+
+
+def test_a_bulk_catch_up_releases_its_caches_and_a_follower_keeps_them(
+    ledger: SQLiteStore, tmp_path: Path
+) -> None:
+    def cost(wf: str) -> tuple[str, Payload]:
+        return (wf, CostIncurred(tier="direct", amount_usd=Decimal(1), source=CostSource("x")))
+
+    _append(ledger, _events([cost(f"wf-{i % 3}") for i in range(9)]))
+    runner = ProjectionRunner(ledger, _views(tmp_path / "v.db"), batch_size=2)
+    assert runner.run().batches == 5
+    assert _cached(runner) == 0  # nothing left for the resumed collector to walk
+    # A follower's one-batch runs keep their rows cached between polls...
+    more = _events([cost("wf-0")] * 2)
+    _append(
+        ledger, [e.model_copy(update={"event_id": UUID(int=100 + i)}) for i, e in enumerate(more)]
+    )
+    assert runner.run().batches == 1
+    assert _cached(runner) > 0
+    # ...and the rows released before were read back from the views, not restarted.
+    by_workflow = {r["workflow_id"]: r for r in views_snapshot(runner.views)["cost_ledger"]}
+    assert (by_workflow["wf-0"]["events"], by_workflow["wf-0"]["amount_usd"]) == (5, "5")
+    assert (by_workflow["wf-1"]["events"], by_workflow["wf-1"]["amount_usd"]) == (3, "3")
+
+
+def test_rows_are_released_only_once_drained(tmp_path: Path) -> None:
+    views = _views(tmp_path / "v.db")
+    table = default_projections()[1].tables[0]
+    rows = Rows(views, fresh=[table.name])
+    rows.put(table, ("k",), {"x": 1})
+    with pytest.raises(AssertionError, match="not yet drained"):
+        rows.release()
+    rows.drain()
+    rows.release()
+    assert rows._cache == {} and rows._written == {}
+    views.close()
+
+
 def test_a_second_runner_on_the_same_views_is_refused(ledger: SQLiteStore, tmp_path: Path) -> None:
     _append(
         ledger,
