@@ -232,7 +232,8 @@ class Rows:
         (1.3 s after a 1M-event rebuild); a follower's next batches touch few of them, and a
         miss costs one query.
         """
-        assert not self._dirty and not self._inserts, "release() with rows not yet drained"
+        assert not self._dirty, "release() with rows not yet drained"
+        assert not self._inserts, "release() with rows not yet drained"
         self._cache = {}
         self._written = {}
 
