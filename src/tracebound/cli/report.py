@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -42,6 +42,21 @@ ChartOpt = Annotated[
     typer.Option("--chart", help="Also draw a chart to this .png or .svg file (matplotlib)."),
 ]
 WorkflowOpt = Annotated[str | None, typer.Option("--workflow", "-w", help="Only this workflow.")]
+
+DEFAULT_LIMIT = 50
+"""Rows per table on a terminal. A large ledger's cost ledger has a row per workflow, tier
+and source (110,000 at 1M events): drawing them all took rich over three minutes, and no
+one reads them on a screen. ``--json`` always has every row."""
+
+LimitOpt = Annotated[
+    int,
+    typer.Option(
+        "--limit",
+        min=0,
+        help="At most this many rows per table (the costliest or most frequent first when "
+        "cut); 0 for all. --json always has every row.",
+    ),
+]
 
 
 @contextmanager
@@ -85,15 +100,35 @@ def _money(value: Any) -> str:
     return "-" if value is None else format(Decimal(value), "f")
 
 
-def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> Table:
+def _table(
+    title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], caption: str | None = None
+) -> Table:
     """A report table: the first column (a name or id) gives way on a narrow terminal."""
-    table = _unfitted(title, columns, rows)
+    table = _unfitted(title, columns, rows, caption)
     fit(table, give={columns[0]: "ellipsis"}, console=console)
     return table
 
 
-def _unfitted(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> Table:
-    table = Table(title=title)
+def _limited(
+    rows: Sequence[Any], limit: int, *, top: Callable[[Any], Any] | None = None, what: str
+) -> tuple[list[Any], str | None]:
+    """At most ``limit`` rows (0: all), and the caption that says what was left out.
+
+    With ``top``, the rows with the largest keys are kept, largest first (ties in their
+    listed order, so the same views print the same table); without, the first ones, in
+    the order given (already ranked, or in key order). ``what`` names what was kept, as
+    "the 50 {what} of 110,000 rows".
+    """
+    if not limit or len(rows) <= limit:
+        return list(rows), None
+    kept = sorted(rows, key=top, reverse=True)[:limit] if top is not None else list(rows[:limit])
+    return kept, f"the {limit:,} {what} of {len(rows):,} rows (--limit 0: all; --json: every row)"
+
+
+def _unfitted(
+    title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], caption: str | None = None
+) -> Table:
+    table = Table(title=title, caption=caption)
     for i, col in enumerate(columns):
         table.add_column(col, justify="left" if i == 0 else "right")
     for row in rows:
@@ -105,17 +140,22 @@ _COST_COLUMNS = ("workflow", "tier", "source", "USD", "events")
 _TOKEN_COLUMNS = ("in\nuncached", "in\ncached", "out\nvisible", "out\nreasoning")
 
 
-def _cost_tables(title: str, rows: Sequence[Sequence[Any]]) -> list[Table]:
+def _cost_tables(
+    title: str, rows: Sequence[Sequence[Any]], caption: str | None = None
+) -> list[Table]:
     """The cost ledger in one table; on a terminal too narrow for it, the token counts go
     to a second table, keyed by the same workflow, tier and source."""
-    table = _unfitted(title, _COST_COLUMNS + _TOKEN_COLUMNS, rows)
+    table = _unfitted(title, _COST_COLUMNS + _TOKEN_COLUMNS, rows, caption)
     if fit(table, give={"workflow": "ellipsis"}, console=console):
         return [table]
     key = len(_COST_COLUMNS)
     return [
-        _table(title, _COST_COLUMNS, [row[:key] for row in rows]),
+        _table(title, _COST_COLUMNS, [row[:key] for row in rows], caption),
         _table(
-            "tokens", _COST_COLUMNS[:3] + _TOKEN_COLUMNS, [(*row[:3], *row[key:]) for row in rows]
+            "tokens",
+            _COST_COLUMNS[:3] + _TOKEN_COLUMNS,
+            [(*row[:3], *row[key:]) for row in rows],
+            caption,
         ),
     ]
 
@@ -265,10 +305,15 @@ def cost_cmd(
     views: ViewsOpt = None,
     workflow: WorkflowOpt = None,
     chart: ChartOpt = None,
+    limit: LimitOpt = DEFAULT_LIMIT,
     no_update: NoUpdateOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """The cost ledger by workflow, tier and source, with the token breakdown."""
+    """The cost ledger by workflow, tier and source, with the token breakdown.
+
+    The table shows at most --limit rows (the costliest, when there are more); the title's
+    total is over every row.
+    """
     with handled(as_json), _views(store, views, no_update=no_update, as_json=as_json) as runner:
         _require_workflow(runner.views, workflow, no_update=no_update)
         rows = reports.cost_rows(runner.views, workflow)
@@ -287,6 +332,7 @@ def cost_cmd(
             }
         )
         return
+    shown, caption = _limited(rows, limit, top=lambda r: r["amount_usd"], what="costliest")
     for table in _cost_tables(
         f"cost ledger: {_money(total)} USD",
         [
@@ -301,8 +347,9 @@ def cost_cmd(
                 r["output_visible"],
                 r["output_reasoning"],
             )
-            for r in rows
+            for r in shown
         ],
+        caption,
     ):
         console.print(table)
     if chart is not None:
@@ -332,6 +379,7 @@ def roi_cmd(
 def plugins_cmd(
     store: StoreOpt = None,
     views: ViewsOpt = None,
+    limit: LimitOpt = DEFAULT_LIMIT,
     no_update: NoUpdateOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -341,6 +389,7 @@ def plugins_cmd(
     if as_json:
         emit_json({"ok": True, "plugins": [s.to_dict() for s in stats]})
         return
+    shown, caption = _limited(stats, limit, top=lambda s: s.workflows, what="most used")
     console.print(
         _table(
             "plugin telemetry",
@@ -354,8 +403,9 @@ def plugins_cmd(
                     _money(s.cost_per_pr_usd) if s.cost_per_pr_usd is not None else None,
                     s.landed_prs,
                 )
-                for s in stats
+                for s in shown
             ],
+            caption,
         )
     )
 
@@ -365,6 +415,7 @@ def gates_cmd(
     store: StoreOpt = None,
     views: ViewsOpt = None,
     chart: ChartOpt = None,
+    limit: LimitOpt = DEFAULT_LIMIT,
     no_update: NoUpdateOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -376,21 +427,27 @@ def gates_cmd(
     if as_json:
         emit_json({"ok": True, **data, "chart": None if chart is None else str(chart)})
         return
+    gates, caption = _limited(
+        data["gates"], limit, top=lambda g: g["passed"] + g["failed"], what="busiest"
+    )
     console.print(
         _table(
             "trust gates",
             ("gate", "passed", "failed", "retries"),
-            [(g["gate"], g["passed"], g["failed"], g["retries"]) for g in data["gates"]],
+            [(g["gate"], g["passed"], g["failed"], g["retries"]) for g in gates],
+            caption,
         )
     )
+    scores, caption = _limited(data["scores"], limit, what="first")
     console.print(
         _table(
             "score histogram (basis points)",
             ("gate", "verdict", "bucket", "count"),
             [
                 (s["gate"], s["verdict"], f"{s['bucket']}-{s['bucket'] + 999}", s["count"])
-                for s in data["scores"]
+                for s in scores
             ],
+            caption,
         )
     )
     for title, key in (
@@ -398,7 +455,8 @@ def gates_cmd(
         ("retry causes", "retry_causes"),
         ("refusal causes", "refusal_causes"),
     ):
-        console.print(_table(title, ("cause", "count"), data[key]))
+        causes, caption = _limited(data[key], limit, what="most frequent")  # ranked already
+        console.print(_table(title, ("cause", "count"), causes, caption))
     if chart is not None:
         console.print(f"Chart written to [bold]{chart}[/]")
 

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +113,35 @@ def test_reports_as_tables(cli: CLI) -> None:
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.strip()
     assert "npm-express" in cli.run("report", "plugins").stdout
+
+
+def _first_cells(table: str) -> list[str]:
+    """The first column of a rich table's body rows (rows drawn as ``│ cell │ ...``)."""
+    return [line.split("│")[1].strip() for line in table.splitlines() if line.startswith("│")]
+
+
+def test_report_tables_show_at_most_limit_rows_and_json_every_row(cli: CLI) -> None:
+    rows = cli.json("report", "cost", "--limit", "1")["rows"]  # --limit is for tables only
+    assert len(rows) > 3
+    # Ties keep the listed order, as the report does (both read the same view order).
+    costliest = sorted(rows, key=lambda r: Decimal(r["amount_usd"]), reverse=True)[:2]
+    table = cli.run("report", "cost", "--limit", "2").stdout
+    assert f"the 2 costliest of {len(rows)} rows" in table
+    assert _first_cells(table) == [r["workflow_id"] or "(portfolio)" for r in costliest]
+    for r in costliest:
+        assert r["amount_usd"] in table
+    whole = cli.run("report", "cost", "--limit", "0").stdout
+    assert "costliest" not in whole
+    assert len(_first_cells(whole)) == len(rows)
+    assert "costliest" not in cli.run("report", "cost").stdout  # fewer than the default 50
+    plugins = cli.json("report", "plugins")["plugins"]
+    most_used = max(plugins, key=lambda p: p["workflows"])
+    one = cli.run("report", "plugins", "--limit", "1").stdout
+    assert f"the 1 most used of {len(plugins)} rows" in one
+    assert _first_cells(one) == [most_used["plugin_id"]]
+    bad = cli.run("report", "cost", "--limit", "-1")
+    assert bad.returncode == 2
+    assert "--limit" in bad.stderr
 
 
 def test_trail_merges_an_engine_history_file(cli: CLI) -> None:
