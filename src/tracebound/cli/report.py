@@ -117,12 +117,12 @@ def _limited(
     With ``top``, the rows with the largest keys are kept, largest first (ties in their
     listed order, so the same views print the same table); without, the first ones, in
     the order given (already ranked, or in key order). ``what`` names what was kept, as
-    "the 50 {what} of 110,000 rows".
+    "the {what} 50 of 110,000 rows".
     """
     if not limit or len(rows) <= limit:
         return list(rows), None
     kept = sorted(rows, key=top, reverse=True)[:limit] if top is not None else list(rows[:limit])
-    return kept, f"the {limit:,} {what} of {len(rows):,} rows (--limit 0: all; --json: every row)"
+    return kept, f"the {what} {limit:,} of {len(rows):,} rows (--limit 0: all; --json: every row)"
 
 
 def _unfitted(

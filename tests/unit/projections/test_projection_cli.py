@@ -126,7 +126,7 @@ def test_report_tables_show_at_most_limit_rows_and_json_every_row(cli: CLI) -> N
     # Ties keep the listed order, as the report does (both read the same view order).
     costliest = sorted(rows, key=lambda r: Decimal(r["amount_usd"]), reverse=True)[:2]
     table = cli.run("report", "cost", "--limit", "2").stdout
-    assert f"the 2 costliest of {len(rows)} rows" in table
+    assert f"the costliest 2 of {len(rows)} rows" in table
     assert _first_cells(table) == [r["workflow_id"] or "(portfolio)" for r in costliest]
     for r in costliest:
         assert r["amount_usd"] in table
@@ -137,7 +137,7 @@ def test_report_tables_show_at_most_limit_rows_and_json_every_row(cli: CLI) -> N
     plugins = cli.json("report", "plugins")["plugins"]
     most_used = max(plugins, key=lambda p: p["workflows"])
     one = cli.run("report", "plugins", "--limit", "1").stdout
-    assert f"the 1 most used of {len(plugins)} rows" in one
+    assert f"the most used 1 of {len(plugins)} rows" in one
     assert _first_cells(one) == [most_used["plugin_id"]]
     bad = cli.run("report", "cost", "--limit", "-1")
     assert bad.returncode == 2
