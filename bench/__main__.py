@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import bench_append, bench_group_commit, bench_postgres, bench_verify
-from bench._common import machine, print_table, write_json
+from bench._common import machine, show_machine, write_json
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> None:
     single, batched = (5_000, 100_000) if args.full else (2_000, 20_000)
     sizes = args.events or ([1_000_000, 5_000_000] if args.full else [1_000_000])
     info = machine(args.dir)
-    print_table("Machine", ["what", "value"], [[k, v] for k, v in info.items()])
+    show_machine(info)
     results: dict[str, Any] = {"machine": info}
     print("\nappend:")
     results["append"] = bench_append.run(single, batched, args.rounds, args.dir)

@@ -116,6 +116,11 @@ def machine(directory: Path | None = None) -> dict[str, Any]:
     }
 
 
+def show_machine(info: dict[str, Any]) -> None:
+    """Print :func:`machine`'s facts and regime, so a run without ``--json`` keeps them."""
+    print_table("Machine", ["what", "value"], [[k, v] for k, v in info.items()])
+
+
 def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     """A plain-text table (rich is optional for a bench; plain text pastes into Markdown)."""
     cells = [[str(c) for c in columns]] + [[_fmt(v) for v in row] for row in rows]

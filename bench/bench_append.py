@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench._common import cost_payload, machine, peer_fields, print_table, write_json
+from bench._common import cost_payload, machine, peer_fields, print_table, show_machine, write_json
 from tracebound.ledger import Ledger
 from tracebound.sources import FixedClock, SequentialIds
 from tracebound.store.sqlite import SQLiteStore
@@ -395,6 +395,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     args = parser.parse_args(argv)
     info = machine(args.dir)
+    show_machine(info)
     append = run(args.single, args.batched, args.rounds, args.dir, floors=not args.no_floors)
     results = {"machine": info, "append": append}
     report(results["append"])

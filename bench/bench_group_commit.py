@@ -42,7 +42,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench._common import machine, peer_fields, print_table, write_json
+from bench._common import machine, peer_fields, print_table, show_machine, write_json
 from bench.bench_postgres import events, fresh_database, server, server_settings
 from tracebound.store.group_commit import GroupCommitter
 from tracebound.store.jsonl import JsonlStore
@@ -427,6 +427,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     results: dict[str, Any] = {"machine": machine(args.dir)}
+    show_machine(results["machine"])
     results["group_commit"] = run(
         args.threads,
         args.per_thread,

@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from bench._common import machine, print_table, write_json
+from bench._common import machine, print_table, show_machine, write_json
 from tracebound import Ledger, NoteSigner, RandomIds, SQLiteStore, SystemClock
 from tracebound.canonical import canonical_bytes
 from tracebound.contract import validate as contract_validate
@@ -349,7 +349,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     info = machine(args.dir)
-    print_table("Machine", ["what", "value"], [[k, v] for k, v in info.items()])
+    show_machine(info)
     result = run(args.runs, args.steps, args.dir, args.profile, args.blobs)
     report(result)
     write_json(args.json, {"machine": info, "pipeline": result})

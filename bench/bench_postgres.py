@@ -49,7 +49,7 @@ from uuid import UUID
 import psycopg
 from psycopg import sql
 
-from bench._common import cost_payload, machine, print_table, write_json
+from bench._common import cost_payload, machine, print_table, show_machine, write_json
 from tracebound.events.envelope import Event
 from tracebound.store.group_commit import GroupCommitter
 from tracebound.store.postgres import PostgresStore
@@ -406,6 +406,7 @@ def main(argv: list[str] | None = None) -> None:
     global FREEZE  # noqa: PLW0603 - one switch for the whole run, set once here
     FREEZE = not args.no_freeze
     results: dict[str, Any] = {"machine": machine(), "gc_freeze": FREEZE}
+    show_machine(results["machine"])
     results["postgres"] = run(
         args.dsn,
         rounds=args.rounds,

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 from uuid import UUID
 
-from bench._common import machine, print_table, write_json
+from bench._common import machine, print_table, show_machine, write_json
 from tracebound.events.anchor import AttemptAnchor
 from tracebound.events.catalog import (
     AttemptAnchorRecorded,
@@ -522,7 +522,7 @@ def main(argv: list[str] | None = None) -> None:
     workdir = args.dir or Path(tempfile.gettempdir()) / "tracebound-bench-projections"
     workdir.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {"machine": machine(workdir)}
-    print_table("Machine", ["what", "value"], [[k, v] for k, v in results["machine"].items()])
+    show_machine(results["machine"])
     if not args.skip_rebuild:
         store = build_ledger(workdir / f"ledger-{args.events}.db", args.events)
         results["rebuild"] = measure_rebuild(

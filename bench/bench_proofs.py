@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench._common import cost_payload, machine, print_table, write_json
+from bench._common import cost_payload, machine, print_table, show_machine, write_json
 from bench.bench_verify import STREAMS, _ledger, build
 from tracebound.events.envelope import Event
 from tracebound.ids import StreamId
@@ -113,6 +113,7 @@ def one_round(ledger: Ledger, rng: random.Random, new: int, n: int) -> dict[str,
 
 def run(events: int, new: int, rounds: int, directory: Path, keep: Path | None) -> dict[str, Any]:
     info = machine(directory)  # before the work: the regime as the bench found it
+    show_machine(info)
     root = (keep / str(events)) if keep is not None else directory / "ledger"
     setup = None
     if not (root / "store").exists():

@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench._common import cost_payload, machine, print_table, write_json
+from bench._common import cost_payload, machine, print_table, show_machine, write_json
 from tracebound.events.envelope import Event
 from tracebound.ids import StreamId
 from tracebound.integrity.keys import NoteSigner
@@ -251,10 +251,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.child is not None:
         _child(args.child, args.workers[0])
         return {}
-    results = {
-        "machine": machine(args.dir),
-        "verify": run(args.events, args.workers, args.dir, args.ledger),
-    }
+    info = machine(args.dir)
+    show_machine(info)
+    results = {"machine": info, "verify": run(args.events, args.workers, args.dir, args.ledger)}
     report(results["verify"])
     write_json(args.json, results)
     return results

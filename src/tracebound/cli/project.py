@@ -23,6 +23,7 @@ from tracebound.cli._common import (
     StoreOpt,
     console,
     emit_json,
+    err_console,
     handled,
     progress_bar,
     store_dir,
@@ -178,10 +179,12 @@ def _count_commit(report: RunReport, position: int) -> None:
         report.head = position
 
 
-def _run_with_progress(runner: ProjectionRunner[Any], *, rebuild: bool, show: bool) -> RunReport:
+def _run_with_progress(
+    runner: ProjectionRunner[Any], *, rebuild: bool, show: bool, workers: int = 1
+) -> RunReport:
     with progress_bar("projecting", enabled=show) as update:
         runner.on_commit = lambda position: update(position, runner.store.size())
-        return runner.rebuild() if rebuild else runner.run()
+        return runner.rebuild(workers=workers) if rebuild else runner.run()
 
 
 @project_app.command("run")
@@ -236,20 +239,39 @@ def rebuild_cmd(
         ),
     ] = None,
     batch: BatchOpt = DEFAULT_BATCH,
+    workers: Annotated[
+        int,
+        typer.Option(
+            "--workers",
+            min=1,
+            help="Split the projections over this many processes, each reading the log "
+            "(a SQLite ledger with SQLite views; otherwise one process, and it says so). "
+            "The progress bar follows this process's share.",
+        ),
+    ] = 1,
     as_json: JsonOpt = False,
 ) -> None:
     """Drop projections' tables and replay them from position 0."""
     with handled(as_json), open_runner(store, views, batch=batch) as runner:
+        used = workers if workers > 1 and runner.can_rebuild_in_parallel() else 1
+        if used < workers and not as_json:
+            err_console.print(
+                "[bold yellow]note:[/] --workers needs a SQLite ledger and SQLite views; "
+                "rebuilding in one process"
+            )
         if only:
             with progress_bar("rebuilding", enabled=not as_json) as update:
                 runner.on_commit = lambda position: update(position, runner.store.size())
-                report = runner.rebuild(only)
+                report = runner.rebuild(only, workers=used)
         else:
-            report = _run_with_progress(runner, rebuild=True, show=not as_json)
+            report = _run_with_progress(runner, rebuild=True, show=not as_json, workers=used)
     if as_json:
-        emit_json(_report_dict(report))
+        emit_json({**_report_dict(report), "workers": used})
     else:
-        console.print(f"Rebuilt from {report.events:,} event(s) in {report.batches} batch(es).")
+        processes = "" if used == 1 else f" by {used} processes"
+        console.print(
+            f"Rebuilt from {report.events:,} event(s) in {report.batches} batch(es){processes}."
+        )
 
 
 @project_app.command("status")

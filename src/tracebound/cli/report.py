@@ -110,19 +110,50 @@ def _table(
 
 
 def _limited(
-    rows: Sequence[Any], limit: int, *, top: Callable[[Any], Any] | None = None, what: str
+    rows: Sequence[Any], limit: int, *, top: Callable[[Any], Any] | None = None, first: str
 ) -> tuple[list[Any], str | None]:
-    """At most ``limit`` rows (0: all), and the caption that says what was left out.
+    """At most ``limit`` rows (0: all), and a caption saying so when rows were left out.
 
-    With ``top``, the rows with the largest keys are kept, largest first (ties in their
-    listed order, so the same views print the same table); without, the first ones, in
-    the order given (already ranked, or in key order). ``what`` names what was kept, as
-    "the {what} 50 of 110,000 rows".
+    A table that fits is printed as listed. One that does not keeps the rows with the
+    largest ``top`` keys, largest first (ties in listed order, so the same views print the
+    same table), or, without ``top``, its first rows as listed (a list ranked already).
+    ``first`` says what comes first: "50 of 110,000 rows, costliest first".
     """
     if not limit or len(rows) <= limit:
         return list(rows), None
     kept = sorted(rows, key=top, reverse=True)[:limit] if top is not None else list(rows[:limit])
-    return kept, f"the {what} {limit:,} of {len(rows):,} rows (--limit 0: all; --json: every row)"
+    return kept, _caption(limit, len(rows), first)
+
+
+def _caption(shown: int, total: int, first: str) -> str:
+    return f"{shown:,} of {total:,} rows, {first} first (--limit 0: all)"
+
+
+def _gate_rows(
+    data: dict[str, Any], limit: int
+) -> tuple[list[Any], str | None, list[Any], str | None]:
+    """The gates table and the score histogram, each with its caption when cut.
+
+    The busiest gates (passed + failed) when there are more than ``limit``. A histogram
+    of more than ``limit`` rows (a gate has up to 20) holds the rows of the busiest gates,
+    busiest first, so it never shows a gate the table above left out.
+    """
+
+    def busy(g: dict[str, Any]) -> int:
+        return int(g["passed"]) + int(g["failed"])
+
+    gates, gates_caption = _limited(data["gates"], limit, top=busy, first="busiest gates")
+    scores: list[Any] = list(data["scores"])
+    if not limit or (gates_caption is None and len(scores) <= limit):
+        return gates, gates_caption, scores, None
+    rank = {g["gate"]: i for i, g in enumerate(sorted(gates, key=busy, reverse=True))}
+    kept = sorted((s for s in scores if s["gate"] in rank), key=lambda s: rank[s["gate"]])
+    return (
+        gates,
+        gates_caption,
+        kept[:limit],
+        _caption(min(len(kept), limit), len(scores), "busiest gates"),
+    )
 
 
 def _unfitted(
@@ -332,7 +363,7 @@ def cost_cmd(
             }
         )
         return
-    shown, caption = _limited(rows, limit, top=lambda r: r["amount_usd"], what="costliest")
+    shown, caption = _limited(rows, limit, top=lambda r: r["amount_usd"], first="costliest")
     for table in _cost_tables(
         f"cost ledger: {_money(total)} USD",
         [
@@ -389,7 +420,7 @@ def plugins_cmd(
     if as_json:
         emit_json({"ok": True, "plugins": [s.to_dict() for s in stats]})
         return
-    shown, caption = _limited(stats, limit, top=lambda s: s.workflows, what="most used")
+    shown, caption = _limited(stats, limit, top=lambda s: s.workflows, first="most used")
     console.print(
         _table(
             "plugin telemetry",
@@ -427,9 +458,7 @@ def gates_cmd(
     if as_json:
         emit_json({"ok": True, **data, "chart": None if chart is None else str(chart)})
         return
-    gates, caption = _limited(
-        data["gates"], limit, top=lambda g: g["passed"] + g["failed"], what="busiest"
-    )
+    gates, caption, scores, scores_caption = _gate_rows(data, limit)
     console.print(
         _table(
             "trust gates",
@@ -438,7 +467,6 @@ def gates_cmd(
             caption,
         )
     )
-    scores, caption = _limited(data["scores"], limit, what="first")
     console.print(
         _table(
             "score histogram (basis points)",
@@ -447,7 +475,7 @@ def gates_cmd(
                 (s["gate"], s["verdict"], f"{s['bucket']}-{s['bucket'] + 999}", s["count"])
                 for s in scores
             ],
-            caption,
+            scores_caption,
         )
     )
     for title, key in (
@@ -455,7 +483,7 @@ def gates_cmd(
         ("retry causes", "retry_causes"),
         ("refusal causes", "refusal_causes"),
     ):
-        causes, caption = _limited(data[key], limit, what="most frequent")  # ranked already
+        causes, caption = _limited(data[key], limit, first="most frequent")  # ranked already
         console.print(_table(title, ("cause", "count"), causes, caption))
     if chart is not None:
         console.print(f"Chart written to [bold]{chart}[/]")

@@ -228,12 +228,12 @@ class Rows:
         """Forget the cached rows and the keys written so far; nothing may be undrained.
 
         After a long catch-up (a rebuild) the cache holds hundreds of thousands of rows and
-        keys that the cyclic collector, paused during the run, would then walk in one pass
-        (1.3 s after a 1M-event rebuild); a follower's next batches touch few of them, and a
-        miss costs one query.
+        keys that the cyclic collector, paused during the run, would then walk once per
+        generation as they age (1.3 s for the first pass after a 1M-event rebuild); a
+        follower's next batches touch few of them, and a miss costs one query.
         """
-        assert not self._dirty, "release() with rows not yet drained"
-        assert not self._inserts, "release() with rows not yet drained"
+        assert not self._dirty, "release() with put rows not yet drained"
+        assert not self._inserts, "release() with inserted rows not yet drained"
         self._cache = {}
         self._written = {}
 

@@ -374,11 +374,17 @@ class ProjectionRunner(Generic[ViewsT]):
             if p.name in wanted:
                 self.views.reset(p)
         self._live = None
-        if workers > 1 and self._can_run_parallel():
+        if workers > 1 and self.can_rebuild_in_parallel():
             return self._run_parallel(workers)
         return self.run()
 
-    def _can_run_parallel(self) -> bool:
+    def can_rebuild_in_parallel(self) -> bool:
+        """Whether ``rebuild(workers=N)`` uses N processes here (else it runs serially).
+
+        Worker processes open the ledger and the views by path, and rebuild the default
+        registry's projections: so a SQLite ledger, SQLite views, the default registry and
+        more than one projection.
+        """
         return (
             isinstance(self.store, SQLiteStore)
             and isinstance(self.views, SQLiteViews)

@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tracebound.cli.app import app
+from tracebound.cli.report import DEFAULT_LIMIT, _gate_rows, _limited
 
 GOLDEN = Path(__file__).resolve().parents[2] / "golden"
 
@@ -89,6 +90,42 @@ def test_project_run_status_rebuild(cli: CLI) -> None:
     assert human.returncode == 0 and "audit_trail" in human.stdout
 
 
+def _all_reports(cli: CLI) -> list[Any]:
+    return [
+        cli.json("report", *args)
+        for args in (("cost",), ("roi",), ("plugins",), ("gates",), ("trail", "wf-gated"))
+    ]
+
+
+def test_project_rebuild_with_workers_makes_the_serial_views(cli: CLI) -> None:
+    serial = cli.json("project", "rebuild")
+    assert serial["workers"] == 1
+    before = _all_reports(cli)
+    parallel = cli.json("project", "rebuild", "--workers", "2")
+    assert parallel["workers"] == 2
+    assert parallel["applied"] == serial["applied"] and parallel["head"] == serial["head"]
+    assert _all_reports(cli) == before
+    human = cli.run("project", "rebuild", "--workers", "2")
+    assert human.returncode == 0, human.stderr
+    assert "by 2 processes" in human.stdout
+    bad = cli.run("project", "rebuild", "--workers", "0")
+    assert bad.returncode == 2
+    assert "--workers" in bad.stderr
+
+
+def test_project_rebuild_workers_on_jsonl_runs_in_one_process_and_says_so(tmp_path: Path) -> None:
+    c = CLI(tmp_path)
+    assert c.run("init", "--store", "jsonl:///ledger", "--origin", "t/jsonl").returncode == 0
+    proc = c.run("append", "--store", "jsonl:///ledger", stdin=_append_lines())
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        c.json("project", "rebuild", "--store", "jsonl:///ledger", "--workers", "2")["workers"] == 1
+    )
+    human = c.run("project", "rebuild", "--store", "jsonl:///ledger", "--workers", "2")
+    assert human.returncode == 0, human.stderr
+    assert "rebuilding in one process" in human.stderr
+
+
 def test_reports_as_json(cli: CLI) -> None:
     cost = cli.json("report", "cost")
     # 0.0253 + 0.1000 overhead (successful) + 0.0466 (retried) + 0.0007 + 0.0253 (gated)
@@ -126,22 +163,68 @@ def test_report_tables_show_at_most_limit_rows_and_json_every_row(cli: CLI) -> N
     # Ties keep the listed order, as the report does (both read the same view order).
     costliest = sorted(rows, key=lambda r: Decimal(r["amount_usd"]), reverse=True)[:2]
     table = cli.run("report", "cost", "--limit", "2").stdout
-    assert f"the costliest 2 of {len(rows)} rows" in table
+    assert f"2 of {len(rows)} rows, costliest first" in table
     assert _first_cells(table) == [r["workflow_id"] or "(portfolio)" for r in costliest]
     for r in costliest:
         assert r["amount_usd"] in table
     whole = cli.run("report", "cost", "--limit", "0").stdout
-    assert "costliest" not in whole
+    assert "costliest first" not in whole
     assert len(_first_cells(whole)) == len(rows)
-    assert "costliest" not in cli.run("report", "cost").stdout  # fewer than the default 50
+    assert "costliest first" not in cli.run("report", "cost").stdout  # fewer than the default 50
     plugins = cli.json("report", "plugins")["plugins"]
     most_used = max(plugins, key=lambda p: p["workflows"])
     one = cli.run("report", "plugins", "--limit", "1").stdout
-    assert f"the most used 1 of {len(plugins)} rows" in one
+    assert f"1 of {len(plugins)} rows, most used first" in one
     assert _first_cells(one) == [most_used["plugin_id"]]
     bad = cli.run("report", "cost", "--limit", "-1")
     assert bad.returncode == 2
     assert "--limit" in bad.stderr
+
+
+def test_limited_keeps_the_top_rows_by_default_and_lists_short_tables_as_they_are() -> None:
+    rows: list[dict[str, Any]] = [{"id": i, "usd": Decimal(i % 7)} for i in range(120)]
+    kept, caption = _limited(rows, DEFAULT_LIMIT, top=lambda r: r["usd"], first="costliest")
+    assert len(kept) == DEFAULT_LIMIT == 50
+    assert caption == "50 of 120 rows, costliest first (--limit 0: all)"
+    # The largest amounts first (about 17 rows of each of 0..6); ties in listed order.
+    assert [r["usd"] for r in kept] == sorted((r["usd"] for r in rows), reverse=True)[:50]
+    sixes = [r["id"] for r in kept if r["usd"] == 6]
+    assert sixes == sorted(sixes) and sixes[0] == 6
+    assert _limited(rows, 0, top=lambda r: r["usd"], first="costliest") == (rows, None)
+    assert _limited(rows[:5], 50, top=lambda r: r["usd"], first="costliest") == (rows[:5], None)
+    ranked = [("a", 9), ("b", 5), ("c", 1)]
+    assert _limited(ranked, 2, first="most frequent") == (
+        ranked[:2],
+        "2 of 3 rows, most frequent first (--limit 0: all)",
+    )
+
+
+def test_gate_rows_show_the_histogram_of_the_gates_shown() -> None:
+    busy = {"a": 1, "b": 40, "c": 7, "d": 25}  # passed + failed per gate
+    data = {
+        "gates": [
+            {"gate": g, "passed": n, "failed": 0, "retries": 0} for g, n in sorted(busy.items())
+        ],
+        "scores": [
+            {"gate": g, "verdict": v, "bucket": b * 1000, "count": 1}
+            for g in sorted(busy)
+            for v in ("failed", "passed")
+            for b in range(10)
+        ],
+    }
+    gates, caption, scores, scores_caption = _gate_rows(data, 2)
+    assert [g["gate"] for g in gates] == ["b", "d"]
+    assert caption == "2 of 4 rows, busiest gates first (--limit 0: all)"
+    assert [s["gate"] for s in scores] == ["b", "b"]
+    assert scores_caption == "2 of 80 rows, busiest gates first (--limit 0: all)"
+    # Every gate fits, the histogram does not: its rows go busiest gate first.
+    gates, caption, scores, scores_caption = _gate_rows(data, 50)
+    assert (len(gates), caption) == (4, None)
+    assert [s["gate"] for s in scores] == ["b"] * 20 + ["d"] * 20 + ["c"] * 10
+    assert scores_caption == "50 of 80 rows, busiest gates first (--limit 0: all)"
+    # Both fit, or no limit: as listed.
+    assert _gate_rows(data, 80)[2] == data["scores"]
+    assert _gate_rows(data, 0) == (data["gates"], None, data["scores"], None)
 
 
 def test_trail_merges_an_engine_history_file(cli: CLI) -> None:

@@ -292,7 +292,11 @@ def test_rows_are_released_only_once_drained(tmp_path: Path) -> None:
     table = default_projections()[1].tables[0]
     rows = Rows(views, fresh=[table.name])
     rows.put(table, ("k",), {"x": 1})
-    with pytest.raises(AssertionError, match="not yet drained"):
+    with pytest.raises(AssertionError, match="put rows not yet drained"):
+        rows.release()
+    rows.drain()
+    rows.insert(table, {"x": 2})
+    with pytest.raises(AssertionError, match="inserted rows not yet drained"):
         rows.release()
     rows.drain()
     rows.release()
@@ -336,7 +340,10 @@ class Flaky:
             raise ValueError("cannot price this")
 
 
-def test_a_failing_projection_stops_before_the_event(ledger: SQLiteStore, tmp_path: Path) -> None:
+@pytest.mark.parametrize("batch", [20_000, 1])  # one batch; or four, so caches are released
+def test_a_failing_projection_stops_before_the_event(
+    ledger: SQLiteStore, tmp_path: Path, batch: int
+) -> None:
     amounts = ["0.5", "0.5", "5", "0.5"]
     _append(
         ledger,
@@ -348,7 +355,9 @@ def test_a_failing_projection_stops_before_the_event(ledger: SQLiteStore, tmp_pa
         ),
     )
     flaky = Flaky()
-    runner = ProjectionRunner(ledger, _views(tmp_path / "v.db"), [flaky, *default_projections()])
+    runner = ProjectionRunner(
+        ledger, _views(tmp_path / "v.db"), [flaky, *default_projections()], batch_size=batch
+    )
     with pytest.raises(ContractError, match=r"'flaky' stopped at position 3 .*ValueError") as info:
         runner.run()
     assert isinstance(info.value.__cause__, ValueError)
