@@ -126,7 +126,7 @@ def _cpu_pressure() -> str:
     return f"{fields.get('avg10', '?')}%"
 
 
-def regime(directory: Path | None = None, *, scaling: bool = True) -> dict[str, Any]:
+def regime(directory: Path | None = None) -> dict[str, Any]:
     """The probes above, as the machine table's extra rows (``directory``: where fsync is timed).
 
     Taken before a bench starts its own work, so the machine is as the bench found it.
@@ -134,7 +134,7 @@ def regime(directory: Path | None = None, *, scaling: bool = True) -> dict[str, 
     where = directory if directory is not None else Path(tempfile.gettempdir())
     where.mkdir(parents=True, exist_ok=True)
     wall, p99, cpu = fdatasync_us(where)
-    out: dict[str, Any] = {
+    return {
         "loadavg_1m": round(os.getloadavg()[0], 2),
         "cpu_pressure_avg10": _cpu_pressure(),
         "wake_round_trip_us": round(wake_round_trip_us(), 1),
@@ -142,10 +142,8 @@ def regime(directory: Path | None = None, *, scaling: bool = True) -> dict[str, 
         "fdatasync_us_p99": round(p99, 1),
         "fdatasync_cpu_us": round(cpu, 1),
         "fsync_dir": str(where),
+        "two_process_scaling": round(two_process_scaling(), 2),
     }
-    if scaling:
-        out["two_process_scaling"] = round(two_process_scaling(), 2)
-    return out
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -180,11 +180,17 @@ def _count_commit(report: RunReport, position: int) -> None:
 
 
 def _run_with_progress(
-    runner: ProjectionRunner[Any], *, rebuild: bool, show: bool, workers: int = 1
+    runner: ProjectionRunner[Any],
+    *,
+    rebuild: bool,
+    show: bool,
+    names: list[str] | None = None,
+    workers: int = 1,
 ) -> RunReport:
-    with progress_bar("projecting", enabled=show) as update:
+    """Catch up (or, with ``rebuild``, drop ``names``, default all, and replay) with a bar."""
+    with progress_bar("rebuilding" if rebuild else "projecting", enabled=show) as update:
         runner.on_commit = lambda position: update(position, runner.store.size())
-        return runner.rebuild(workers=workers) if rebuild else runner.run()
+        return runner.rebuild(names, workers=workers) if rebuild else runner.run()
 
 
 @project_app.command("run")
@@ -259,12 +265,9 @@ def rebuild_cmd(
                 "[bold yellow]note:[/] --workers needs a SQLite ledger and SQLite views; "
                 "rebuilding in one process"
             )
-        if only:
-            with progress_bar("rebuilding", enabled=not as_json) as update:
-                runner.on_commit = lambda position: update(position, runner.store.size())
-                report = runner.rebuild(only, workers=used)
-        else:
-            report = _run_with_progress(runner, rebuild=True, show=not as_json, workers=used)
+        report = _run_with_progress(
+            runner, rebuild=True, show=not as_json, names=only or None, workers=used
+        )
     if as_json:
         emit_json({**_report_dict(report), "workers": used})
     else:
