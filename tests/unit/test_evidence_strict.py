@@ -197,6 +197,14 @@ def test_any_resealed_edit_is_refused_with_a_typed_error(
     if action == "delete" and isinstance(parent, list) and path[0] == "proofs":
         pass  # a dropped proof is refused: one proof per event
     _reseal(doc)
+    if path == ("run_head",) and doc.get("run_head", "absent") is None:
+        # A stripped head reads as a file written without one (documented: the integrity
+        # hash is unkeyed); such a file is refused only where a head is required.
+        verify_evidence(copy.deepcopy(doc), VERIFIER)
+        with pytest.raises(EvidenceInvalid) as stripped:
+            verify_evidence(doc, VERIFIER, require_head=True)
+        assert stripped.value.part == "head"
+        return
     with pytest.raises(TraceboundError) as info:
         verify_evidence(doc, VERIFIER)
     assert isinstance(info.value, EvidenceInvalid), repr(info.value)
