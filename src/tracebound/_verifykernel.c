@@ -57,7 +57,7 @@ static int cpu_has_sha(void) {
 }
 #endif
 
-#define KERNEL_ABI 1
+#define KERNEL_ABI 2
 
 /* ========================================================================================
  * SHA-256
@@ -755,6 +755,236 @@ static PyTypeObject ReaderType = {
 };
 
 /* ========================================================================================
+ * Appends: a record's bytes and chain link (store/_chaining.py's chain_rows)
+ * ====================================================================================== */
+
+static PyObject *S_prefix, *S_fields, *S_values, *S_schema_version, *S_timestamp,
+    *S_timestamp_text, *S_workflow_id, *S_event_type;
+
+static char *put_lit(char *p, const char *lit, size_t n) {
+    memcpy(p, lit, n);
+    return p + n;
+}
+
+/* Decimal digits of v >= 0 (what b"%d" % v writes for it). */
+static char *put_u64(char *p, unsigned long long v) {
+    char tmp[24];
+    int n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    while (n) *p++ = tmp[--n];
+    return p;
+}
+
+/* b"%d" % v for any long long. */
+static char *put_i64(char *p, long long v) {
+    if (v < 0) {
+        *p++ = '-';
+        return put_u64(p, 0ULL - (unsigned long long)v);
+    }
+    return put_u64(p, (unsigned long long)v);
+}
+
+/* len(b"%d" % v) */
+static size_t len_i64(long long v) {
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    size_t n = v < 0 ? 2 : 1;
+    while (u >= 10) {
+        u /= 10;
+        n++;
+    }
+    return n;
+}
+
+/* Borrowed attribute of a slots object, or NULL (error cleared): the caller falls back. */
+static PyObject *attr(PyObject *obj, PyObject *name) {
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL) return NULL;
+    Py_DECREF(v); /* the object keeps it alive while we use it (no Python code runs) */
+    return v;
+}
+
+/* One Prepared item, as the body is written from it: pointers into its own objects (valid
+ * while the item is held), and the values its row takes (borrowed). */
+typedef struct {
+    const char *prefix, *ts, *wf;
+    Py_ssize_t plen, tlen, wlen;
+    long long schema;
+    PyObject *schema_obj, *ts_text, *event_type, *workflow_id;
+} item_view_t;
+
+/* 1 with *v filled; 0 (no error set) when `item` is not of the plain kind the C loops were
+ * written for (a missing value, a bytes subclass, an int beyond 64 bits): Python does it. */
+static int view_item(PyObject *item, item_view_t *v) {
+    PyObject *prefix = attr(item, S_prefix);
+    PyObject *fields = prefix ? attr(item, S_fields) : NULL;
+    PyObject *values = fields ? attr(item, S_values) : NULL;
+    PyObject *schema = values ? attr(fields, S_schema_version) : NULL;
+    PyObject *ts = schema ? attr(fields, S_timestamp) : NULL;
+    PyObject *ts_text = ts ? attr(fields, S_timestamp_text) : NULL;
+    PyObject *wf_json = ts_text ? attr(fields, S_workflow_id) : NULL;
+    if (wf_json == NULL || !PyBytes_CheckExact(prefix) || !PyLong_CheckExact(schema) ||
+        !PyBytes_CheckExact(ts) || !PyBytes_CheckExact(wf_json) || !PyDict_CheckExact(values))
+        goto fallback;
+    v->event_type = PyDict_GetItemWithError(values, S_event_type);
+    v->workflow_id = v->event_type ? PyDict_GetItemWithError(values, S_workflow_id) : NULL;
+    if (v->workflow_id == NULL) goto fallback;
+    int overflow = 0;
+    v->schema = PyLong_AsLongLongAndOverflow(schema, &overflow);
+    if (overflow || (v->schema == -1 && PyErr_Occurred())) goto fallback;
+    v->schema_obj = schema;
+    v->ts_text = ts_text;
+    v->prefix = PyBytes_AS_STRING(prefix);
+    v->plen = PyBytes_GET_SIZE(prefix);
+    v->ts = PyBytes_AS_STRING(ts);
+    v->tlen = PyBytes_GET_SIZE(ts);
+    v->wf = PyBytes_AS_STRING(wf_json);
+    v->wlen = PyBytes_GET_SIZE(wf_json);
+    return 1;
+fallback:
+    PyErr_Clear();
+    return 0;
+}
+
+/* The record's suffix after the canonical prefix: SUFFIX_FORMAT of events/record.py. */
+static const char L_POS[] = ",\"position\":";
+static const char L_PREV[] = ",\"prev_hash\":\"";
+static const char L_SCHEMA[] = "\",\"schema_version\":";
+static const char L_SID[] = ",\"stream_id\":";
+static const char L_VER[] = ",\"stream_version\":";
+static const char L_TS[] = ",\"timestamp\":";
+static const char L_WF[] = ",\"workflow_id\":";
+
+/* The exact length of the body write_body writes. */
+static size_t body_len(const item_view_t *v, Py_ssize_t sid_len, long long position,
+                       long long version) {
+    return (size_t)v->plen + sizeof L_POS - 1 + len_i64(position) + sizeof L_PREV - 1 + 64 +
+           sizeof L_SCHEMA - 1 + len_i64(v->schema) + sizeof L_SID - 1 + (size_t)sid_len +
+           sizeof L_VER - 1 + len_i64(version) + sizeof L_TS - 1 + (size_t)v->tlen +
+           sizeof L_WF - 1 + (size_t)v->wlen + 1;
+}
+
+/* prefix + SUFFIX_FORMAT % (position, hex(prev), schema, sid_json, version, ts, wf_json);
+ * the end of what was written. Needs no GIL: it reads bytes objects' buffers only. */
+static char *write_body(char *p, const item_view_t *v, const char *sid_json, Py_ssize_t sid_len,
+                        long long position, long long version, const uint8_t *prev) {
+    static const char HEX[] = "0123456789abcdef";
+    p = put_lit(p, v->prefix, (size_t)v->plen);
+    p = put_lit(p, L_POS, sizeof L_POS - 1);
+    p = put_i64(p, position);
+    p = put_lit(p, L_PREV, sizeof L_PREV - 1);
+    for (int k = 0; k < 32; k++) {
+        *p++ = HEX[prev[k] >> 4];
+        *p++ = HEX[prev[k] & 15];
+    }
+    p = put_lit(p, L_SCHEMA, sizeof L_SCHEMA - 1);
+    p = put_i64(p, v->schema);
+    p = put_lit(p, L_SID, sizeof L_SID - 1);
+    p = put_lit(p, sid_json, (size_t)sid_len);
+    p = put_lit(p, L_VER, sizeof L_VER - 1);
+    p = put_i64(p, version);
+    p = put_lit(p, L_TS, sizeof L_TS - 1);
+    p = put_lit(p, v->ts, (size_t)v->tlen);
+    p = put_lit(p, L_WF, sizeof L_WF - 1);
+    p = put_lit(p, v->wf, (size_t)v->wlen);
+    *p++ = '}';
+    return p;
+}
+
+/* The row tuple in the stores' column order, with new body and digest objects of the right
+ * sizes, left for the caller to fill (before anyone reads them); NULL on error. Takes no
+ * reference from the caller: prev is increfed here. */
+static PyObject *new_row(PyObject *sid, const item_view_t *v, long long position,
+                         long long version, PyObject *prev, Py_ssize_t blen) {
+    PyObject *body = PyBytes_FromStringAndSize(NULL, blen);
+    PyObject *digest = body ? PyBytes_FromStringAndSize(NULL, 32) : NULL;
+    PyObject *pos_obj = digest ? PyLong_FromLongLong(position) : NULL;
+    PyObject *ver_obj = pos_obj ? PyLong_FromLongLong(version) : NULL;
+    PyObject *row = ver_obj ? PyTuple_New(10) : NULL;
+    if (row == NULL) {
+        Py_XDECREF(body);
+        Py_XDECREF(digest);
+        Py_XDECREF(pos_obj);
+        Py_XDECREF(ver_obj);
+        return NULL;
+    }
+    Py_INCREF(sid);
+    Py_INCREF(v->event_type);
+    Py_INCREF(v->workflow_id);
+    Py_INCREF(v->ts_text);
+    Py_INCREF(v->schema_obj);
+    Py_INCREF(prev);
+    PyTuple_SET_ITEM(row, 0, pos_obj);
+    PyTuple_SET_ITEM(row, 1, sid);
+    PyTuple_SET_ITEM(row, 2, ver_obj);
+    PyTuple_SET_ITEM(row, 3, v->event_type);
+    PyTuple_SET_ITEM(row, 4, v->workflow_id);
+    PyTuple_SET_ITEM(row, 5, v->ts_text);
+    PyTuple_SET_ITEM(row, 6, v->schema_obj);
+    PyTuple_SET_ITEM(row, 7, prev);
+    PyTuple_SET_ITEM(row, 8, digest);
+    PyTuple_SET_ITEM(row, 9, body);
+    return row;
+}
+
+/* Fill a new_row's body and digest: the record's bytes and BLAKE3(prev || body). */
+static void fill_row(PyObject *row, const item_view_t *v, const char *sid_json,
+                     Py_ssize_t sid_len, long long position, long long version) {
+    const uint8_t *prev = (const uint8_t *)PyBytes_AS_STRING(PyTuple_GET_ITEM(row, 7));
+    PyObject *body = PyTuple_GET_ITEM(row, 9);
+    write_body(PyBytes_AS_STRING(body), v, sid_json, sid_len, position, version, prev);
+    tb_b3_msg msg = {prev, 32, (const uint8_t *)PyBytes_AS_STRING(body),
+                     (size_t)PyBytes_GET_SIZE(body),
+                     (uint8_t *)PyBytes_AS_STRING(PyTuple_GET_ITEM(row, 8))};
+    tb_b3_hash_one(&msg);
+}
+
+/* chain_request(items, stream_id, stream_id_json, position, version, prev)
+ *   -> (rows, position, version, prev) | None
+ *
+ * Exactly chain_rows' inner loop for one request: per Prepared item, the next position and
+ * version, body = prefix + SUFFIX_FORMAT % (...), digest = BLAKE3(prev || body), and the row
+ * tuple in the stores' column order. None (nothing done, no error) whenever an input is not
+ * of the plain kind this loop was written for (an int beyond 64 bits, a bytes subclass, a
+ * prev that is not 32 bytes, a missing value): the Python loop then does the request. */
+static PyObject *chain_request(PyObject *module, PyObject *args) {
+    PyObject *items, *sid, *sid_json, *prev;
+    long long position, version;
+    if (!PyArg_ParseTuple(args, "O!UO!LLO", &PyList_Type, &items, &sid, &PyBytes_Type, &sid_json,
+                          &position, &version, &prev))
+        return NULL;
+    if (!PyBytes_CheckExact(prev) || PyBytes_GET_SIZE(prev) != 32 || !PyBytes_CheckExact(sid_json))
+        Py_RETURN_NONE;
+    Py_ssize_t n = PyList_GET_SIZE(items);
+    PyObject *rows = PyList_New(n);
+    if (rows == NULL) return NULL;
+    const char *sj = PyBytes_AS_STRING(sid_json);
+    const Py_ssize_t sid_len = PyBytes_GET_SIZE(sid_json);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        item_view_t v;
+        if (!view_item(PyList_GET_ITEM(items, i), &v) || position >= LLONG_MAX ||
+            version >= LLONG_MAX) {
+            Py_DECREF(rows);
+            Py_RETURN_NONE;
+        }
+        position++;
+        version++;
+        PyObject *row =
+            new_row(sid, &v, position, version, prev, (Py_ssize_t)body_len(&v, sid_len, position, version));
+        if (row == NULL) {
+            Py_DECREF(rows);
+            return NULL;
+        }
+        fill_row(row, &v, sj, sid_len, position, version);
+        PyList_SET_ITEM(rows, i, row);
+        prev = PyTuple_GET_ITEM(row, 8);
+    }
+    return Py_BuildValue("(NLLO)", rows, position, version, prev);
+}
+
+/* ========================================================================================
  * Writer: the SQLite store's append connection
  *
  * The statements of an append transaction (store/sqlite.py, `_append_locked` and
@@ -780,6 +1010,12 @@ typedef struct {
     char *job_sql;  /* exec_async's statements (a copy), or NULL: insert job_rows */
     void *job_rows; /* bound_row_t[job_n] */
     Py_ssize_t job_n;
+    /* chain_async's job: the rows' bodies and digests are written by the worker, from these
+     * views of the items (held in job_keep with the stream id's JSON), before each insert. */
+    item_view_t *job_chain;
+    PyObject *job_keep;
+    const char *job_sid_json;
+    Py_ssize_t job_sid_len;
     int job_rc;
     int job_state; /* JOB_NONE, JOB_QUEUED, JOB_DONE */
     /* Deferred WAL checkpoints (defer_checkpoints): SQLite's own auto-checkpoint runs inside
@@ -1002,11 +1238,22 @@ static int take_row(PyObject *row, bound_row_t *b) {
     return 0;
 }
 
-/* Bind and step every row; runs without the GIL. Returns SQ_OK or the failing code. */
-static int insert_rows(WriterObject *self, const bound_row_t *rows, Py_ssize_t n) {
+/* Bind and step every row; runs without the GIL. Returns SQ_OK or the failing code. With
+ * `chain` (chain_async), each row's body and digest are written first: rows[i]'s prev is
+ * rows[i - 1]'s digest, written just before. */
+static int insert_rows(WriterObject *self, const bound_row_t *rows, Py_ssize_t n,
+                       const item_view_t *chain, const char *sid_json, Py_ssize_t sid_len) {
     tb_sqlite3_stmt *st = self->insert;
     for (Py_ssize_t i = 0; i < n; i++) {
         const bound_row_t *b = &rows[i];
+        if (chain != NULL) {
+            const uint8_t *prev = (const uint8_t *)b->blob[0];
+            char *body = (char *)b->blob[2];
+            write_body(body, &chain[i], sid_json, sid_len, b->position, b->version, prev);
+            tb_b3_msg msg = {prev, 32, (const uint8_t *)body, (size_t)b->blob_len[2],
+                             (uint8_t *)b->blob[1]};
+            tb_b3_hash_one(&msg);
+        }
         int rc = sq.bind_int64(st, 1, b->position);
         if (rc == SQ_OK) rc = sq.bind_text(st, 2, b->text[0], (int)b->text_len[0], SQ_STATIC);
         if (rc == SQ_OK) rc = sq.bind_int64(st, 3, b->version);
@@ -1075,7 +1322,7 @@ static PyObject *writer_insert(WriterObject *self, PyObject *arg) {
     int rc;
     self->busy = 1;
     Py_BEGIN_ALLOW_THREADS
-    rc = insert_rows(self, rows, n);
+    rc = insert_rows(self, rows, n, NULL, NULL, 0);
     Py_END_ALLOW_THREADS
     self->busy = 0;
     PyMem_RawFree(rows);
@@ -1083,6 +1330,13 @@ static PyObject *writer_insert(WriterObject *self, PyObject *arg) {
     if (rc != SQ_OK) return writer_error(self, rc, "insert");
     writer_after_commit(self); /* an autocommit insert commits */
     Py_RETURN_NONE;
+}
+
+/* The queued job (exec_async's statements, or insert_async's or chain_async's rows); no GIL. */
+static int run_job(WriterObject *self) {
+    if (self->job_sql != NULL) return sq.exec(self->db, self->job_sql, NULL, NULL, NULL);
+    return insert_rows(self, (const bound_row_t *)self->job_rows, self->job_n, self->job_chain,
+                       self->job_sid_json, self->job_sid_len);
 }
 
 #ifdef TB_HAVE_PTHREAD
@@ -1095,9 +1349,7 @@ static void *writer_worker(void *arg) {
         if (self->stop) break;
         if (self->job_state == JOB_QUEUED) {
             pthread_mutex_unlock(&self->mu);
-            int rc = self->job_sql != NULL
-                         ? sq.exec(self->db, self->job_sql, NULL, NULL, NULL)
-                         : insert_rows(self, (const bound_row_t *)self->job_rows, self->job_n);
+            int rc = run_job(self);
             pthread_mutex_lock(&self->mu);
             self->job_rc = rc;
             self->job_state = JOB_DONE;
@@ -1159,7 +1411,10 @@ static void writer_join_job(WriterObject *self) {
     self->job_rows = NULL;
     PyMem_RawFree(self->job_sql);
     self->job_sql = NULL;
+    PyMem_RawFree(self->job_chain);
+    self->job_chain = NULL;
     Py_CLEAR(self->job_list);
+    Py_CLEAR(self->job_keep);
 #ifdef TB_HAVE_PTHREAD
     if (self->thread_pid == getpid()) { /* the worker reads job_state under the lock */
         pthread_mutex_lock(&self->mu);
@@ -1204,9 +1459,7 @@ static PyObject *writer_queue_job(WriterObject *self) {
 #endif
     int rc; /* no worker to be had: run it now */
     Py_BEGIN_ALLOW_THREADS
-    rc = self->job_sql != NULL
-             ? sq.exec(self->db, self->job_sql, NULL, NULL, NULL)
-             : insert_rows(self, (const bound_row_t *)self->job_rows, self->job_n);
+    rc = run_job(self);
     Py_END_ALLOW_THREADS
     self->job_rc = rc;
     self->job_state = JOB_DONE;
@@ -1286,6 +1539,88 @@ static PyObject *writer_insert_async(WriterObject *self, PyObject *arg) {
     return writer_queue_job(self);
 }
 
+/* chain_async(items, stream_id, stream_id_json, position, version, prev)
+ *   -> (rows, position, version, prev) | None
+ *
+ * chain_request's rows, inserted as insert_async inserts them, with the chaining itself
+ * (each record's bytes and BLAKE3 link, which depend on the one before) done on the
+ * writer's own thread too, so the caller's thread goes on preparing the next events. The
+ * rows come back at once, but their bodies and digests (and the prev returned, which is the
+ * last digest) are written by the worker: nothing may read them before wait() has returned,
+ * and a failed job leaves them undefined. `prev` may be such a digest of the job before (the
+ * worker wrote it before starting this one). None, with nothing queued, whenever
+ * chain_request would answer None. */
+static PyObject *writer_chain_async(WriterObject *self, PyObject *args) {
+    PyObject *items, *sid, *sid_json, *prev;
+    long long position, version;
+    if (!PyArg_ParseTuple(args, "O!UO!LLO", &PyList_Type, &items, &sid, &PyBytes_Type, &sid_json,
+                          &position, &version, &prev))
+        return NULL;
+    if (!writer_ready(self)) return NULL;
+    if (!PyBytes_CheckExact(prev) || PyBytes_GET_SIZE(prev) != 32 || !PyBytes_CheckExact(sid_json))
+        Py_RETURN_NONE;
+    /* Held until wait(): the views point into the items' objects, and the caller's list
+     * may change meanwhile. */
+    PyObject *held = PyList_AsTuple(items);
+    if (held == NULL) return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(held);
+    const Py_ssize_t sid_len = PyBytes_GET_SIZE(sid_json);
+    item_view_t *views = (item_view_t *)PyMem_RawMalloc((n ? (size_t)n : 1) * sizeof *views);
+    bound_row_t *bound = (bound_row_t *)PyMem_RawMalloc((n ? (size_t)n : 1) * sizeof *bound);
+    PyObject *rows = PyList_New(n);
+    PyObject *keep = rows ? PyTuple_Pack(2, held, sid_json) : NULL;
+    if (views == NULL || bound == NULL || keep == NULL) {
+        if (!PyErr_Occurred()) PyErr_NoMemory();
+        goto fail;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!view_item(PyTuple_GET_ITEM(held, i), &views[i]) || position >= LLONG_MAX ||
+            version >= LLONG_MAX)
+            goto decline;
+        position++;
+        version++;
+        PyObject *row = new_row(sid, &views[i], position, version, prev,
+                                (Py_ssize_t)body_len(&views[i], sid_len, position, version));
+        if (row == NULL) goto fail;
+        PyList_SET_ITEM(rows, i, row);
+        int r = take_row(row, &bound[i]);
+        if (r == -1) goto decline; /* a value the insert would refuse: Python's path says so */
+        if (r) goto fail;
+        prev = PyTuple_GET_ITEM(row, 8);
+    }
+    self->job_list = PyList_AsTuple(rows);
+    if (self->job_list == NULL) goto fail;
+    self->job_keep = keep;
+    self->job_rows = bound;
+    self->job_n = n;
+    self->job_chain = views;
+    self->job_sid_json = PyBytes_AS_STRING(sid_json);
+    self->job_sid_len = sid_len;
+    Py_DECREF(held);
+    PyObject *queued = writer_queue_job(self);
+    if (queued == NULL) {
+        Py_DECREF(rows);
+        return NULL;
+    }
+    Py_DECREF(queued);
+    return Py_BuildValue("(NLLO)", rows, position, version, prev);
+decline:
+    PyErr_Clear();
+    PyMem_RawFree(views);
+    PyMem_RawFree(bound);
+    Py_XDECREF(rows);
+    Py_XDECREF(keep);
+    Py_DECREF(held);
+    Py_RETURN_NONE;
+fail:
+    PyMem_RawFree(views);
+    PyMem_RawFree(bound);
+    Py_XDECREF(rows);
+    Py_XDECREF(keep);
+    Py_DECREF(held);
+    return NULL;
+}
+
 /* exec_async(sql): `exec(sql)` (a COMMIT, say) on the writer's own thread; wait() ends it. */
 static PyObject *writer_exec_async(WriterObject *self, PyObject *arg) {
     if (!writer_ready(self)) return NULL;
@@ -1297,6 +1632,20 @@ static PyObject *writer_exec_async(WriterObject *self, PyObject *arg) {
     memcpy(copy, sql, (size_t)len + 1);
     self->job_sql = copy;
     return writer_queue_job(self);
+}
+
+/* checkpointing(): whether the worker is running a deferred checkpoint now (the next call
+ * that needs the connection will wait for it); the caller may do other work meanwhile. */
+static PyObject *writer_checkpointing(WriterObject *self, PyObject *unused) {
+    int running = 0;
+#ifdef TB_HAVE_PTHREAD
+    if (self->thread_pid == getpid()) {
+        pthread_mutex_lock(&self->mu);
+        running = self->ckpt_running;
+        pthread_mutex_unlock(&self->mu);
+    }
+#endif
+    return PyBool_FromLong(running);
 }
 
 /* wait(): the outcome of the job under way (None, or its error); None if there is none. */
@@ -1355,10 +1704,16 @@ static PyMethodDef writer_methods[] = {
      "insert(rows): INSERT store row tuples, binding and stepping without the GIL."},
     {"insert_async", (PyCFunction)writer_insert_async, METH_O,
      "insert_async(rows): start `insert(rows)` on the writer's own thread; wait() ends it."},
+    {"chain_async", (PyCFunction)writer_chain_async, METH_VARARGS,
+     "chain_async(items, stream_id, stream_id_json, position, version, prev) -> (rows, "
+     "position, version, prev) | None: chain_request's rows, chained and inserted on the "
+     "writer's own thread; read nothing of them before wait()"},
     {"defer_checkpoints", (PyCFunction)writer_defer_checkpoints, METH_O,
      "defer_checkpoints(pages): checkpoint a WAL of `pages` frames after the commit returns"},
     {"exec_async", (PyCFunction)writer_exec_async, METH_O,
      "exec_async(sql): start `exec(sql)` on the writer's own thread; wait() ends it."},
+    {"checkpointing", (PyCFunction)writer_checkpointing, METH_NOARGS,
+     "checkpointing() -> bool: a deferred checkpoint is running on the writer's thread"},
     {"wait", (PyCFunction)writer_wait, METH_NOARGS,
      "wait(): wait for the insert_async under way and raise its error, if any."},
     {"int_query", (PyCFunction)writer_int_query, METH_O,
@@ -1906,174 +2261,6 @@ static PyObject *sha_levels(PyObject *module, PyObject *unused) {
 #else
     return Py_BuildValue("(OO)", Py_False, Py_False);
 #endif
-}
-
-/* ========================================================================================
- * Appends: the chaining loop of store/_chaining.py's chain_rows, for one request
- * ====================================================================================== */
-
-static PyObject *S_prefix, *S_fields, *S_values, *S_schema_version, *S_timestamp,
-    *S_timestamp_text, *S_workflow_id, *S_event_type;
-
-static char *put_lit(char *p, const char *lit, size_t n) {
-    memcpy(p, lit, n);
-    return p + n;
-}
-
-/* Decimal digits of v >= 0 (what b"%d" % v writes for it). */
-static char *put_u64(char *p, unsigned long long v) {
-    char tmp[24];
-    int n = 0;
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    while (n) *p++ = tmp[--n];
-    return p;
-}
-
-/* b"%d" % v for any long long. */
-static char *put_i64(char *p, long long v) {
-    if (v < 0) {
-        *p++ = '-';
-        return put_u64(p, 0ULL - (unsigned long long)v);
-    }
-    return put_u64(p, (unsigned long long)v);
-}
-
-/* Borrowed attribute of a slots object, or NULL (error cleared): the caller falls back. */
-static PyObject *attr(PyObject *obj, PyObject *name) {
-    PyObject *v = PyObject_GetAttr(obj, name);
-    if (v == NULL) return NULL;
-    Py_DECREF(v); /* the object keeps it alive while we use it (no Python code runs) */
-    return v;
-}
-
-/* chain_request(items, stream_id, stream_id_json, position, version, prev)
- *   -> (rows, position, version, prev) | None
- *
- * Exactly chain_rows' inner loop for one request: per Prepared item, the next position and
- * version, body = prefix + SUFFIX_FORMAT % (...), digest = BLAKE3(prev || body), and the row
- * tuple in the stores' column order. None (nothing done, no error) whenever an input is not
- * of the plain kind this loop was written for (an int beyond 64 bits, a bytes subclass, a
- * prev that is not 32 bytes, a missing value): the Python loop then does the request. */
-static PyObject *chain_request(PyObject *module, PyObject *args) {
-    PyObject *items, *sid, *sid_json, *prev;
-    long long position, version;
-    if (!PyArg_ParseTuple(args, "O!UO!LLO", &PyList_Type, &items, &sid, &PyBytes_Type, &sid_json,
-                          &position, &version, &prev))
-        return NULL;
-    if (!PyBytes_CheckExact(prev) || PyBytes_GET_SIZE(prev) != 32 || !PyBytes_CheckExact(sid_json))
-        Py_RETURN_NONE;
-    Py_ssize_t n = PyList_GET_SIZE(items);
-    PyObject *rows = PyList_New(n);
-    if (rows == NULL) return NULL;
-    Py_INCREF(prev);
-    const Py_ssize_t sid_len = PyBytes_GET_SIZE(sid_json);
-    static const char L_POS[] = ",\"position\":";
-    static const char L_PREV[] = ",\"prev_hash\":\"";
-    static const char L_SCHEMA[] = "\",\"schema_version\":";
-    static const char L_SID[] = ",\"stream_id\":";
-    static const char L_VER[] = ",\"stream_version\":";
-    static const char L_TS[] = ",\"timestamp\":";
-    static const char L_WF[] = ",\"workflow_id\":";
-    static const char HEX[] = "0123456789abcdef";
-    const size_t fixed = sizeof L_POS + sizeof L_PREV + sizeof L_SCHEMA + sizeof L_SID +
-                         sizeof L_VER + sizeof L_TS + sizeof L_WF - 7 + 1 /* } */ + 64;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *item = PyList_GET_ITEM(items, i);
-        PyObject *prefix = attr(item, S_prefix);
-        PyObject *fields = prefix ? attr(item, S_fields) : NULL;
-        PyObject *values = fields ? attr(item, S_values) : NULL;
-        PyObject *schema = values ? attr(fields, S_schema_version) : NULL;
-        PyObject *ts = schema ? attr(fields, S_timestamp) : NULL;
-        PyObject *ts_text = ts ? attr(fields, S_timestamp_text) : NULL;
-        PyObject *wf_json = ts_text ? attr(fields, S_workflow_id) : NULL;
-        if (wf_json == NULL || !PyBytes_CheckExact(prefix) || !PyLong_CheckExact(schema) ||
-            !PyBytes_CheckExact(ts) || !PyBytes_CheckExact(wf_json) || !PyDict_CheckExact(values))
-            goto fallback;
-        PyObject *event_type = PyDict_GetItemWithError(values, S_event_type);
-        PyObject *workflow_id = event_type ? PyDict_GetItemWithError(values, S_workflow_id) : NULL;
-        if (workflow_id == NULL) goto fallback;
-        int overflow = 0;
-        long long schema_v = PyLong_AsLongLongAndOverflow(schema, &overflow);
-        if (overflow || (schema_v == -1 && PyErr_Occurred())) goto fallback;
-        if (position >= LLONG_MAX || version >= LLONG_MAX) goto fallback;
-        position++;
-        version++;
-        const Py_ssize_t plen = PyBytes_GET_SIZE(prefix), tlen = PyBytes_GET_SIZE(ts),
-                         wlen = PyBytes_GET_SIZE(wf_json);
-        const size_t cap = (size_t)plen + fixed + 3 * 21 + (size_t)sid_len + (size_t)tlen +
-                           (size_t)wlen;
-        PyObject *body = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)cap);
-        if (body == NULL) goto error;
-        char *start = PyBytes_AS_STRING(body), *p = start;
-        const uint8_t *pv = (const uint8_t *)PyBytes_AS_STRING(prev);
-        p = put_lit(p, PyBytes_AS_STRING(prefix), (size_t)plen);
-        p = put_lit(p, L_POS, sizeof L_POS - 1);
-        p = put_i64(p, position);
-        p = put_lit(p, L_PREV, sizeof L_PREV - 1);
-        for (int k = 0; k < 32; k++) {
-            *p++ = HEX[pv[k] >> 4];
-            *p++ = HEX[pv[k] & 15];
-        }
-        p = put_lit(p, L_SCHEMA, sizeof L_SCHEMA - 1);
-        p = put_i64(p, schema_v);
-        p = put_lit(p, L_SID, sizeof L_SID - 1);
-        p = put_lit(p, PyBytes_AS_STRING(sid_json), (size_t)sid_len);
-        p = put_lit(p, L_VER, sizeof L_VER - 1);
-        p = put_i64(p, version);
-        p = put_lit(p, L_TS, sizeof L_TS - 1);
-        p = put_lit(p, PyBytes_AS_STRING(ts), (size_t)tlen);
-        p = put_lit(p, L_WF, sizeof L_WF - 1);
-        p = put_lit(p, PyBytes_AS_STRING(wf_json), (size_t)wlen);
-        *p++ = '}';
-        if (_PyBytes_Resize(&body, (Py_ssize_t)(p - start)) < 0) goto error;
-        uint8_t out[32];
-        tb_b3_msg msg = {pv, 32, (const uint8_t *)PyBytes_AS_STRING(body),
-                         (size_t)PyBytes_GET_SIZE(body), out};
-        tb_b3_hash_one(&msg);
-        PyObject *digest = PyBytes_FromStringAndSize((const char *)out, 32);
-        PyObject *pos_obj = digest ? PyLong_FromLongLong(position) : NULL;
-        PyObject *ver_obj = pos_obj ? PyLong_FromLongLong(version) : NULL;
-        PyObject *row = ver_obj ? PyTuple_New(10) : NULL;
-        if (row == NULL) {
-            Py_XDECREF(digest);
-            Py_XDECREF(pos_obj);
-            Py_XDECREF(ver_obj);
-            Py_DECREF(body);
-            goto error;
-        }
-        Py_INCREF(sid);
-        Py_INCREF(event_type);
-        Py_INCREF(workflow_id);
-        Py_INCREF(ts_text);
-        Py_INCREF(schema);
-        Py_INCREF(digest);
-        PyTuple_SET_ITEM(row, 0, pos_obj);
-        PyTuple_SET_ITEM(row, 1, sid);
-        PyTuple_SET_ITEM(row, 2, ver_obj);
-        PyTuple_SET_ITEM(row, 3, event_type);
-        PyTuple_SET_ITEM(row, 4, workflow_id);
-        PyTuple_SET_ITEM(row, 5, ts_text);
-        PyTuple_SET_ITEM(row, 6, schema);
-        PyTuple_SET_ITEM(row, 7, prev); /* the row takes our reference to prev */
-        PyTuple_SET_ITEM(row, 8, digest);
-        PyTuple_SET_ITEM(row, 9, body);
-        PyList_SET_ITEM(rows, i, row);
-        prev = digest; /* our reference */
-    }
-    PyObject *result = Py_BuildValue("(NLLN)", rows, position, version, prev);
-    return result;
-fallback:
-    PyErr_Clear();
-    Py_DECREF(rows);
-    Py_DECREF(prev);
-    Py_RETURN_NONE;
-error:
-    Py_DECREF(rows);
-    Py_DECREF(prev);
-    return NULL;
 }
 
 static PyObject *S_stream_id, *S_stream_version, *S_position, *S_prev_hash, *S_hash, *S_dict,

@@ -19,7 +19,7 @@ from tracebound import canonical
 
 __all__ = ["ABI", "KERNEL", "load"]
 
-ABI: Final = 1
+ABI: Final = 2
 """The kernel interface this Python code speaks; a stale build with another one is ignored."""
 
 

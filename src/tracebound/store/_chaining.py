@@ -37,6 +37,7 @@ __all__ = [
     "prepare_batch",
     "prepare_requests",
     "recorded_events",
+    "stream_json",
     "stream_page_events",
 ]
 
@@ -93,7 +94,8 @@ _STREAM_JSON: dict[str, bytes] = {}
 _STREAM_JSON_MAX: Final = 4096
 
 
-def _stream_json(sid: str) -> bytes:
+def stream_json(sid: str) -> bytes:
+    """The canonical JSON of a stream id (cached for plain ``str`` ids)."""
     cached = _STREAM_JSON.get(sid)
     if cached is None:
         # A caller's own id type may subclass str: its plain value is the id. (Without this
@@ -148,7 +150,7 @@ def chain_rows(
         expected = request.expected_version
         if expected is not None and expected != version:
             raise ConcurrencyConflict(sid, expected, version)
-        sid_json = _stream_json(sid)
+        sid_json = stream_json(sid)
         items = request.items
         if in_c is not None and type(items) is list and type(sid) is str:
             done = in_c(items, sid, sid_json, position, version, prev)

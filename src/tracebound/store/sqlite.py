@@ -20,6 +20,7 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
+from itertools import chain
 from pathlib import Path
 from typing import Any, Final
 
@@ -46,6 +47,7 @@ from tracebound.store._chaining import (
     Row,
     chain_rows,
     recorded_events,
+    stream_json,
     stream_page_events,
 )
 from tracebound.store.port import (
@@ -226,11 +228,17 @@ class _PyWriter:
     def insert_async(self, rows: list[Row]) -> None:
         self.insert(rows)
 
+    def chain_async(self, *args: Any) -> None:
+        return None  # the kernel's: here ``chain_rows`` chains, then ``insert_async``
+
     def exec_async(self, sql: str) -> None:
         self.exec(sql)
 
     def wait(self) -> None:
         return None
+
+    def checkpointing(self) -> bool:
+        return False  # SQLite checkpoints inside the COMMIT here
 
     def int_query(self, sql: str) -> int:
         (value,) = self.cursor.execute(sql).fetchone()
@@ -252,34 +260,51 @@ def _translated(what: str) -> Iterator[None]:
         raise StorageError(f"sqlite {what} failed: {exc}") from exc
 
 
-def _chunked(
-    requests: Sequence[AppendRequest],
-    known: dict[str, tuple[int, bytes]],
-    position: int,
-    db: Any,
-) -> Iterator[tuple[list[PreparedRequest], Chained]]:
-    """The requests prepared and chained in chunks of ``_PIPELINE_CHUNK`` events, after
-    ``position``; ``known`` (the stream heads) moves on with each chunk.
-
-    Every stream's head is read first (``db.head``), so that nothing is read from the
-    writer once its inserts are under way. Raises :class:`ConcurrencyConflict` when a
-    request's expected version does not hold (for an empty request too, as ``chain_rows``
-    does).
-    """
-    for request in requests:
-        if request.stream_id not in known:
-            known[request.stream_id] = db.head(request.stream_id) or (0, GENESIS)
+def _chunked(requests: Sequence[AppendRequest]) -> Iterator[PreparedRequest]:
+    """The requests prepared in chunks of ``_PIPELINE_CHUNK`` events of one stream each (an
+    empty request as one empty chunk, whose expected version still counts). Needs no lock
+    and no connection."""
     for request in requests:
         sid, events, expected = request.stream_id, request.events, request.expected_version
-        if not events and expected is not None and expected != known[sid][0]:
-            raise ConcurrencyConflict(sid, expected, known[sid][0])
+        if not events:
+            yield PreparedRequest(sid, expected, [])
         for start in range(0, len(events), _PIPELINE_CHUNK):
             items = [Prepared(e) for e in events[start : start + _PIPELINE_CHUNK]]
-            chunk = [PreparedRequest(sid, expected if start == 0 else None, items)]
-            done = chain_rows(chunk, position, known.__getitem__)
-            position = done.position
-            known.update(done.heads)
-            yield chunk, done
+            yield PreparedRequest(sid, expected if start == 0 else None, items)
+
+
+def _check_expected(chunk: PreparedRequest, known: dict[str, tuple[int, bytes]]) -> int:
+    """The chunk's stream version before it; :class:`ConcurrencyConflict` if the chunk's
+    expected version does not hold."""
+    sid, expected = chunk.stream_id, chunk.expected_version
+    version = known[sid][0]
+    if expected is not None and expected != version:
+        raise ConcurrencyConflict(sid, expected, version)
+    return version
+
+
+def _chain_and_insert(
+    db: Any, chunk: PreparedRequest, position: int, known: dict[str, tuple[int, bytes]]
+) -> Chained:
+    """Chain ``chunk`` after ``position`` and start inserting it on the writer's thread
+    (which must be idle). The kernel's ``chain_async`` chains there too, so the rows' bodies
+    and digests (and the stream's new head) are not to be read before ``db.wait()``; where
+    it declines, ``chain_rows`` chains here first. Raises :class:`ConcurrencyConflict` when
+    the chunk's expected version does not hold."""
+    sid, _, items = chunk
+    version = _check_expected(chunk, known)
+    prev = known[sid][1]
+    done = (
+        db.chain_async(items, sid, stream_json(sid), position, version, prev)
+        if type(sid) is str
+        else None
+    )
+    if done is None:
+        chained = chain_rows([chunk], position, known.__getitem__)
+        db.insert_async(chained.rows)
+        return chained
+    rows, last, version, prev = done
+    return Chained(rows, last, {sid: (version, prev)})
 
 
 class _WriterState:
@@ -525,37 +550,53 @@ class SQLiteStore(ChainedAppends):
         """A large batch, all or nothing, with its SQLite work beside its Python work.
 
         One transaction, as ever; but the batch is prepared, chained and inserted in chunks:
-        while the C writer inserts one chunk on its own thread (no GIL), this thread
-        prepares and chains the next, and it builds the returned events while the COMMIT
-        fsyncs. Under ``BEGIN IMMEDIATE`` from the start, so the preparing happens under the
-        lock (a big batch holds it a little longer), and every stream head is read before
-        the first insert (the writer does one thing at a time).
+        while the C writer chains and inserts one chunk on its own thread (no GIL), this
+        thread prepares the next, and it builds the returned events while the COMMIT fsyncs.
+        Chunks are prepared before ``BEGIN IMMEDIATE`` for as long as the writer's thread is
+        still checkpointing the WAL after an earlier append (which the BEGIN would wait
+        for: ~10 ms every few batches of 1000). Every stream head is read right after the
+        BEGIN, before the first insert (the writer does one thing at a time).
         """
+        prepared = _chunked(requests)
         with self._write_lock:
             state = self._writer()
             db = state.db
+            ahead: list[PreparedRequest] = []
+            for chunk in prepared:
+                ahead.append(chunk)
+                if not db.checkpointing():
+                    break
             out: list[RecordedEvent] = []
             pending = False  # a job of the writer's thread under way
             try:
                 db.exec("BEGIN IMMEDIATE")
                 try:
                     position = self._sync_head(state)
+                    known = state.heads
+                    for sid in {r.stream_id for r in requests} - known.keys():
+                        known[sid] = db.head(sid) or (0, GENESIS)
                     chunks: list[tuple[list[PreparedRequest], list[Row]]] = []
-                    for chunk, done in _chunked(requests, state.heads, position, db):
+                    for chunk in chain(ahead, prepared):
+                        if not chunk.items:  # an empty request: its expected version only
+                            _check_expected(chunk, known)
+                            continue
                         if pending:
                             pending = False
                             db.wait()
-                        db.insert_async(done.rows)
+                        done = _chain_and_insert(db, chunk, position, known)
                         pending = True
-                        chunks.append((chunk, done.rows))
-                        state.position = done.position  # dropped below if this fails
+                        chunks.append(([chunk], done.rows))
+                        # The cache moves on (dropped below if this fails); the heads' digests
+                        # are the worker's to write until the wait.
+                        position = state.position = done.position
+                        known.update(done.heads)
                     if pending:
                         pending = False
                         db.wait()
                     db.exec_async("COMMIT")
                     pending = True
-                    for chunk, rows in chunks:
-                        out += recorded_events(chunk, rows)
+                    for batch, rows in chunks:
+                        out += recorded_events(batch, rows)
                     pending = False
                     db.wait()
                 except BaseException:

@@ -9,10 +9,12 @@ whatever it was not written for, instead of guessing.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 from uuid import UUID
 
 import pytest
@@ -120,6 +122,42 @@ def test_chain_rows_in_c_equal_python(
     assert [type(v) for row in in_c.rows for v in row] == [
         type(v) for row in in_python.rows for v in row
     ]
+
+
+@pytest.fixture(scope="module")
+def writer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A kernel Writer on a store file of its own (each example rolls back)."""
+    store = SQLiteStore(tmp_path_factory.mktemp("chain-async") / "s")
+    yield store._writer().db
+    store.close()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(_events(), max_size=40),
+    st.sampled_from(["a", 'c"é\\', "𝄞\n"]),
+    st.integers(0, 2**62),
+    st.integers(0, 2**62),
+    st.binary(min_size=32, max_size=32),
+)
+def test_chain_async_chains_what_chain_request_chains(
+    writer: Any, events: list[Event], sid: str, position: int, version: int, prev: bytes
+) -> None:
+    """The worker writes each body and digest (the rows come back before it has), then
+    inserts them: after wait() the rows equal chain_request's, and so does the table."""
+    items = [Prepared(e) for e in events]
+    sid_json = canonical_bytes(sid)
+    want = K.chain_request(items, sid, sid_json, position, version, prev)
+    writer.exec("BEGIN IMMEDIATE")
+    try:
+        got = writer.chain_async(items, sid, sid_json, position, version, prev)
+        items.clear()  # the writer holds what it reads: the caller's list may change
+        writer.wait()
+        assert got == want
+        assert writer.int_query("SELECT COUNT(*) FROM events") == len(events)
+    finally:
+        writer.wait()
+        writer.exec("ROLLBACK")
 
 
 def test_recorded_events_in_c_equal_python() -> None:

@@ -16,11 +16,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tracebound.canonical import canonical_bytes
 from tracebound.errors import ConcurrencyConflict, StorageError
 from tracebound.events.catalog import CostIncurred, CostSource
 from tracebound.events.envelope import Event
 from tracebound.ids import StepId, StreamId
+from tracebound.integrity.chain import GENESIS
 from tracebound.store import sqlite as sqlite_module
+from tracebound.store._chaining import Prepared, prepare_requests
 from tracebound.store.port import ANY_VERSION, AppendRequest
 from tracebound.store.sqlite import _WAL_AUTOCHECKPOINT, SQLiteStore, _PyWriter
 
@@ -350,12 +353,13 @@ def test_a_large_batch_is_pipelined_and_stores_what_the_plain_path_stores(
                 calls.clear()
             else:
                 got = store.append_batch(_big_batch(10))
-            assert ("insert_async" in calls) == (kind == "pipelined")
+            assert ("chain_async" in calls) == (kind == "pipelined")
             if kind == "pipelined":
                 # chunks of _PIPELINE_CHUNK events: 300 = 128 + 128 + 44, then 2, then
-                # 398 = 3 x 128 + 14
+                # 398 = 3 x 128 + 14; each chained and inserted on the writer's thread
                 assert sqlite_module._PIPELINE_CHUNK == 128
-                assert calls.count("insert_async") == 8
+                assert calls.count("chain_async") == 8
+                assert "insert_async" not in calls
                 assert calls[-2:] == ["exec_async", "wait"]
             assert [e.position for e in got] == list(range(2, 702))
             store.append("big", [_event(5000)], expected_version=698)  # the head moved on
@@ -363,6 +367,81 @@ def test_a_large_batch_is_pipelined_and_stores_what_the_plain_path_stores(
             returned.append([e.model_dump() for e in got])
     assert tables[0] == tables[1] == tables[2]
     assert returned[0] == returned[1] == returned[2]
+
+
+class _Declines(_Spy):
+    """A writer whose ``chain_async`` declines the chunks whose number is in ``declined``
+    (counted from 0), as the kernel does for inputs it was not written for."""
+
+    def __init__(self, db: Any, declined: set[int]) -> None:
+        super().__init__(db)
+        self.declined = declined
+        self.chunks = 0
+
+    def chain_async(self, *args: Any) -> Any:
+        n, self.chunks = self.chunks, self.chunks + 1
+        self.calls.append("declined" if n in self.declined else "chain_async")
+        return None if n in self.declined else self.db.chain_async(*args)
+
+
+@needs_kernel
+@pytest.mark.parametrize("declined", [{0}, {1}, {2, 3}, {4, 6}, set(range(8))])
+def test_chunks_chained_here_and_on_the_writer_thread_mix_in_any_order(
+    tmp_path: Path, declined: set[int]
+) -> None:
+    """A chunk the kernel declines is chained by ``chain_rows`` on the caller's thread, onto
+    a head the worker wrote (after waiting for it), and the next chunk on the worker onto a
+    head chained here: whatever the mix, the table and the returned events are those of
+    the plain path (one transaction, no pipeline)."""
+    want: list[Any] = []
+    for kind in ("plain", "mixed"):
+        with SQLiteStore(tmp_path / kind) as store:
+            store.append("other", [_event(1)])
+            if kind == "plain":
+                got = store._append_prepared([prepare_requests(_big_batch(10))])[0]
+                assert isinstance(got, list)
+            else:
+                state = store._writer()
+                spy = state.db = _Declines(state.db, declined)
+                got = store.append_batch(_big_batch(10))
+                assert spy.calls.count("declined") == len(declined)
+                assert spy.calls.count("insert_async") == len(declined)
+            rows = store._conn().execute("SELECT * FROM events").fetchall()
+            seen = (rows, [e.model_dump() for e in got], store.stream_head("big"))
+            if want:
+                assert seen == want[0]
+            want.append(seen)
+
+
+@needs_kernel
+def test_chain_async_declines_what_chain_request_declines_and_queues_nothing(
+    tmp_path: Path,
+) -> None:
+    def item() -> Prepared:
+        return Prepared(_event(7))
+
+    sid_json = canonical_bytes("s")
+    with SQLiteStore(tmp_path / "s") as store:
+        db = store._writer().db
+        db.exec("BEGIN IMMEDIATE")
+        odd = item()
+        odd.fields.schema_version = 2**70
+        for args in (
+            ([item()], "s", sid_json, 0, 0, GENESIS[:31]),
+            ([item()], "s", sid_json, 2**63 - 1, 0, GENESIS),
+            ([item(), odd], "s", sid_json, 0, 0, GENESIS),
+        ):
+            assert db.chain_async(*args) is None
+            db.wait()  # nothing under way
+            assert db.in_transaction()  # the writer is not busy
+        with pytest.raises(TypeError):
+            db.chain_async([item()], b"s", sid_json, 0, 0, GENESIS)
+        rows, position, version, prev = db.chain_async([item()], "s", sid_json, 0, 0, GENESIS)
+        with pytest.raises(RuntimeError, match="in use"):
+            db.chain_async([item()], "s", sid_json, position, version, prev)  # one job at a time
+        db.wait()
+        assert (position, version, prev) == (1, 1, rows[0][8])
+        db.exec("ROLLBACK")
 
 
 @needs_kernel
