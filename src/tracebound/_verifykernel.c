@@ -813,6 +813,7 @@ typedef struct {
     Py_ssize_t plen, tlen, wlen;
     long long schema;
     PyObject *schema_obj, *ts_text, *event_type, *workflow_id;
+    PyObject *bytes[3]; /* the objects prefix, ts and wf point into */
 } item_view_t;
 
 /* 1 with *v filled; 0 (no error set) when `item` is not of the plain kind the C loops were
@@ -842,6 +843,9 @@ static int view_item(PyObject *item, item_view_t *v) {
     v->tlen = PyBytes_GET_SIZE(ts);
     v->wf = PyBytes_AS_STRING(wf_json);
     v->wlen = PyBytes_GET_SIZE(wf_json);
+    v->bytes[0] = prefix;
+    v->bytes[1] = ts;
+    v->bytes[2] = wf_json;
     return 1;
 fallback:
     PyErr_Clear();
@@ -1011,7 +1015,8 @@ typedef struct {
     void *job_rows; /* bound_row_t[job_n] */
     Py_ssize_t job_n;
     /* chain_async's job: the rows' bodies and digests are written by the worker, from these
-     * views of the items (held in job_keep with the stream id's JSON), before each insert. */
+     * views of the items (each holding the bytes it points into) and the stream id's JSON
+     * (held in job_keep), before each insert. */
     item_view_t *job_chain;
     PyObject *job_keep;
     const char *job_sid_json;
@@ -1395,6 +1400,13 @@ static int writer_start_worker(WriterObject *self) {
 }
 #endif
 
+/* Drop the references chain_async's views took, and the views. */
+static void release_views(item_view_t *views, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++)
+        for (int k = 0; k < 3; k++) Py_DECREF(views[i].bytes[k]);
+    PyMem_RawFree(views);
+}
+
 /* Wait (without the GIL) for the queued insert, if any, and drop its rows. */
 static void writer_join_job(WriterObject *self) {
     if (self->job_state == JOB_NONE) return;
@@ -1411,7 +1423,7 @@ static void writer_join_job(WriterObject *self) {
     self->job_rows = NULL;
     PyMem_RawFree(self->job_sql);
     self->job_sql = NULL;
-    PyMem_RawFree(self->job_chain);
+    release_views(self->job_chain, self->job_chain ? self->job_n : 0);
     self->job_chain = NULL;
     Py_CLEAR(self->job_list);
     Py_CLEAR(self->job_keep);
@@ -1559,65 +1571,66 @@ static PyObject *writer_chain_async(WriterObject *self, PyObject *args) {
     if (!writer_ready(self)) return NULL;
     if (!PyBytes_CheckExact(prev) || PyBytes_GET_SIZE(prev) != 32 || !PyBytes_CheckExact(sid_json))
         Py_RETURN_NONE;
-    /* Held until wait(): the views point into the items' objects, and the caller's list
-     * may change meanwhile. */
-    PyObject *held = PyList_AsTuple(items);
-    if (held == NULL) return NULL;
-    Py_ssize_t n = PyTuple_GET_SIZE(held);
-    const Py_ssize_t sid_len = PyBytes_GET_SIZE(sid_json);
+    const Py_ssize_t n = PyList_GET_SIZE(items), sid_len = PyBytes_GET_SIZE(sid_json);
     item_view_t *views = (item_view_t *)PyMem_RawMalloc((n ? (size_t)n : 1) * sizeof *views);
     bound_row_t *bound = (bound_row_t *)PyMem_RawMalloc((n ? (size_t)n : 1) * sizeof *bound);
     PyObject *rows = PyList_New(n);
-    PyObject *keep = rows ? PyTuple_Pack(2, held, sid_json) : NULL;
-    if (views == NULL || bound == NULL || keep == NULL) {
+    Py_ssize_t held = 0; /* views whose bytes are held */
+    int declined = 0;
+    if (views == NULL || bound == NULL || rows == NULL) {
         if (!PyErr_Occurred()) PyErr_NoMemory();
-        goto fail;
+        goto done;
+    }
+    /* The views' objects are held until wait(): the worker reads them without the GIL. */
+    for (; held < n; held++) {
+        if (!view_item(PyList_GET_ITEM(items, held), &views[held])) {
+            declined = 1;
+            goto done;
+        }
+        for (int k = 0; k < 3; k++) Py_INCREF(views[held].bytes[k]);
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (!view_item(PyTuple_GET_ITEM(held, i), &views[i]) || position >= LLONG_MAX ||
-            version >= LLONG_MAX)
-            goto decline;
+        if (position >= LLONG_MAX || version >= LLONG_MAX) {
+            declined = 1;
+            goto done;
+        }
         position++;
         version++;
         PyObject *row = new_row(sid, &views[i], position, version, prev,
                                 (Py_ssize_t)body_len(&views[i], sid_len, position, version));
-        if (row == NULL) goto fail;
+        if (row == NULL) goto done;
         PyList_SET_ITEM(rows, i, row);
         int r = take_row(row, &bound[i]);
-        if (r == -1) goto decline; /* a value the insert would refuse: Python's path says so */
-        if (r) goto fail;
+        if (r) {
+            declined = r == -1; /* a value the insert would refuse: Python's path says so */
+            goto done;
+        }
         prev = PyTuple_GET_ITEM(row, 8);
     }
     self->job_list = PyList_AsTuple(rows);
-    if (self->job_list == NULL) goto fail;
-    self->job_keep = keep;
+    if (self->job_list == NULL) goto done;
+    Py_INCREF(sid_json);
+    self->job_keep = sid_json;
     self->job_rows = bound;
     self->job_n = n;
     self->job_chain = views;
     self->job_sid_json = PyBytes_AS_STRING(sid_json);
     self->job_sid_len = sid_len;
-    Py_DECREF(held);
-    PyObject *queued = writer_queue_job(self);
+    PyObject *queued = writer_queue_job(self); /* the job owns views and bound now */
     if (queued == NULL) {
         Py_DECREF(rows);
         return NULL;
     }
     Py_DECREF(queued);
     return Py_BuildValue("(NLLO)", rows, position, version, prev);
-decline:
-    PyErr_Clear();
-    PyMem_RawFree(views);
+done: /* nothing queued: declined (None) or an error */
+    if (views != NULL) release_views(views, held);
     PyMem_RawFree(bound);
     Py_XDECREF(rows);
-    Py_XDECREF(keep);
-    Py_DECREF(held);
-    Py_RETURN_NONE;
-fail:
-    PyMem_RawFree(views);
-    PyMem_RawFree(bound);
-    Py_XDECREF(rows);
-    Py_XDECREF(keep);
-    Py_DECREF(held);
+    if (declined) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
     return NULL;
 }
 

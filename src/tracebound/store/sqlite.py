@@ -567,7 +567,6 @@ class SQLiteStore(ChainedAppends):
                 if not db.checkpointing():
                     break
             out: list[RecordedEvent] = []
-            pending = False  # a job of the writer's thread under way
             try:
                 db.exec("BEGIN IMMEDIATE")
                 try:
@@ -580,29 +579,23 @@ class SQLiteStore(ChainedAppends):
                         if not chunk.items:  # an empty request: its expected version only
                             _check_expected(chunk, known)
                             continue
-                        if pending:
-                            pending = False
-                            db.wait()
+                        db.wait()  # for the chunk before (none: returns at once)
                         done = _chain_and_insert(db, chunk, position, known)
-                        pending = True
                         chunks.append(([chunk], done.rows))
                         # The cache moves on (dropped below if this fails); the heads' digests
                         # are the worker's to write until the wait.
                         position = state.position = done.position
                         known.update(done.heads)
-                    if pending:
-                        pending = False
-                        db.wait()
+                    db.wait()
                     db.exec_async("COMMIT")
-                    pending = True
                     for batch, rows in chunks:
                         out += recorded_events(batch, rows)
-                    pending = False
                     db.wait()
                 except BaseException:
-                    if pending:  # the writer must be idle before it rolls back
-                        with suppress(*_WRITE_ERRORS):  # the first error is the one raised
-                            db.wait()
+                    # The writer must be idle before it rolls back, whatever was under way
+                    # (wait() with nothing under way returns at once).
+                    with suppress(*_WRITE_ERRORS):  # the first error is the one raised
+                        db.wait()
                     state.abort()
                     raise
             except _WRITE_ERRORS as exc:

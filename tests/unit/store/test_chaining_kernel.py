@@ -9,6 +9,7 @@ whatever it was not written for, instead of guessing.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
@@ -151,10 +152,32 @@ def test_chain_async_chains_what_chain_request_chains(
     writer.exec("BEGIN IMMEDIATE")
     try:
         got = writer.chain_async(items, sid, sid_json, position, version, prev)
-        items.clear()  # the writer holds what it reads: the caller's list may change
+        # The writer holds what it reads: the caller's list and items may change meanwhile.
+        spare = _one()
+        for item in items:
+            item.prefix, item.fields = b"{}", spare.fields
+        items.clear()
         writer.wait()
         assert got == want
         assert writer.int_query("SELECT COUNT(*) FROM events") == len(events)
+    finally:
+        writer.wait()
+        writer.exec("ROLLBACK")
+
+
+def test_chain_async_holds_what_its_worker_reads_until_wait(writer: Any) -> None:
+    """The worker reads each item's prefix, timestamp and workflow bytes without the GIL:
+    the writer holds a reference to each until wait(), so a caller that drops or replaces
+    them meanwhile frees nothing the worker still reads."""
+    item = _one()
+    parts = (item.prefix, item.fields.timestamp, item.fields.workflow_id)
+    before = [sys.getrefcount(part) for part in parts]
+    writer.exec("BEGIN IMMEDIATE")
+    try:
+        assert writer.chain_async([item], "s", canonical_bytes("s"), 0, 0, GENESIS) is not None
+        assert [sys.getrefcount(part) for part in parts] == [n + 1 for n in before]
+        writer.wait()
+        assert [sys.getrefcount(part) for part in parts] == before
     finally:
         writer.wait()
         writer.exec("ROLLBACK")
