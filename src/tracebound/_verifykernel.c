@@ -798,16 +798,10 @@ static size_t len_i64(long long v) {
     return n;
 }
 
-/* Borrowed attribute of a slots object, or NULL (error cleared): the caller falls back. */
-static PyObject *attr(PyObject *obj, PyObject *name) {
-    PyObject *v = PyObject_GetAttr(obj, name);
-    if (v == NULL) return NULL;
-    Py_DECREF(v); /* the object keeps it alive while we use it (no Python code runs) */
-    return v;
-}
-
-/* One Prepared item, as the body is written from it: pointers into its own objects (valid
- * while the item is held), and the values its row takes (borrowed). */
+/* One Prepared item, as the body is written from it: pointers into its bytes objects, and
+ * the values its row takes. The view owns a reference to each object it names (release
+ * with release_view): building rows allocates, an allocation may run the cyclic GC, and a
+ * finalizer it runs may change or drop the item's attributes. */
 typedef struct {
     const char *prefix, *ts, *wf;
     Py_ssize_t plen, tlen, wlen;
@@ -816,40 +810,68 @@ typedef struct {
     PyObject *bytes[3]; /* the objects prefix, ts and wf point into */
 } item_view_t;
 
-/* 1 with *v filled; 0 (no error set) when `item` is not of the plain kind the C loops were
- * written for (a missing value, a bytes subclass, an int beyond 64 bits): Python does it. */
+static void release_view(item_view_t *v) {
+    Py_DECREF(v->schema_obj);
+    Py_DECREF(v->ts_text);
+    Py_DECREF(v->event_type);
+    Py_DECREF(v->workflow_id);
+    for (int k = 0; k < 3; k++) Py_DECREF(v->bytes[k]);
+}
+
+/* 1 with *v filled (release it); 0 (no error set, nothing held) when `item` is not of the
+ * plain kind the C loops were written for (a missing value, a bytes subclass, an int beyond
+ * 64 bits): Python does it. */
 static int view_item(PyObject *item, item_view_t *v) {
-    PyObject *prefix = attr(item, S_prefix);
-    PyObject *fields = prefix ? attr(item, S_fields) : NULL;
-    PyObject *values = fields ? attr(item, S_values) : NULL;
-    PyObject *schema = values ? attr(fields, S_schema_version) : NULL;
-    PyObject *ts = schema ? attr(fields, S_timestamp) : NULL;
-    PyObject *ts_text = ts ? attr(fields, S_timestamp_text) : NULL;
-    PyObject *wf_json = ts_text ? attr(fields, S_workflow_id) : NULL;
+    PyObject *prefix = PyObject_GetAttr(item, S_prefix);
+    PyObject *fields = prefix ? PyObject_GetAttr(item, S_fields) : NULL;
+    PyObject *values = fields ? PyObject_GetAttr(item, S_values) : NULL;
+    PyObject *schema = values ? PyObject_GetAttr(fields, S_schema_version) : NULL;
+    PyObject *ts = schema ? PyObject_GetAttr(fields, S_timestamp) : NULL;
+    PyObject *ts_text = ts ? PyObject_GetAttr(fields, S_timestamp_text) : NULL;
+    PyObject *wf_json = ts_text ? PyObject_GetAttr(fields, S_workflow_id) : NULL;
+    PyObject *event_type = NULL, *workflow_id = NULL;
+    int ok = 0;
     if (wf_json == NULL || !PyBytes_CheckExact(prefix) || !PyLong_CheckExact(schema) ||
         !PyBytes_CheckExact(ts) || !PyBytes_CheckExact(wf_json) || !PyDict_CheckExact(values))
-        goto fallback;
-    v->event_type = PyDict_GetItemWithError(values, S_event_type);
-    v->workflow_id = v->event_type ? PyDict_GetItemWithError(values, S_workflow_id) : NULL;
-    if (v->workflow_id == NULL) goto fallback;
+        goto out;
+    event_type = PyDict_GetItemWithError(values, S_event_type);
+    workflow_id = event_type ? PyDict_GetItemWithError(values, S_workflow_id) : NULL;
+    if (workflow_id == NULL) goto out;
+    Py_INCREF(event_type);
+    Py_INCREF(workflow_id);
     int overflow = 0;
     v->schema = PyLong_AsLongLongAndOverflow(schema, &overflow);
-    if (overflow || (v->schema == -1 && PyErr_Occurred())) goto fallback;
+    if (overflow || (v->schema == -1 && PyErr_Occurred())) {
+        Py_DECREF(event_type);
+        Py_DECREF(workflow_id);
+        goto out;
+    }
+    /* The view takes these references over. */
     v->schema_obj = schema;
     v->ts_text = ts_text;
+    v->event_type = event_type;
+    v->workflow_id = workflow_id;
+    v->bytes[0] = prefix;
+    v->bytes[1] = ts;
+    v->bytes[2] = wf_json;
     v->prefix = PyBytes_AS_STRING(prefix);
     v->plen = PyBytes_GET_SIZE(prefix);
     v->ts = PyBytes_AS_STRING(ts);
     v->tlen = PyBytes_GET_SIZE(ts);
     v->wf = PyBytes_AS_STRING(wf_json);
     v->wlen = PyBytes_GET_SIZE(wf_json);
-    v->bytes[0] = prefix;
-    v->bytes[1] = ts;
-    v->bytes[2] = wf_json;
-    return 1;
-fallback:
-    PyErr_Clear();
-    return 0;
+    prefix = schema = ts = ts_text = wf_json = NULL;
+    ok = 1;
+out:
+    Py_XDECREF(prefix);
+    Py_XDECREF(fields);
+    Py_XDECREF(values);
+    Py_XDECREF(schema);
+    Py_XDECREF(ts);
+    Py_XDECREF(ts_text);
+    Py_XDECREF(wf_json);
+    if (!ok) PyErr_Clear();
+    return ok;
 }
 
 /* The record's suffix after the canonical prefix: SUFFIX_FORMAT of events/record.py. */
@@ -961,31 +983,36 @@ static PyObject *chain_request(PyObject *module, PyObject *args) {
         return NULL;
     if (!PyBytes_CheckExact(prev) || PyBytes_GET_SIZE(prev) != 32 || !PyBytes_CheckExact(sid_json))
         Py_RETURN_NONE;
-    Py_ssize_t n = PyList_GET_SIZE(items);
-    PyObject *rows = PyList_New(n);
-    if (rows == NULL) return NULL;
+    /* A snapshot: building rows allocates, and a finalizer run by the GC may change the list. */
+    PyObject *snap = PyList_AsTuple(items);
+    if (snap == NULL) return NULL;
+    const Py_ssize_t n = PyTuple_GET_SIZE(snap);
+    PyObject *rows = PyList_New(n), *out = NULL;
+    if (rows == NULL) goto done;
     const char *sj = PyBytes_AS_STRING(sid_json);
     const Py_ssize_t sid_len = PyBytes_GET_SIZE(sid_json);
     for (Py_ssize_t i = 0; i < n; i++) {
         item_view_t v;
-        if (!view_item(PyList_GET_ITEM(items, i), &v) || position >= LLONG_MAX ||
-            version >= LLONG_MAX) {
-            Py_DECREF(rows);
-            Py_RETURN_NONE;
+        if (position >= LLONG_MAX || version >= LLONG_MAX ||
+            !view_item(PyTuple_GET_ITEM(snap, i), &v)) {
+            out = Py_NewRef(Py_None);
+            goto done;
         }
         position++;
         version++;
         PyObject *row =
             new_row(sid, &v, position, version, prev, (Py_ssize_t)body_len(&v, sid_len, position, version));
-        if (row == NULL) {
-            Py_DECREF(rows);
-            return NULL;
-        }
-        fill_row(row, &v, sj, sid_len, position, version);
+        if (row != NULL) fill_row(row, &v, sj, sid_len, position, version);
+        release_view(&v);
+        if (row == NULL) goto done;
         PyList_SET_ITEM(rows, i, row);
         prev = PyTuple_GET_ITEM(row, 8);
     }
-    return Py_BuildValue("(NLLO)", rows, position, version, prev);
+    out = Py_BuildValue("(OLLO)", rows, position, version, prev);
+done:
+    Py_XDECREF(rows);
+    Py_DECREF(snap);
+    return out;
 }
 
 /* ========================================================================================
@@ -1402,8 +1429,7 @@ static int writer_start_worker(WriterObject *self) {
 
 /* Drop the references chain_async's views took, and the views. */
 static void release_views(item_view_t *views, Py_ssize_t n) {
-    for (Py_ssize_t i = 0; i < n; i++)
-        for (int k = 0; k < 3; k++) Py_DECREF(views[i].bytes[k]);
+    for (Py_ssize_t i = 0; i < n; i++) release_view(&views[i]);
     PyMem_RawFree(views);
 }
 
@@ -1571,7 +1597,9 @@ static PyObject *writer_chain_async(WriterObject *self, PyObject *args) {
     if (!writer_ready(self)) return NULL;
     if (!PyBytes_CheckExact(prev) || PyBytes_GET_SIZE(prev) != 32 || !PyBytes_CheckExact(sid_json))
         Py_RETURN_NONE;
-    const Py_ssize_t n = PyList_GET_SIZE(items), sid_len = PyBytes_GET_SIZE(sid_json);
+    PyObject *snap = PyList_AsTuple(items); /* the caller's list may change meanwhile */
+    if (snap == NULL) return NULL;
+    const Py_ssize_t n = PyTuple_GET_SIZE(snap), sid_len = PyBytes_GET_SIZE(sid_json);
     item_view_t *views = (item_view_t *)PyMem_RawMalloc((n ? (size_t)n : 1) * sizeof *views);
     bound_row_t *bound = (bound_row_t *)PyMem_RawMalloc((n ? (size_t)n : 1) * sizeof *bound);
     PyObject *rows = PyList_New(n);
@@ -1583,11 +1611,10 @@ static PyObject *writer_chain_async(WriterObject *self, PyObject *args) {
     }
     /* The views' objects are held until wait(): the worker reads them without the GIL. */
     for (; held < n; held++) {
-        if (!view_item(PyList_GET_ITEM(items, held), &views[held])) {
+        if (!view_item(PyTuple_GET_ITEM(snap, held), &views[held])) {
             declined = 1;
             goto done;
         }
-        for (int k = 0; k < 3; k++) Py_INCREF(views[held].bytes[k]);
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         if (position >= LLONG_MAX || version >= LLONG_MAX) {
@@ -1616,6 +1643,7 @@ static PyObject *writer_chain_async(WriterObject *self, PyObject *args) {
     self->job_chain = views;
     self->job_sid_json = PyBytes_AS_STRING(sid_json);
     self->job_sid_len = sid_len;
+    Py_DECREF(snap);
     PyObject *queued = writer_queue_job(self); /* the job owns views and bound now */
     if (queued == NULL) {
         Py_DECREF(rows);
@@ -1627,6 +1655,7 @@ done: /* nothing queued: declined (None) or an error */
     if (views != NULL) release_views(views, held);
     PyMem_RawFree(bound);
     Py_XDECREF(rows);
+    Py_DECREF(snap);
     if (declined) {
         PyErr_Clear();
         Py_RETURN_NONE;

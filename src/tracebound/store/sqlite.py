@@ -20,7 +20,6 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
-from itertools import chain
 from pathlib import Path
 from typing import Any, Final
 
@@ -273,6 +272,18 @@ def _chunked(requests: Sequence[AppendRequest]) -> Iterator[PreparedRequest]:
             yield PreparedRequest(sid, expected if start == 0 else None, items)
 
 
+def _resumed(
+    ahead: list[PreparedRequest], failed: Exception | None, rest: Iterator[PreparedRequest]
+) -> Iterator[PreparedRequest]:
+    """The chunks prepared ahead of the BEGIN, then the error that stopped that (if any),
+    then the rest: an error in preparing is raised after the checks of the chunks before
+    it, as when nothing is prepared ahead."""
+    yield from ahead
+    if failed is not None:
+        raise failed
+    yield from rest
+
+
 def _check_expected(chunk: PreparedRequest, known: dict[str, tuple[int, bytes]]) -> int:
     """The chunk's stream version before it; :class:`ConcurrencyConflict` if the chunk's
     expected version does not hold."""
@@ -286,14 +297,12 @@ def _check_expected(chunk: PreparedRequest, known: dict[str, tuple[int, bytes]])
 def _chain_and_insert(
     db: Any, chunk: PreparedRequest, position: int, known: dict[str, tuple[int, bytes]]
 ) -> Chained:
-    """Chain ``chunk`` after ``position`` and start inserting it on the writer's thread
-    (which must be idle). The kernel's ``chain_async`` chains there too, so the rows' bodies
-    and digests (and the stream's new head) are not to be read before ``db.wait()``; where
-    it declines, ``chain_rows`` chains here first. Raises :class:`ConcurrencyConflict` when
-    the chunk's expected version does not hold."""
+    """Chain ``chunk`` after ``position`` (its expected version checked) and start inserting
+    it on the writer's thread (which must be idle). The kernel's ``chain_async`` chains
+    there too, so the rows' bodies and digests (and the stream's new head) are not to be
+    read before ``db.wait()``; where it declines, ``chain_rows`` chains here first."""
     sid, _, items = chunk
-    version = _check_expected(chunk, known)
-    prev = known[sid][1]
+    version, prev = known[sid]
     done = (
         db.chain_async(items, sid, stream_json(sid), position, version, prev)
         if type(sid) is str
@@ -562,22 +571,28 @@ class SQLiteStore(ChainedAppends):
             state = self._writer()
             db = state.db
             ahead: list[PreparedRequest] = []
-            for chunk in prepared:
-                ahead.append(chunk)
-                if not db.checkpointing():
-                    break
+            failed: Exception | None = None
+            try:
+                for chunk in prepared:
+                    ahead.append(chunk)
+                    if not db.checkpointing():
+                        break
+            except Exception as exc:  # noqa: BLE001 - raised in turn (_resumed)
+                failed = exc
             out: list[RecordedEvent] = []
             try:
-                db.exec("BEGIN IMMEDIATE")
                 try:
+                    db.exec("BEGIN IMMEDIATE")  # inside: an interrupt just after it rolls back
                     position = self._sync_head(state)
                     known = state.heads
                     for sid in {r.stream_id for r in requests} - known.keys():
                         known[sid] = db.head(sid) or (0, GENESIS)
                     chunks: list[tuple[list[PreparedRequest], list[Row]]] = []
-                    for chunk in chain(ahead, prepared):
+                    for chunk in _resumed(ahead, failed, prepared):
+                        # Checked before the wait for the chunk before, as chain_rows did: a
+                        # conflict is reported even if that chunk's insert failed.
+                        _check_expected(chunk, known)
                         if not chunk.items:  # an empty request: its expected version only
-                            _check_expected(chunk, known)
                             continue
                         db.wait()  # for the chunk before (none: returns at once)
                         done = _chain_and_insert(db, chunk, position, known)
@@ -668,8 +683,8 @@ class SQLiteStore(ChainedAppends):
         """The transaction of :meth:`_append_prepared` (caller holds the write lock)."""
         state = self._writer()
         db = state.db
-        db.exec("BEGIN IMMEDIATE")
         try:
+            db.exec("BEGIN IMMEDIATE")  # inside: an interrupt just after it rolls back
             position = self._sync_head(state)
             known = state.heads
 

@@ -9,6 +9,8 @@ whatever it was not written for, instead of guessing.
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
@@ -181,6 +183,68 @@ def test_chain_async_holds_what_its_worker_reads_until_wait(writer: Any) -> None
     finally:
         writer.wait()
         writer.exec("ROLLBACK")
+
+
+_FINALIZER_SCRIPT = """
+import gc, sys, tempfile
+from pathlib import Path
+from tracebound.canonical import canonical_bytes
+from tracebound.integrity._kernel import KERNEL
+from tracebound.integrity.chain import GENESIS
+from tracebound.store.sqlite import SQLiteStore
+from tests.unit.store.test_chaining_kernel import _one
+
+store = SQLiteStore(Path(tempfile.mkdtemp()) / "s")
+db = store._writer().db
+sid_json = canonical_bytes("s")
+for api in ("chain_request", "chain_async"):
+    for offset in range(40):
+        items = [_one() for _ in range(3)]
+        victim, spare = items[2], _one().fields
+        class Bomb:
+            def __del__(self) -> None:
+                victim.fields = spare  # frees the old fields: its timestamp_text and bytes
+        gc.disable()
+        gc.collect()
+        bomb = Bomb()
+        bomb.me = bomb
+        del bomb
+        gc.set_threshold(gc.get_count()[0] + offset)
+        gc.enable()
+        db.exec("BEGIN IMMEDIATE")
+        if api == "chain_async":
+            out = db.chain_async(items, "s", sid_json, 0, 0, GENESIS)
+            db.wait()
+        else:
+            out = KERNEL.chain_request(items, "s", sid_json, 0, 0, GENESIS)
+        gc.disable()
+        gc.set_threshold(700)
+        db.exec("ROLLBACK")
+        rows = out[0]
+        # Each row holds one of the values its item had while it was read, never freed memory.
+        assert all(row[5] == "2026-01-01T00:00:00.000000Z" for row in rows), rows
+store.close()
+print("ok")
+"""
+
+
+def test_a_finalizer_that_drops_an_items_values_mid_call_frees_nothing_in_use(
+    tmp_path: Path,
+) -> None:
+    """Building rows allocates; an allocation may run the cyclic GC, and a finalizer it runs
+    may replace an item's fields, freeing the old values. The C loops hold what they read
+    (in a debug allocator, which poisons freed memory, using a freed value crashes)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _FINALIZER_SCRIPT],
+        env={**os.environ, "PYTHONMALLOC": "debug"},
+        cwd=Path(__file__).parents[3],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "ok"
 
 
 def test_recorded_events_in_c_equal_python() -> None:

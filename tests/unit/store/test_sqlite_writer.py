@@ -444,6 +444,91 @@ def test_chain_async_declines_what_chain_request_declines_and_queues_nothing(
         db.exec("ROLLBACK")
 
 
+class _Checkpointing(_Spy):
+    """A writer whose deferred checkpoint never ends: a batch prepares all its chunks ahead
+    of its BEGIN."""
+
+    def checkpointing(self) -> bool:
+        return True
+
+
+@needs_kernel
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_errors_are_raised_in_batch_order_whatever_was_prepared_ahead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, checkpointing: bool
+) -> None:
+    """A conflict in an early request wins over an event a later request cannot prepare,
+    and a conflict over the failed insert of the chunk before it: the errors the
+    unpipelined order gives, whether or not chunks were prepared ahead of the BEGIN."""
+    bad = _event(10_000)
+
+    class Picky(Prepared):
+        __slots__ = ()
+
+        def __init__(self, event: Event) -> None:
+            if event is bad:
+                raise ValueError("cannot prepare this event")
+            super().__init__(event)
+
+    monkeypatch.setattr(sqlite_module, "Prepared", Picky)
+    with SQLiteStore(tmp_path / "s") as store:
+        state = store._writer()
+        if checkpointing:
+            state.db = _Checkpointing(state.db)
+        wrong = [AppendRequest(StreamId("a"), [_event(i) for i in range(600)], 5)]
+        with pytest.raises(ConcurrencyConflict):
+            store.append_batch([*wrong, AppendRequest(StreamId("b"), [bad], None)])
+        with pytest.raises(ValueError, match="cannot prepare"):
+            store.append_batch([AppendRequest(StreamId("b"), [_event(1), bad], None), *wrong])
+        # the first chunk's insert fails (a trigger) and the next chunk's expected version
+        # does not hold: the conflict is found before the wait that would report the insert
+        other = sqlite3.connect(store.path, isolation_level=None)
+        other.execute(
+            "CREATE TRIGGER refuse BEFORE INSERT ON events WHEN NEW.position = 3 "
+            "BEGIN SELECT RAISE(ABORT, 'refused'); END"
+        )
+        with pytest.raises(ConcurrencyConflict):
+            store.append_batch(
+                [AppendRequest(StreamId("c"), [_event(i) for i in range(100)], None), *wrong]
+            )
+        other.execute("DROP TRIGGER refuse")
+        other.close()
+        assert store.size() == 0
+        assert store.append_batch(_big_batch(10))[-1].position == 700
+
+
+class _InterruptedAfterBegin(_Spy):
+    """A signal handler raising just after BEGIN IMMEDIATE returned, once."""
+
+    def __init__(self, db: Any) -> None:
+        super().__init__(db)
+        self.fired = False
+
+    def exec(self, sql: str) -> None:
+        self.db.exec(sql)
+        if sql == "BEGIN IMMEDIATE" and not self.fired:
+            self.fired = True
+            raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("size", [1, 2, 700])  # solo, a transaction, the pipeline
+def test_an_interrupt_just_after_begin_leaves_no_transaction_open(
+    tmp_path: Path, writer_kind: str, size: int
+) -> None:
+    with SQLiteStore(tmp_path / "s") as store:
+        store.append("warm", [_event(0)])  # a cached head: one event goes the solo way
+        state = store._writer()
+        state.db = _InterruptedAfterBegin(state.db)
+        events = [_event(i) for i in range(1, size + 1)]
+        if size == 1:  # the solo path runs no BEGIN: make it take the transaction
+            state.solo_off = 1
+        with pytest.raises(KeyboardInterrupt):
+            store.append("s", events)
+        assert not state.db.in_transaction()
+        assert store.append("s", events)[-1].position == size + 1
+        assert store.size() == size + 1
+
+
 @needs_kernel
 def test_a_conflict_late_in_a_pipelined_batch_writes_nothing(tmp_path: Path) -> None:
     with SQLiteStore(tmp_path / "s") as store:
