@@ -76,6 +76,7 @@ __all__ = ["CHUNK", "CheckpointRun", "InclusionBundle", "Ledger", "VerifyReport"
 
 CHUNK: Final = 1 << 16  # positions per verify chunk: aligned, so chunk roots merge exactly
 ORIGIN_KEY: Final = "origin"
+MERKLE_NOT_COMPARED: Final = "root computed, not compared: no checked checkpoint or witness"
 
 Progress = Callable[[int, int], None]
 
@@ -914,9 +915,15 @@ class Ledger:
             raise ConfigError("proving needs the verifier key to read the checkpoint")
         cp = open_checkpoint(note, self.verifier)
         if not 1 <= position <= cp.size:
+            size = self.store.size()
+            hint = (
+                "run `tracebound checkpoint` to sign it"
+                if cp.size < position <= size
+                else f"the log holds positions 1..{size}"
+            )
             raise ConfigError(
-                f"position {position} is not covered by the newest checkpoint (1..{cp.size}); "
-                "run `tracebound checkpoint`"
+                f"position {position} is not covered by the newest checkpoint "
+                f"(1..{cp.size}); {hint}"
             )
         raws = list(self.store.read_raw(start=position, stop=position))
         if len(raws) != 1:
@@ -1146,6 +1153,12 @@ class Ledger:
         except LedgerDamaged as damage:
             report.damage = damage
             report.checks["merkle"] = "failed"
+            if witness is not None and damage.kind in {DamageKind.ROLLBACK, DamageKind.FORK}:
+                report.checks["witness"] = "failed"  # the log is behind or beside it
             return report
-        report.checks["merkle"] = "ok"
+        # "ok" only for a root compared with a signed one (the JSON's checks say what the
+        # text says); a root nothing vouches for leaves the report incomplete.
+        report.checks["merkle"] = (
+            "ok" if checkpoints or witness is not None else MERKLE_NOT_COMPARED
+        )
         return report

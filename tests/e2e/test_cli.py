@@ -217,6 +217,8 @@ def test_rollback_of_whole_store_is_detected(cli: CLI) -> None:
     shutil.copytree(cli.cwd / "snapshot", cli.cwd / ".tracebound")
     out = cli.json("verify", code=1)
     assert out["damage"]["kind"] == "rollback" and out["damage"]["position"] == 6
+    # the checks agree with the verdict: the log is behind the witness, which checked it
+    assert out["checks"]["witness"] == "failed" and out["checks"]["merkle"] == "failed"
 
 
 def test_demo_runs_and_catches_its_tampered_copy(tmp_path: Path) -> None:

@@ -98,6 +98,26 @@ def test_project_status_and_reports_keep_their_columns(cli: CLI, columns: int) -
     assert "…" not in "".join(re.findall(r"\b(?:USD|events|tier|source)\S*", cost))
 
 
+@pytest.mark.parametrize("columns", [80, 120])
+def test_the_trail_with_an_engine_history_fits_a_terminal(
+    cli: CLI, columns: int, tmp_path: Path
+) -> None:
+    """Temporal's event types are long; at 80 columns they give way, and the detail keeps a
+    width of its own instead of one character per line."""
+    history = tmp_path / f"history-{columns}.json"
+    event = {"eventId": "1", "eventTime": "2026-05-18T12:00:00Z",
+             "eventType": "EVENT_TYPE_WORKFLOW_EXECUTION_STARTED"}  # fmt: skip
+    history.write_text(json.dumps({"events": [event]}), encoding="utf-8")
+    cli.json("project", "run")
+    lines = _human(cli, columns, "report", "trail", f"wf-remediate-{RUN}",
+                   "--temporal", str(history))  # fmt: skip
+    assert any("WORKFLOW_E" in line for line in lines)
+    assert len([line for line in lines if "cost_incur" in line]) == 12  # all in one workflow
+    # each event's detail folds onto a bounded number of lines (it was one character wide:
+    # over 60 lines per event)
+    assert len(lines) < 12 * 12, "\n".join(lines)
+
+
 def _runs_like(width: int) -> str:
     console = Console(width=width, record=True, color_system=None)
     table = Table(title="1 run(s)")

@@ -59,10 +59,23 @@ def test_structured_errors_survive_pickling(exc: E.TraceboundError) -> None:
 
 
 def test_sqlite_errors_are_translated(tmp_path: Path) -> None:
+    SQLiteStore(tmp_path / "ledger.db").close()
+    holder = sqlite3.connect(tmp_path / "ledger.db", isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")  # another writer holds the file
+    try:
+        with pytest.raises(E.StorageError) as info:
+            SQLiteStore(tmp_path / "ledger.db", busy_timeout=0.05)
+    finally:
+        holder.close()
+    assert isinstance(info.value.__cause__, sqlite3.Error)
+
+
+def test_a_file_sqlite_cannot_read_is_damage_not_a_storage_failure(tmp_path: Path) -> None:
     bogus = tmp_path / "ledger.db"
     bogus.write_bytes(b"this is not a database" * 100)
-    with pytest.raises(E.StorageError) as info:
+    with pytest.raises(E.LedgerDamaged) as info:
         SQLiteStore(bogus)
+    assert info.value.kind is E.DamageKind.MALFORMED and str(bogus) in info.value.detail
     assert isinstance(info.value.__cause__, sqlite3.Error)
 
 

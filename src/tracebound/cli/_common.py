@@ -27,6 +27,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from tracebound.errors import (
     ConfigError,
     IntegrityError,
+    LedgerDamaged,
     SignatureInvalid,
     SigningKeyError,
     StoreNotFound,
@@ -140,6 +141,14 @@ def handled(as_json: bool) -> Iterator[None]:
             code=EXIT_DAMAGED,
             as_json=as_json,
             kind=type(exc).__name__,
+        )
+    except LedgerDamaged as exc:  # met before verify could report it (a file SQLite refuses)
+        fail(
+            str(exc),
+            code=EXIT_DAMAGED,
+            as_json=as_json,
+            kind="LedgerDamaged",
+            damage=exc.as_dict(),
         )
     except IntegrityError as exc:
         fail(str(exc), code=EXIT_DAMAGED, as_json=as_json, kind=type(exc).__name__)

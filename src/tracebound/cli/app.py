@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Annotated, Any, Final, NoReturn, TextIO
 
 import orjson
 import typer
@@ -66,6 +66,7 @@ from tracebound.errors import (
 )
 from tracebound.events.envelope import Event, RecordedEvent
 from tracebound.events.record import RawRecord, decode_record
+from tracebound.events.registry import default_registry
 from tracebound.ids import StreamId
 from tracebound.integrity.chain import GENESIS, chain_hash
 from tracebound.integrity.merkle import EMPTY_ROOT
@@ -262,8 +263,9 @@ def init(
             identity = store_identity(backend)
             bound = bind_store(identity, name)
             if bound != name:
+                place = getattr(backend, "path", None) or identity  # a path pastes as --store
                 raise ConfigError(
-                    f"the store at {identity} is bound to the origin {bound!r} "
+                    f"the store at {place} is bound to the origin {bound!r} "
                     f"({binding_path(identity)}), not {name!r}; if this store is a new "
                     "ledger on purpose, delete that file (its witness no longer guards "
                     "this place) and run init again"
@@ -386,12 +388,27 @@ def _parse_line(
             }
         )
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "event"
-        raise ConfigError(f"line {number}: {where}: {err['msg']}") from exc
+        # Every problem of the line at once (a new kind's required fields, say), not one
+        # per attempt.
+        errors = exc.errors()
+        found = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'event'}: {err['msg']}"
+            for err in errors[:_SHOWN_ERRORS]
+        )
+        more = f" (and {len(errors) - _SHOWN_ERRORS} more)" if len(errors) > _SHOWN_ERRORS else ""
+        raise ConfigError(f"line {number}: {found}{more}") from exc
+    except UnknownEventType as exc:
+        kinds = ", ".join(default_registry().kinds())
+        raise ConfigError(
+            f"line {number}: {exc}; the CLI writes the built-in kinds ({kinds}); kinds of "
+            "your own are registered in Python (`register_event`, README)"
+        ) from exc
     except TraceboundError as exc:
         raise ConfigError(f"line {number}: {exc}") from exc
     return AppendRequest(StreamId(stream_id), [event], expected)
+
+
+_SHOWN_ERRORS: Final = 12
 
 
 def _scrubbed(redactor: Redactor, payload: dict[str, Any]) -> dict[str, Any]:
@@ -565,13 +582,18 @@ def append(
 def log_cmd(
     store: StoreOpt = None,
     start: Annotated[int, typer.Option(min=1, help="First position.")] = 1,
-    limit: Annotated[int, typer.Option(min=1, help="At most this many events.")] = 50,
+    limit: Annotated[int, typer.Option(min=0, help="At most this many events (0: all).")] = 50,
     stream: Annotated[str | None, typer.Option(help="Only this stream.")] = None,
     workflow: Annotated[str | None, typer.Option(help="Only this workflow.")] = None,
     event_type: Annotated[str | None, typer.Option("--type", help="Only this event type.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """List events in log order, optionally filtered."""
+    """List events in log order, optionally filtered.
+
+    At most --limit events (default 50); when the limit cut the list, the JSON's
+    ``next_start`` (else null) is the --start that continues it.
+    """
+    next_start: int | None = None
     with handled(as_json):
         backend = open_store(store)
         try:
@@ -585,14 +607,19 @@ def log_cmd(
                 if event_type and row["event_type"] != event_type:
                     continue
                 rows.append(row)
-                if len(rows) >= limit:
+                if len(rows) == limit:
+                    next_start = row["position"] + 1
                     break
         finally:
             backend.close()
     if as_json:
-        emit_json({"ok": True, "events": rows})
-    else:
-        console.print(_events_table(rows, f"{len(rows)} event(s) from position {start}"))
+        emit_json({"ok": True, "events": rows, "next_start": next_start})
+        return
+    console.print(_events_table(rows, f"{len(rows)} event(s) from position {start}"))
+    if next_start is not None:
+        console.print(
+            f"[dim]--limit {limit} reached: --start {next_start} continues (--limit 0: all)[/]"
+        )
 
 
 @app.command()
@@ -857,8 +884,6 @@ def verify(
     table.add_column("result")
     for check in ("chain", "positions", "merkle", "signature", "witness"):
         status = report.checks.get(check, "not reached")
-        if check == "merkle" and status == "ok" and coverage and not coverage["roots_compared"]:
-            status = "root computed, not compared: no checked checkpoint or witness"
         colour = "green" if status == "ok" else ("red" if status in {"failed"} else "yellow")
         table.add_row(check, f"[{colour}]{escape(status)}[/]")
     table.add_row("events", f"{report.size:,} in {report.streams:,} stream(s)")

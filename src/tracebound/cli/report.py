@@ -560,8 +560,10 @@ def trail_cmd(
     for e, time_ in zip(entries, times, strict=True):
         detail = _detail_text(e.detail)
         table.add_row(
-            time_, e.source, str(e.seq), e.event_type,
+            time_, e.source, str(e.seq), e.event_type.removeprefix("EVENT_TYPE_"),
             detail if len(detail) <= 120 else detail[:117] + "...",
         )  # fmt: skip
-    fit(table, give={"detail": "fold"}, console=console)
+    # A Temporal event type is long even without its EVENT_TYPE_ prefix (the JSON keeps
+    # it): on a narrow terminal it gives way too, or the detail would be left no width.
+    fit(table, give={"detail": "fold", "event": "ellipsis"}, console=console)
     console.print(table)

@@ -9,7 +9,7 @@ writer and a verifier disagree on bytes (ARCHITECTURE.md, contract 3).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from pydantic import ValidationError
 
@@ -112,10 +112,21 @@ class EventRegistry:
         try:
             return cls.model_validate(raw)
         except ValidationError as exc:
-            err = exc.errors()[0]
-            field = ".".join(str(p) for p in err["loc"]) or "payload"
-            raise ValidationFailed(f"{kind}.{field}", err["msg"]) from exc
+            # `field` and `reason` name the first problem; the reason lists the others too,
+            # so a caller fixing a payload sees them all at once.
+            errors = exc.errors()
+            first, *others = [
+                (".".join(str(p) for p in err["loc"]) or "payload", err["msg"]) for err in errors
+            ]
+            reason = first[1]
+            if others:
+                shown = "; ".join(f"{kind}.{f}: {msg}" for f, msg in others[:_MORE_SHOWN])
+                rest = len(others) - _MORE_SHOWN
+                reason += f"; also {shown}" + (f" (and {rest} more)" if rest > 0 else "")
+            raise ValidationFailed(f"{kind}.{first[0]}", reason) from exc
 
+
+_MORE_SHOWN: Final = 11  # problems listed after the first
 
 _DEFAULT = EventRegistry()
 

@@ -250,12 +250,34 @@ class _PyWriter:
         self.conn.close()
 
 
+_CORRUPT_CODES: Final = frozenset({11, 26})  # SQLITE_CORRUPT, SQLITE_NOTADB (primary codes)
+_CORRUPT_TEXTS: Final = ("database disk image is malformed", "file is not a database")
+
+
+def _is_corruption(exc: BaseException) -> bool:
+    """Whether SQLite found the file itself damaged (not locked, missing or unwritable)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int) and code & 0xFF in _CORRUPT_CODES:
+        return True
+    return any(text in str(exc) for text in _CORRUPT_TEXTS)  # the kernel's errors: text only
+
+
 @contextmanager
-def _translated(what: str) -> Iterator[None]:
-    """Turn sqlite3 (and kernel) errors into StorageError: no backend exception escapes."""
+def _translated(what: str, path: Path | None = None) -> Iterator[None]:
+    """Turn sqlite3 (and kernel) errors into StorageError, no backend exception escapes;
+    a file SQLite finds damaged is :class:`LedgerDamaged` (``malformed``), not a storage
+    failure: damage is reported as damage, whichever command met it first."""
     try:
         yield
     except _WRITE_ERRORS as exc:
+        if _is_corruption(exc):
+            where = f"{path}: " if path is not None else ""
+            raise LedgerDamaged(
+                DamageKind.MALFORMED,
+                None,
+                f"{where}SQLite cannot read the ledger file ({exc}); it is damaged, not "
+                "repaired (restore it from a copy; `tracebound copy` makes verified copies)",
+            ) from exc
         raise StorageError(f"sqlite {what} failed: {exc}") from exc
 
 
@@ -420,7 +442,7 @@ class SQLiteStore(ChainedAppends):
         self._closed = False
         self._connections: list[sqlite3.Connection] = []
         self._connections_lock = threading.Lock()
-        with _translated("open"):
+        with _translated("open", p):
             conn = self._conn()
             # WAL lets readers run beside the one writer and makes commits a single append.
             conn.execute("PRAGMA journal_mode=WAL")
@@ -480,7 +502,7 @@ class SQLiteStore(ChainedAppends):
         writer = self._writer_conn
         if writer is None:
             if _KernelWriter is not None:
-                with _translated("open"):
+                with _translated("open", self.path):
                     db = _KernelWriter(
                         str(self.path), int(self._busy_timeout * 1000), self._setup_sql()
                     )

@@ -1,0 +1,87 @@
+"""What a new user runs into first, said plainly (found by a walkthrough of the README).
+
+A ledger file SQLite cannot read is damage (exit 1, ``malformed``), not a setup error;
+``log`` says when its limit cut the list and takes ``--limit 0``; ``append`` names every
+problem of a line at once and the kinds it can write; ``prove`` past the end of the log
+does not advise a checkpoint; a refused ``init`` names the store as a path.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.test_cli import CLI, _lines
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> CLI:
+    c = CLI(tmp_path)
+    c.json("init")
+    c.json("keys", "init")
+    c.json("append", stdin=_lines(5))
+    c.json("checkpoint")
+    return c
+
+
+@pytest.mark.parametrize("damage", ["overwritten header", "cut short"])
+def test_a_ledger_file_sqlite_cannot_read_is_reported_as_damage(cli: CLI, damage: str) -> None:
+    copy = cli.cwd / "copy"
+    shutil.copytree(cli.cwd / ".tracebound", copy)
+    db = copy / "ledger.db"
+    for extra in copy.glob("ledger.db-*"):  # the WAL and its index: only the file itself
+        extra.unlink()
+    if damage == "overwritten header":
+        with db.open("r+b") as f:
+            f.write(b"\x5a" * 100)
+    else:
+        with db.open("r+b") as f:
+            f.truncate(2000)
+    out = cli.json("verify", "--store", str(copy), code=1)
+    assert out["ok"] is False
+    assert out["error"]["kind"] == "LedgerDamaged"
+    assert out["error"]["damage"]["kind"] == "malformed"
+    assert str(db) in out["error"]["damage"]["detail"]
+    human = cli.run("log", "--store", str(copy))
+    assert human.returncode == 1 and "malformed" in human.stderr
+
+
+def test_log_says_when_its_limit_cut_the_list(cli: CLI) -> None:
+    cut = cli.json("log", "--limit", "2")
+    assert [e["position"] for e in cut["events"]] == [1, 2] and cut["next_start"] == 3
+    rest = cli.json("log", "--start", "3", "--limit", "0")
+    assert [e["position"] for e in rest["events"]] == [3, 4, 5] and rest["next_start"] is None
+    human = cli.run("log", "--limit", "2")
+    assert human.returncode == 0 and "--start 3 continues" in human.stdout
+
+
+def test_append_names_every_problem_of_a_line_and_the_kinds_it_writes(cli: CLI) -> None:
+    line = json.dumps({"stream_id": "s", "payload": {"kind": "step_recorded"}})
+    out = cli.json("append", stdin=line + "\n", code=2)
+    message = out["error"]["message"]
+    for field in ("run_id", "step_id", "role", "status"):
+        assert f"step_recorded.{field}: Field required" in message
+    line = json.dumps({"stream_id": "s", "payload": {"kind": "my_event"}})
+    message = cli.json("append", stdin=line + "\n", code=2)["error"]["message"]
+    assert "'my_event'" in message and "cost_incurred" in message and "register_event" in message
+
+
+def test_prove_past_the_end_of_the_log_does_not_advise_a_checkpoint(cli: CLI) -> None:
+    message = cli.json("prove", "99", code=2)["error"]["message"]
+    assert "the log holds positions 1..5" in message and "checkpoint`" not in message
+    cli.json("append", stdin=_lines(1, start=5))
+    message = cli.json("prove", "6", code=2)["error"]["message"]
+    assert "run `tracebound checkpoint`" in message
+
+
+def test_a_refused_init_names_the_store_as_a_path(cli: CLI) -> None:
+    (cli.cwd / ".tracebound" / "ledger.db").unlink()
+    for extra in (cli.cwd / ".tracebound").glob("ledger.db-*"):
+        extra.unlink()
+    message = cli.json("init", "--origin", "another.example/log", code=2)["error"]["message"]
+    # as given (here the default, relative to where it runs): it pastes as --store
+    assert "the store at .tracebound/ledger.db is bound" in message
+    assert "sqlite:" not in message.split(" is bound")[0]
