@@ -280,7 +280,15 @@ class ConfigError(StorageError):
 
 
 class StoreNotFound(StorageError):
-    """There is no store at the given location; run `tracebound init` first."""
+    """There is no store at the given location; run `tracebound init` first.
+
+    ``place``: for a SQLite file or JSONL directory, the scheme and path that hold no store
+    (so a caller can ask whether a ledger was bound there before).
+    """
+
+    def __init__(self, message: str, *, place: tuple[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.place = place
 
 
 class StoreClosed(StorageError):

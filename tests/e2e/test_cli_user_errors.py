@@ -1,6 +1,7 @@
 """What a new user runs into first, said plainly (found by a walkthrough of the README).
 
-A ledger file SQLite cannot read is damage (exit 1, ``malformed``), not a setup error;
+A ledger file SQLite cannot read is damage (exit 1, ``malformed``), not a setup error, and
+so is a ledger gone from a place bound to a log (``truncation``);
 ``log`` says when its limit cut the list and takes ``--limit 0``; ``append`` names every
 problem of a line at once and the kinds it can write; ``prove`` past the end of the log
 does not advise a checkpoint; a refused ``init`` names the store as a path.
@@ -85,3 +86,20 @@ def test_a_refused_init_names_the_store_as_a_path(cli: CLI) -> None:
     # as given (here the default, relative to where it runs): it pastes as --store
     assert "the store at .tracebound/ledger.db is bound" in message
     assert "sqlite:" not in message.split(" is bound")[0]
+
+
+@pytest.mark.parametrize("gone", ["file", "folder"])
+def test_a_ledger_gone_from_a_place_bound_to_a_log_is_damage(cli: CLI, gone: str) -> None:
+    store = cli.cwd / ".tracebound"
+    if gone == "file":
+        for f in store.glob("ledger.db*"):
+            f.unlink()
+    else:
+        shutil.rmtree(store)
+    out = cli.json("verify", code=1)
+    damage = out["error"]["damage"]
+    assert (damage["kind"], damage["position"]) == ("truncation", 1)
+    assert "holds the log" in damage["detail"] and "restore" in damage["detail"]
+    # a place nothing was ever bound to is only missing: run init
+    missing = cli.json("verify", "--store", str(cli.cwd / "elsewhere"), code=2)
+    assert missing["error"]["kind"] == "StoreNotFound"

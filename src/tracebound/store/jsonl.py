@@ -381,7 +381,9 @@ class JsonlStore(ChainedAppends):
         with _io("open"):
             if not self._log_path.exists():
                 if not create:
-                    raise StoreNotFound(f"no ledger at {d}; run `tracebound init` first")
+                    raise StoreNotFound(
+                        f"no ledger at {d}; run `tracebound init` first", place=("jsonl", str(d))
+                    )
                 self._create()
             fmt = self._read_meta().get(_FORMAT_KEY)
             if fmt is not None and fmt != FORMAT:

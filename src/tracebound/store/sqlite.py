@@ -428,7 +428,9 @@ class SQLiteStore(ChainedAppends):
             raise ConfigError(f"synchronous must be FULL, EXTRA or NORMAL, not {synchronous!r}")
         if not p.exists():
             if not create:
-                raise StoreNotFound(f"no ledger at {p}; run `tracebound init` first")
+                raise StoreNotFound(
+                    f"no ledger at {p}; run `tracebound init` first", place=("sqlite", str(p))
+                )
             p.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             _create_private(p)
         self.path = p

@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Final
 from urllib.parse import SplitResult, unquote, urlsplit
 
-from tracebound.errors import ConfigError
+from tracebound.errors import ConfigError, StoreNotFound
 from tracebound.store.jsonl import JsonlStore
 from tracebound.store.port import LedgerStore
 from tracebound.store.sqlite import SQLiteStore
+from tracebound.store.witness import missing_store
 
 __all__ = ["DEFAULT_STORE_DIR", "open_store", "store_path"]
 
@@ -67,14 +68,20 @@ def open_store(url: str | Path | None = None, *, create: bool = False) -> Ledger
         scheme = _split(str(url)).scheme
         if scheme in _POSTGRES_SCHEMES:
             return _open_postgres(str(url), create=create)
-        if scheme == "jsonl":
-            return JsonlStore(store_path(url), create=create)
-        if scheme != "sqlite":
+        if scheme not in {"jsonl", "sqlite"}:
             raise ConfigError(
                 f"unsupported store URL scheme {scheme!r}; use sqlite:///path, "
                 "jsonl:///path or postgresql://user@host:port/db?schema=name"
             )
-    return SQLiteStore(store_path(url), create=create)
+        if scheme == "jsonl":
+            try:
+                return JsonlStore(store_path(url), create=create)
+            except StoreNotFound as missing:
+                raise missing_store(missing) from None
+    try:
+        return SQLiteStore(store_path(url), create=create)
+    except StoreNotFound as missing:
+        raise missing_store(missing) from None
 
 
 def _open_postgres(url: str, *, create: bool) -> LedgerStore:

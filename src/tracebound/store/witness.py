@@ -42,6 +42,8 @@ from tracebound.errors import (
     LedgerDamaged,
     ProofError,
     StorageError,
+    StoreNotFound,
+    TraceboundError,
 )
 from tracebound.integrity.keys import NoteVerifier
 from tracebound.integrity.merkle import verify_consistency
@@ -64,6 +66,8 @@ __all__ = [
     "choose_witness",
     "default_witness_dir",
     "default_witness_path",
+    "missing_store",
+    "place_identity",
     "read_binding",
     "store_identity",
 ]
@@ -124,8 +128,7 @@ def store_identity(store: object) -> str:
     path = getattr(store, "path", None)
     scheme = url.split(":", 1)[0]
     if scheme in {"sqlite", "jsonl"} and path is not None:
-        p = Path(path).expanduser()
-        return f"{scheme}://{p.absolute().parent.resolve() / p.name}"
+        return place_identity(scheme, Path(path))
     if scheme in {"postgresql", "postgres"}:
         parts = urlsplit(url)
         query = dict(parse_qsl(parts.query, keep_blank_values=True))
@@ -134,6 +137,36 @@ def store_identity(store: object) -> str:
         dbname = unquote(parts.path.lstrip("/"))
         return f"postgresql://{host}:{port}/{dbname}?schema={query.get('schema', '')}"
     return url
+
+
+def place_identity(scheme: str, path: Path) -> str:
+    """:func:`store_identity` of a SQLite file or JSONL directory, from its path alone (the
+    place may hold no store: see :func:`missing_store`)."""
+    p = path.expanduser()
+    return f"{scheme}://{p.absolute().parent.resolve() / p.name}"
+
+
+def missing_store(missing: StoreNotFound) -> TraceboundError:
+    """What a store found missing means: :class:`LedgerDamaged` when its place is bound to a
+    log (``init`` ran there, so a ledger was there and is gone), else ``missing`` itself."""
+    if missing.place is None:
+        return missing
+    scheme, where = missing.place
+    identity = place_identity(scheme, Path(where))
+    try:
+        origin = read_binding(identity)
+    except ConfigError:
+        return missing
+    if origin is None:
+        return missing
+    return LedgerDamaged(
+        DamageKind.TRUNCATION,
+        1,
+        f"no ledger at {where}, but this place holds the log {origin!r} (bound in "
+        f"{binding_path(identity)}): its events are gone, not moved here; restore the ledger "
+        "from a copy (if this is a new ledger on purpose, delete that binding file and run "
+        "`tracebound init`)",
+    )
 
 
 def binding_path(identity: str) -> Path:
