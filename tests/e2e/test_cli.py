@@ -49,6 +49,18 @@ class CLI:
         return json.loads(proc.stdout)
 
 
+def ready_cli(tmp_path: Path, events: int, *, checkpoint: bool = False) -> CLI:
+    """An initialised ledger with a signing key and ``events`` cost events (signed by a
+    checkpoint if ``checkpoint``)."""
+    c = CLI(tmp_path)
+    c.json("init")
+    c.json("keys", "init")
+    c.json("append", stdin=_lines(events))
+    if checkpoint:
+        c.json("checkpoint")
+    return c
+
+
 def _lines(n: int, start: int = 0) -> str:
     return "".join(
         json.dumps(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_cli import CLI, _lines
+from tests.e2e.test_cli import CLI, ready_cli
 from tracebound import Ledger, NoteSigner, RandomIds, SQLiteStore, SystemClock
 from tracebound.events.catalog import CostIncurred, CostSource
 from tracebound.store.keyfile import generate_keypair
@@ -21,11 +21,7 @@ from tracebound.store.witness import FileWitness
 
 @pytest.fixture
 def cli(tmp_path: Path) -> CLI:
-    c = CLI(tmp_path)
-    c.json("init")
-    c.json("keys", "init")
-    c.json("append", stdin=_lines(4))
-    return c
+    return ready_cli(tmp_path, 4)
 
 
 def _cost(amount: str) -> CostIncurred:

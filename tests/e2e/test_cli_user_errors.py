@@ -15,17 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_cli import CLI, _lines
+from tests.e2e.test_cli import CLI, _lines, ready_cli
 
 
 @pytest.fixture
 def cli(tmp_path: Path) -> CLI:
-    c = CLI(tmp_path)
-    c.json("init")
-    c.json("keys", "init")
-    c.json("append", stdin=_lines(5))
-    c.json("checkpoint")
-    return c
+    return ready_cli(tmp_path, 5, checkpoint=True)
 
 
 @pytest.mark.parametrize("damage", ["overwritten header", "cut short"])
