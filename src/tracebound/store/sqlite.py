@@ -306,23 +306,22 @@ def _resumed(
     yield from rest
 
 
-def _check_expected(chunk: PreparedRequest, known: dict[str, tuple[int, bytes]]) -> int:
-    """The chunk's stream version before it; :class:`ConcurrencyConflict` if the chunk's
-    expected version does not hold."""
+def _check_expected(chunk: PreparedRequest, known: dict[str, tuple[int, bytes]]) -> None:
+    """:class:`ConcurrencyConflict` if the chunk's expected version does not hold."""
     sid, expected = chunk.stream_id, chunk.expected_version
     version = known[sid][0]
     if expected is not None and expected != version:
         raise ConcurrencyConflict(sid, expected, version)
-    return version
 
 
 def _chain_and_insert(
     db: Any, chunk: PreparedRequest, position: int, known: dict[str, tuple[int, bytes]]
 ) -> Chained:
-    """Chain ``chunk`` after ``position`` (its expected version checked) and start inserting
-    it on the writer's thread (which must be idle). The kernel's ``chain_async`` chains
-    there too, so the rows' bodies and digests (and the stream's new head) are not to be
-    read before ``db.wait()``; where it declines, ``chain_rows`` chains here first."""
+    """Chain ``chunk`` after ``position`` (its expected version checked by the caller) and
+    start inserting it on the writer's thread (which must be idle). The kernel's
+    ``chain_async`` chains there too, so the rows' bodies and digests (and the stream's new
+    head) are not to be read before ``db.wait()``; where it declines, ``chain_rows`` chains
+    here first."""
     sid, _, items = chunk
     version, prev = known[sid]
     done = (
