@@ -955,15 +955,14 @@ static PyObject *new_row(PyObject *sid, const item_view_t *v, long long position
     return row;
 }
 
-/* Fill a new_row's body and digest: the record's bytes and BLAKE3(prev || body). */
-static void fill_row(PyObject *row, const item_view_t *v, const char *sid_json,
-                     Py_ssize_t sid_len, long long position, long long version) {
-    const uint8_t *prev = (const uint8_t *)PyBytes_AS_STRING(PyTuple_GET_ITEM(row, 7));
-    PyObject *body = PyTuple_GET_ITEM(row, 9);
-    write_body(PyBytes_AS_STRING(body), v, sid_json, sid_len, position, version, prev);
-    tb_b3_msg msg = {prev, 32, (const uint8_t *)PyBytes_AS_STRING(body),
-                     (size_t)PyBytes_GET_SIZE(body),
-                     (uint8_t *)PyBytes_AS_STRING(PyTuple_GET_ITEM(row, 8))};
+/* Write a record's body (`blen` bytes, as body_len says) and its digest BLAKE3(prev || body)
+ * into buffers of a new_row: on the caller's thread (chain_request) or, without the GIL, on
+ * the writer's (chain_async). */
+static void link_record(const item_view_t *v, const char *sid_json, Py_ssize_t sid_len,
+                        long long position, long long version, const uint8_t *prev, char *body,
+                        size_t blen, uint8_t *digest) {
+    write_body(body, v, sid_json, sid_len, position, version, prev);
+    tb_b3_msg msg = {prev, 32, (const uint8_t *)body, blen, digest};
     tb_b3_hash_one(&msg);
 }
 
@@ -1002,7 +1001,12 @@ static PyObject *chain_request(PyObject *module, PyObject *args) {
         version++;
         PyObject *row =
             new_row(sid, &v, position, version, prev, (Py_ssize_t)body_len(&v, sid_len, position, version));
-        if (row != NULL) fill_row(row, &v, sj, sid_len, position, version);
+        if (row != NULL)
+            link_record(&v, sj, sid_len, position, version,
+                        (const uint8_t *)PyBytes_AS_STRING(PyTuple_GET_ITEM(row, 7)),
+                        PyBytes_AS_STRING(PyTuple_GET_ITEM(row, 9)),
+                        (size_t)PyBytes_GET_SIZE(PyTuple_GET_ITEM(row, 9)),
+                        (uint8_t *)PyBytes_AS_STRING(PyTuple_GET_ITEM(row, 8)));
         release_view(&v);
         if (row == NULL) goto done;
         PyList_SET_ITEM(rows, i, row);
@@ -1278,14 +1282,10 @@ static int insert_rows(WriterObject *self, const bound_row_t *rows, Py_ssize_t n
     tb_sqlite3_stmt *st = self->insert;
     for (Py_ssize_t i = 0; i < n; i++) {
         const bound_row_t *b = &rows[i];
-        if (chain != NULL) {
-            const uint8_t *prev = (const uint8_t *)b->blob[0];
-            char *body = (char *)b->blob[2];
-            write_body(body, &chain[i], sid_json, sid_len, b->position, b->version, prev);
-            tb_b3_msg msg = {prev, 32, (const uint8_t *)body, (size_t)b->blob_len[2],
-                             (uint8_t *)b->blob[1]};
-            tb_b3_hash_one(&msg);
-        }
+        if (chain != NULL)
+            link_record(&chain[i], sid_json, sid_len, b->position, b->version,
+                        (const uint8_t *)b->blob[0], (char *)b->blob[2], (size_t)b->blob_len[2],
+                        (uint8_t *)b->blob[1]);
         int rc = sq.bind_int64(st, 1, b->position);
         if (rc == SQ_OK) rc = sq.bind_text(st, 2, b->text[0], (int)b->text_len[0], SQ_STATIC);
         if (rc == SQ_OK) rc = sq.bind_int64(st, 3, b->version);
