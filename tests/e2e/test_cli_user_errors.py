@@ -65,6 +65,24 @@ def test_append_names_every_problem_of_a_line_and_the_kinds_it_writes(cli: CLI) 
     assert "'my_event'" in message and "cost_incurred" in message and "register_event" in message
 
 
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        (
+            '{"stream_id": "s", "payload": {"a": 1\n',
+            "Expecting ',' delimiter at column 38; the line ends",
+        ),
+        ('{"stream_id": "s", "payl', "Unterminated string starting at column 20; the line ends"),
+        ('{"stream_id": x}\n', "Expecting value at column 15)"),
+        ('{"stream_id": "s"}}\r\n', "Extra data at column 19)"),
+    ],
+)
+def test_a_line_that_is_not_json_is_named_where_it_breaks(cli: CLI, line: str, said: str) -> None:
+    # The column is the line's own, never one past its newline ("column 1" of nothing).
+    out = cli.json("append", stdin=line, code=2)
+    assert said in out["error"]["message"], out["error"]["message"]
+
+
 def test_prove_past_the_end_of_the_log_does_not_advise_a_checkpoint(cli: CLI) -> None:
     message = cli.json("prove", "99", code=2)["error"]["message"]
     assert "the log holds positions 1..5" in message and "checkpoint`" not in message

@@ -339,12 +339,17 @@ def keys_show(
 def _parse_line(
     number: int, line: str, clock: SystemClock, ids: RandomIds, redactor: Redactor | None
 ) -> AppendRequest:
+    line = line.rstrip("\r\n")  # a position past the newline would name "column 1"
     try:
         data = json.loads(line)
     except json.JSONDecodeError as exc:
+        # json's messages read "Expecting value" but "Unterminated string starting at".
+        at = "" if exc.msg.endswith(" at") else " at"
+        why = f"{exc.msg}{at} column {exc.colno}"
+        if exc.pos >= len(line.rstrip()) or exc.msg.startswith("Unterminated string"):
+            why += "; the line ends before the JSON does"
         raise ConfigError(
-            f"line {number}: not JSON ({exc.msg} at column {exc.colno}); "
-            "the input is JSON Lines: one event per line"
+            f"line {number}: not JSON ({why}); the input is JSON Lines: one event per line"
         ) from exc
     if not isinstance(data, dict):
         got = "an array" if isinstance(data, list) else type(data).__name__
