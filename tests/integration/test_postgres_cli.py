@@ -60,3 +60,33 @@ def test_cli_round_trip_and_tamper(
         )
     damaged = cli("verify", code=1)
     assert (damaged["damage"]["kind"], damaged["damage"]["position"]) == ("tamper", 6)
+
+
+def test_two_postgresql_ledgers_do_not_share_default_views(
+    tmp_path: Path, postgres_server: PgServer, postgres_dsn: str
+) -> None:
+    """Without --views, a PostgreSQL ledger's views live in the local ``.tracebound``; two
+    ledgers (two schemas) reported from one folder got one views file, and each report
+    summed the other ledger's events and skipped its own up to the other's position."""
+    dbname = postgres_dsn.rsplit("dbname=", 1)[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEBOUND_")}
+    env["HOME"] = str(tmp_path / "home")
+
+    def cli(url: str, *args: str, stdin: str | None = None) -> Any:
+        proc = subprocess.run(
+            [sys.executable, "-m", "tracebound", *args, "--store", url, "--json"],
+            cwd=tmp_path, env=env, input=stdin, capture_output=True, text=True, timeout=120,
+            check=False,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return json.loads(proc.stdout)
+
+    urls = {name: postgres_server.url(dbname, schema=name) for name in ("team_a", "team_b")}
+    for count, url in zip((3, 5), urls.values(), strict=True):
+        cli(url, "init")
+        cli(url, "append", stdin="".join(_line(i) + "\n" for i in range(count)))
+    assert cli(urls["team_a"], "project", "run")["applied"] == 3
+    # team_b's own five events, not team_a's three and its last two
+    assert cli(urls["team_b"], "project", "run")["applied"] == 5
+    cost = {name: cli(url, "report", "cost")["total_usd"] for name, url in urls.items()}
+    assert cost == {"team_a": "0.0003", "team_b": "0.0010"}

@@ -1,7 +1,8 @@
 """`tracebound project run|rebuild|status`: keep the materialised views current.
 
 The views live in their own SQLite file beside the ledger (``.tracebound/views.db`` by
-default; ``--views`` or ``TRACEBOUND_VIEWS`` elsewhere), or in a PostgreSQL schema
+default; ``.tracebound/views-<place>.db`` for a PostgreSQL ledger; ``--views`` or
+``TRACEBOUND_VIEWS`` elsewhere), or in a PostgreSQL schema
 (``--views postgresql://…?schema=name``). They are derived data: deleting them loses
 nothing, and ``rebuild`` replays them from the log.
 """
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import urlsplit
 
 import typer
+from blake3 import blake3
 from rich.table import Table
 
 from tracebound.cli._common import (
@@ -37,7 +39,9 @@ from tracebound.projections.runner import (
     default_projections,
 )
 from tracebound.projections.sqlite_views import VIEWS_FILENAME, SQLiteViews
+from tracebound.store.port import LedgerStore
 from tracebound.store.url import open_store, store_path
+from tracebound.store.witness import store_identity
 
 if TYPE_CHECKING:
     from tracebound.projections.postgres_views import PostgresViews
@@ -57,7 +61,8 @@ ViewsOpt = Annotated[
         metavar="FILE|URL",
         help="Views database: a SQLite file (or sqlite:///path), or "
         "postgresql://user@host/db?schema=name (default schema tracebound_views). "
-        "Default: views.db beside the ledger.",
+        "Default: views.db beside the ledger; for a PostgreSQL ledger, "
+        ".tracebound/views-<place>.db, one file per ledger.",
         show_default=False,
     ),
 ]
@@ -81,9 +86,16 @@ def _scheme(views: str | Path | None) -> str | None:
         raise ConfigError(f"invalid --views URL: {exc}") from None
 
 
-def views_path(store: str | None, views: str | Path | None) -> Path:
+def views_path(
+    store: str | None, views: str | Path | None, ledger: LedgerStore | None = None
+) -> Path:
     """Where the SQLite views database is: ``--views`` (a path or ``sqlite:///path``), else
-    ``views.db`` in the store directory.
+    ``views.db`` in the store directory; for a PostgreSQL ``ledger``, a file of its own in
+    the local ``.tracebound`` (``views-<blake3 of its place>.db``).
+
+    A PostgreSQL ledger has no folder of its own, and views do not say which log they
+    were built from: two ledgers sharing one views file would each skip the other's
+    positions and report the other's rows.
 
     Raises:
         ConfigError: ``--views`` is a URL of another scheme. (A ``postgresql://`` URL names
@@ -91,6 +103,9 @@ def views_path(store: str | None, views: str | Path | None) -> Path:
             name, which would create a SQLite file at a path like ``mysql:/host/db``.
     """
     if views is None:
+        if ledger is not None and _is_postgres(ledger.url):
+            place = blake3(store_identity(ledger).encode()).hexdigest()[:16]
+            return store_dir(store) / f"views-{place}.db"
         return store_dir(store) / VIEWS_FILENAME
     scheme = _scheme(views)
     if scheme is None:
@@ -108,10 +123,15 @@ def _is_postgres(views: str | Path | None) -> bool:
 
 
 def open_views(
-    store: str | None, views: str | Path | None, *, existing: bool = False
+    store: str | None,
+    views: str | Path | None,
+    *,
+    existing: bool = False,
+    ledger: LedgerStore | None = None,
 ) -> SQLiteViews | PostgresViews:
     """The views a ``--views`` value names: a PostgreSQL schema for a ``postgresql://`` URL
-    (psycopg is imported only then), else the SQLite file.
+    (psycopg is imported only then), else the SQLite file (:func:`views_path`; ``ledger``
+    is the opened store, which names the default file of a PostgreSQL ledger).
 
     With ``existing``, views that are not there yet are a ``ConfigError`` rather than
     created: a read-only command must not leave a file or a schema behind.
@@ -124,7 +144,7 @@ def open_views(
                 f"postgresql:// views need psycopg: pip install 'tracebound[postgres]' ({exc})"
             ) from exc
         return PostgresViews(str(views), create=not existing)
-    path = views_path(store, views)
+    path = views_path(store, views, ledger)
     if existing and not path.is_file():
         raise ConfigError(
             f"no views database at {path}; `tracebound project run` creates it"
@@ -153,7 +173,7 @@ def open_runner(
     """
     backend = open_store(store)
     try:
-        db = open_views(store, views, existing=existing)
+        db = open_views(store, views, existing=existing, ledger=backend)
         try:
             runner = ProjectionRunner(backend, db, batch_size=batch)
             if update:
