@@ -345,5 +345,5 @@ def test_copy_checked_with_another_key_says_to_pass_the_right_one(tmp_path: Path
     result = cli("copy", src, f"jsonl:///{tmp_path / 'dst'}", "--verifier-key", other, "--json")
     assert result.exit_code == 1, result.output
     error = json_out(result)["error"]
-    assert error["damage"] == "forged-signature"
+    assert error["damage"]["kind"] == "forged-signature"
     assert "if the source was signed with another key, pass that one" in error["message"]

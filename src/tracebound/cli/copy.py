@@ -116,7 +116,7 @@ def _run(
             code=EXIT_DAMAGED,
             as_json=as_json,
             kind=type(exc).__name__,
-            damage=exc.kind.value,
+            damage=exc.as_dict(),  # the shape every command prints damage in
             position=exc.position,
             written=written,
         )
