@@ -30,7 +30,7 @@ from tests.pg import PgServer
 from tracebound.cli import _common
 from tracebound.cli import copy as copy_cli
 from tracebound.cli.app import app
-from tracebound.errors import ConfigError, StorageError
+from tracebound.errors import ConfigError, LedgerDamaged, StorageError
 from tracebound.integrity.keys import NoteSigner
 from tracebound.ledger import Ledger
 from tracebound.sources import FixedClock, SequentialIds
@@ -347,3 +347,28 @@ def test_copy_checked_with_another_key_says_to_pass_the_right_one(tmp_path: Path
     error = json_out(result)["error"]
     assert error["damage"]["kind"] == "forged-signature"
     assert "if the source was signed with another key, pass that one" in error["message"]
+
+
+def test_a_jsonl_log_deleted_from_its_folder_is_damage_and_not_recreated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``init`` on a JSONL folder whose log.jsonl was deleted made a new, empty log and said
+    "Already initialised" (exit 0): the folder's meta.json still named the origin. A
+    folder that holds a ledger's other files but no log is a ledger whose events are gone,
+    whether or not its place was bound (here it was not: the folder was copied)."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # bindings and witness: not the user's
+    for name in [k for k in os.environ if k.startswith("TRACEBOUND_")]:
+        monkeypatch.delenv(name)
+    place = tmp_path / "ledger"
+    url = f"jsonl:///{place}"
+    sign_ledger(url, 5)
+    (place / "log.jsonl").unlink()
+    for command in (["init"], ["verify"], ["log"]):
+        result = cli(*command, "--store", url, "--json")
+        assert result.exit_code == 1, result.output
+        damage = json_out(result)["error"]["damage"]
+        assert (damage["kind"], damage["position"]) == ("truncation", 1)
+        assert "log.jsonl" in damage["detail"] and "checkpoints.jsonl" in damage["detail"]
+    assert not (place / "log.jsonl").exists()  # nothing was made in its place
+    with pytest.raises(LedgerDamaged):
+        JsonlStore(place, create=True)

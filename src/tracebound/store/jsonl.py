@@ -380,6 +380,7 @@ class JsonlStore(ChainedAppends):
         self._closed = False
         with _io("open"):
             if not self._log_path.exists():
+                self._check_not_gone()
                 if not create:
                     raise StoreNotFound(
                         f"no ledger at {d}; run `tracebound init` first", place=("jsonl", str(d))
@@ -401,6 +402,26 @@ class JsonlStore(ChainedAppends):
         except BaseException:
             self.close()
             raise
+
+    def _check_not_gone(self) -> None:
+        """Refuse a folder that holds a ledger's files but no log: its log was deleted.
+
+        ``_create`` writes the log before any of these files, so they are never left
+        without it by a crash; making a new, empty log beside them (``init`` did, saying
+        "Already initialised") would pass off the loss as a fresh start.
+
+        Raises:
+            LedgerDamaged: TRUNCATION at position 1, naming the files that are left.
+        """
+        left = [f for f in (META_FILE, CHECKPOINTS_FILE, REPAIRS_FILE) if (self.path / f).exists()]
+        if left:
+            raise LedgerDamaged(
+                DamageKind.TRUNCATION,
+                1,
+                f"{LOG_FILE} is gone from {self.path}, which still holds {', '.join(left)}: "
+                "the ledger's events are gone; restore the folder from a copy (a new ledger "
+                "goes in a new folder)",
+            )
 
     def _create(self) -> None:
         fresh = not self.path.exists()
