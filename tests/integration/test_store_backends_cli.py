@@ -372,3 +372,19 @@ def test_a_jsonl_log_deleted_from_its_folder_is_damage_and_not_recreated(
     assert not (place / "log.jsonl").exists()  # nothing was made in its place
     with pytest.raises(LedgerDamaged):
         JsonlStore(place, create=True)
+
+
+def test_tail_follow_json_reports_an_error_as_one_json_line(tmp_path: Path) -> None:
+    """``tail --follow --json`` is JSON Lines; an error it ended on (a torn tail, a server
+    that went away) was one pretty-printed document over many lines, which a reader of
+    lines cannot parse."""
+    place = tmp_path / "ledger"
+    sign_ledger(f"jsonl:///{place}", 3)
+    with (place / "log.jsonl").open("ab") as log:  # docs/jsonl.md's torn write
+        log.write(b'{"batch":[4,4],"hash":"')
+    result = cli("tail", "--follow", "--json", "--store", f"jsonl:///{place}")
+    assert result.exit_code == 1, result.output
+    lines = result.stdout.splitlines()
+    assert len(lines) == 1
+    error = json.loads(lines[0])["error"]
+    assert (error["kind"], error["damage"]["kind"]) == ("LedgerDamaged", "torn-tail")

@@ -112,14 +112,29 @@ OriginOpt = Annotated[
 T = TypeVar("T")
 
 
-def emit_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+def emit_json(data: Any, *, one_line: bool = False) -> None:
+    """One JSON document on stdout; ``one_line`` for a JSON Lines stream (a follow mode)."""
+    indent = None if one_line else 2
+    sys.stdout.write(json.dumps(data, indent=indent, sort_keys=True, default=str) + "\n")
 
 
-def fail(message: str, *, code: int, as_json: bool, kind: str = "error", **extra: Any) -> NoReturn:
-    """Report an error the same way everywhere: JSON on stdout, or red text on stderr."""
+def fail(
+    message: str,
+    *,
+    code: int,
+    as_json: bool,
+    kind: str = "error",
+    one_line: bool = False,
+    **extra: Any,
+) -> NoReturn:
+    """Report an error the same way everywhere: JSON on stdout, or red text on stderr.
+
+    ``one_line``: the command prints JSON Lines (``tail --follow --json``), so the error is
+    one more line of the stream, which a reader of lines can parse.
+    """
     if as_json:
-        emit_json({"ok": False, "error": {"kind": kind, "message": message, **extra}})
+        error = {"kind": kind, "message": message, **extra}
+        emit_json({"ok": False, "error": error}, one_line=one_line)
     else:
         # escape: messages quote what files hold ("[/x]" would be read as markup and raise)
         err_console.print(f"[bold red]error:[/] {escape(message)}")
@@ -127,12 +142,13 @@ def fail(message: str, *, code: int, as_json: bool, kind: str = "error", **extra
 
 
 @contextmanager
-def handled(as_json: bool) -> Iterator[None]:
-    """Turn tracebound errors into a clean message and the documented exit code."""
+def handled(as_json: bool, *, one_line: bool = False) -> Iterator[None]:
+    """Turn tracebound errors into a clean message and the documented exit code (as one
+    JSON line with ``one_line``: see :func:`fail`)."""
     try:
         yield
     except (StoreNotFound, ConfigError, SigningKeyError) as exc:
-        fail(str(exc), code=EXIT_USAGE, as_json=as_json, kind=type(exc).__name__)
+        fail(str(exc), code=EXIT_USAGE, as_json=as_json, one_line=one_line, kind=type(exc).__name__)
     except SignatureInvalid as exc:
         # Forged, or checked with the wrong key: only the caller can tell which.
         fail(
@@ -140,6 +156,7 @@ def handled(as_json: bool) -> Iterator[None]:
             "ledger was signed with another key, pass that one)",
             code=EXIT_DAMAGED,
             as_json=as_json,
+            one_line=one_line,
             kind=type(exc).__name__,
         )
     except LedgerDamaged as exc:  # met before verify could report it (a file SQLite refuses)
@@ -147,19 +164,23 @@ def handled(as_json: bool) -> Iterator[None]:
             str(exc),
             code=EXIT_DAMAGED,
             as_json=as_json,
+            one_line=one_line,
             kind="LedgerDamaged",
             damage=exc.as_dict(),
         )
     except IntegrityError as exc:
-        fail(str(exc), code=EXIT_DAMAGED, as_json=as_json, kind=type(exc).__name__)
+        fail(
+            str(exc), code=EXIT_DAMAGED, as_json=as_json, one_line=one_line, kind=type(exc).__name__
+        )
     except TraceboundError as exc:
-        fail(str(exc), code=EXIT_USAGE, as_json=as_json, kind=type(exc).__name__)
+        fail(str(exc), code=EXIT_USAGE, as_json=as_json, one_line=one_line, kind=type(exc).__name__)
     except OSError as exc:  # a file named on the command line: missing, a folder, no access
         where = f": {exc.filename}" if exc.filename else ""
         fail(
             f"{exc.strerror or exc}{where}",
             code=EXIT_USAGE,
             as_json=as_json,
+            one_line=one_line,
             kind=type(exc).__name__,
         )
 

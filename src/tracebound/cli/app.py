@@ -644,9 +644,10 @@ def tail(
     """Show the newest events; with --follow, keep printing as they are appended.
 
     With --json: one JSON document, {"ok": true, "events": [...]}; with --follow --json,
-    one JSON object per event per line (JSON Lines), printed as events arrive.
+    one JSON object per event per line (JSON Lines), printed as events arrive, and an error
+    it ends on as one more line.
     """
-    with handled(as_json):
+    with handled(as_json, one_line=follow):
         backend = open_store(store)
         try:
             size = backend.size()
