@@ -113,6 +113,24 @@ def test_missing_ledger_is_store_not_found(postgres_dsn: str) -> None:
         PostgresStore(postgres_dsn, schema="nothing", create=False)
 
 
+def test_a_schema_holding_another_applications_events_table_is_refused(
+    postgres_dsn: str,
+) -> None:
+    """``init`` into a schema whose ``events`` table is someone else's skipped it (CREATE
+    TABLE IF NOT EXISTS), added tracebound's other tables beside the application's, said
+    "Created", and every command after failed on a missing column."""
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA app")
+        conn.execute("CREATE TABLE app.events (id int PRIMARY KEY, name text)")
+    with pytest.raises(ConfigError, match=r"app\.events .*not a tracebound ledger's"):
+        PostgresStore(postgres_dsn, schema="app")
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        tables = conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'app'"
+        ).fetchall()
+    assert tables == [("events",)]  # nothing added beside it
+
+
 def test_a_ledger_from_before_stored_merkle_nodes_opens_without_them(
     postgres_dsn: str,
 ) -> None:

@@ -186,6 +186,16 @@ _TABLES: Final = (
     "projection_positions",
     "merkle_nodes",
 )
+_TABLE_COLUMNS: Final = {
+    "meta": frozenset({"key", "value"}),
+    "events": frozenset(_COLUMNS),
+    "checkpoints": frozenset({"size", "note"}),
+    "log_head": frozenset({"id", "position"}),
+    "projection_positions": frozenset({"name", "position"}),
+    "merkle_nodes": frozenset({"level", "idx", "hash"}),
+}
+"""The columns each table must have: a table of one of these names that lacks them belongs
+to someone else (``CREATE TABLE IF NOT EXISTS`` would have kept it and built beside it)."""
 _OPTIONAL_TABLES: Final = frozenset({"merkle_nodes"})
 """Tables a ledger created by an older version lacks; opened with ``create=False`` (a role
 without CREATE), it works without them: with no stored Merkle nodes, proofs read the log."""
@@ -412,6 +422,10 @@ class _Statements:
             "SELECT t FROM unnest(%s::text[]) AS t "
             "WHERE to_regclass(quote_ident(%s) || '.' || quote_ident(t)) IS NULL"
         )
+        self.table_columns = q(
+            "SELECT table_name, column_name FROM information_schema.columns "
+            "WHERE table_schema = %s AND table_name = ANY(%s)"
+        )
 
 
 def _channel(schema: str) -> str:
@@ -496,6 +510,26 @@ class PostgresStore(ChainedAppends):
                         (f"tracebound:{schema}",),
                     )
                     conn.execute(self._sql.ddl)
+                    self._check_tables(conn)  # before COMMIT: a refusal leaves nothing behind
+
+    def _check_tables(self, conn: _Conn) -> None:
+        """Refuse a schema where a table of a ledger's name is another application's.
+
+        Raises:
+            ConfigError: naming the table and the columns it lacks.
+        """
+        found: dict[str, set[str]] = {}
+        for table, column in conn.execute(
+            self._sql.table_columns, (self.schema, list(_TABLE_COLUMNS))
+        ):
+            found.setdefault(table, set()).add(column)
+        for table, columns in _TABLE_COLUMNS.items():
+            if lacking := columns - found.get(table, set()):
+                raise ConfigError(
+                    f"{self.schema}.{table} is not a tracebound ledger's table (columns "
+                    f"missing: {', '.join(sorted(lacking))}): this schema holds another "
+                    "application's tables; give the ledger a schema of its own (?schema=…)"
+                )
 
     # -- connections ---------------------------------------------------------------------
 
