@@ -121,3 +121,10 @@ def test_a_damaged_ledger_has_no_coverage(signed_then_more: CLI) -> None:
     out = signed_then_more.json("verify", code=1)
     assert out["damage"]["kind"] == "gap" and out["damage"]["position"] == 3
     assert out["coverage"] is None and out["stored_checkpoint_size"] == 5
+    # What was checked before the damage is said, not zeroed: the signatures were checked,
+    # and the chain held up to the damage.
+    assert out["checkpoint_size"] == 5 and out["checks"]["signature"] == "ok"
+    human = signed_then_more.run("verify")
+    assert human.returncode == 1
+    assert "2 checked before the damage" in _row(human.stdout, "events")
+    assert _row(human.stdout, "signed up to").split()[-2] == "5"

@@ -892,7 +892,12 @@ def verify(
         status = report.checks.get(check, "not reached")
         colour = "green" if status == "ok" else ("red" if status in {"failed"} else "yellow")
         table.add_row(check, f"[{colour}]{escape(status)}[/]")
-    table.add_row("events", f"{report.size:,} in {report.streams:,} stream(s)")
+    if report.checks.get("chain") == "failed" and report.damage is not None:
+        # The chain stopped at the damage: what lies before it was checked, not counted.
+        before = max((report.damage.position or 1) - 1, 0)
+        table.add_row("events", f"{before:,} checked before the damage")
+    else:
+        table.add_row("events", f"{report.size:,} in {report.streams:,} stream(s)")
     unchecked = report.checks.get("signature") == "no verifier key given"
     signed_up_to = "-" if report.checkpoint_size is None else f"{report.checkpoint_size:,}"
     if unchecked and newest_stored is not None:
