@@ -75,6 +75,7 @@ from tracebound.integrity.verify import link_damage
 from tracebound.ledger import (
     ORIGIN_KEY,
     InclusionBundle,
+    VerifyReport,
     stored_origin,
     verify_bundle,
 )
@@ -336,6 +337,18 @@ def keys_show(
 # -- writing ------------------------------------------------------------------------------
 
 
+def _not_json(number: int, line: str, exc: json.JSONDecodeError) -> ConfigError:
+    """Where a line stops being JSON, in its own columns."""
+    # json's messages read "Expecting value" but "Unterminated string starting at".
+    at = "" if exc.msg.endswith(" at") else " at"
+    why = f"{exc.msg}{at} column {exc.colno}"
+    if exc.pos >= len(line.rstrip()) or exc.msg.startswith("Unterminated string"):
+        why += "; the line ends before the JSON does"
+    return ConfigError(
+        f"line {number}: not JSON ({why}); the input is JSON Lines: one event per line"
+    )
+
+
 def _parse_line(
     number: int, line: str, clock: SystemClock, ids: RandomIds, redactor: Redactor | None
 ) -> AppendRequest:
@@ -343,14 +356,7 @@ def _parse_line(
     try:
         data = json.loads(line)
     except json.JSONDecodeError as exc:
-        # json's messages read "Expecting value" but "Unterminated string starting at".
-        at = "" if exc.msg.endswith(" at") else " at"
-        why = f"{exc.msg}{at} column {exc.colno}"
-        if exc.pos >= len(line.rstrip()) or exc.msg.startswith("Unterminated string"):
-            why += "; the line ends before the JSON does"
-        raise ConfigError(
-            f"line {number}: not JSON ({why}); the input is JSON Lines: one event per line"
-        ) from exc
+        raise _not_json(number, line, exc) from exc
     if not isinstance(data, dict):
         got = "an array" if isinstance(data, list) else type(data).__name__
         raise ConfigError(
@@ -840,6 +846,41 @@ def checkpoint(
     console.print("The witness now holds it; a rollback of the store will be detected.")
 
 
+def _verify_table(report: VerifyReport) -> Table:
+    """The checks and counts of a verify report, as the table ``verify`` prints."""
+    newest_stored = report.stored_checkpoint_size
+    coverage = report.coverage()
+    table = Table(title="tracebound verify", show_header=False)
+    table.add_column("check")
+    table.add_column("result")
+    for check in ("chain", "positions", "merkle", "signature", "witness"):
+        status = report.checks.get(check, "not reached")
+        colour = "green" if status == "ok" else ("red" if status in {"failed"} else "yellow")
+        table.add_row(check, f"[{colour}]{escape(status)}[/]")
+    if report.checks.get("chain") == "failed" and report.damage is not None:
+        # The chain stopped at the damage: what lies before it was checked, not counted.
+        before = max((report.damage.position or 1) - 1, 0)
+        table.add_row("events", f"{before:,} checked before the damage")
+    else:
+        table.add_row("events", f"{report.size:,} in {report.streams:,} stream(s)")
+    unchecked = report.checks.get("signature") == "no verifier key given"
+    signed_up_to = "-" if report.checkpoint_size is None else f"{report.checkpoint_size:,}"
+    if unchecked and newest_stored is not None:
+        # The checkpoints are there; only their signatures could not be checked.
+        signed_up_to = f"{newest_stored:,} (signature not checked: no verifier key)"
+    table.add_row("signed up to", signed_up_to)
+    table.add_row(
+        "witness holds", "-" if report.witness_size is None else f"{report.witness_size:,}"
+    )
+    if coverage and coverage["after_last_checkpoint"]:
+        table.add_row(
+            "not yet signed",
+            f"{coverage['after_last_checkpoint']:,} after the newest checkpoint "
+            "(chain-checked; run `tracebound checkpoint`)",
+        )
+    return table
+
+
 @app.command()
 def verify(
     store: StoreOpt = None,
@@ -878,42 +919,13 @@ def verify(
     code = EXIT_OK if report.ok else EXIT_INCOMPLETE
     if report.damage is not None:
         code = EXIT_DAMAGED
-    newest_stored = report.stored_checkpoint_size
-    coverage = report.coverage()
     if as_json:
         # `uncovered` keeps its meaning (no checked signature covers these events); the
         # `coverage` keys say which of them are signed but unchecked (docs: README).
         emit_json(report.as_dict())
         raise typer.Exit(code)
-    table = Table(title="tracebound verify", show_header=False)
-    table.add_column("check")
-    table.add_column("result")
-    for check in ("chain", "positions", "merkle", "signature", "witness"):
-        status = report.checks.get(check, "not reached")
-        colour = "green" if status == "ok" else ("red" if status in {"failed"} else "yellow")
-        table.add_row(check, f"[{colour}]{escape(status)}[/]")
-    if report.checks.get("chain") == "failed" and report.damage is not None:
-        # The chain stopped at the damage: what lies before it was checked, not counted.
-        before = max((report.damage.position or 1) - 1, 0)
-        table.add_row("events", f"{before:,} checked before the damage")
-    else:
-        table.add_row("events", f"{report.size:,} in {report.streams:,} stream(s)")
+    console.print(_verify_table(report))
     unchecked = report.checks.get("signature") == "no verifier key given"
-    signed_up_to = "-" if report.checkpoint_size is None else f"{report.checkpoint_size:,}"
-    if unchecked and newest_stored is not None:
-        # The checkpoints are there; only their signatures could not be checked.
-        signed_up_to = f"{newest_stored:,} (signature not checked: no verifier key)"
-    table.add_row("signed up to", signed_up_to)
-    table.add_row(
-        "witness holds", "-" if report.witness_size is None else f"{report.witness_size:,}"
-    )
-    if coverage and coverage["after_last_checkpoint"]:
-        table.add_row(
-            "not yet signed",
-            f"{coverage['after_last_checkpoint']:,} after the newest checkpoint "
-            "(chain-checked; run `tracebound checkpoint`)",
-        )
-    console.print(table)
     if unchecked and report.damage is None:
         console.print(
             "The checkpoints were not checked: there is no verifier key here. Pass the "
