@@ -109,6 +109,19 @@ def test_an_unparsable_url_is_a_usage_error_not_a_traceback(url: str) -> None:
     assert "s3cret-pw" not in result.output
 
 
+@pytest.mark.parametrize("url", ["jsonl://", "jsonl:///", "sqlite://", "sqlite:///"])
+def test_a_url_without_a_path_is_refused_not_the_working_folder(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It used to mean the working folder: a JSONL ledger's log, lock and meta among the
+    # user's own files.
+    monkeypatch.chdir(tmp_path)
+    result = cli("init", "--store", url, "--json")
+    assert result.exit_code == 2, result.output
+    assert "needs a path" in json_out(result)["error"]["message"]
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_password_is_not_echoed_when_libpq_cannot_parse_the_url() -> None:
     """libpq quotes the token it cannot parse; here that token is the password."""
     url = "postgresql://app:s3cret%ZZpw@db.invalid/ledgers"

@@ -54,7 +54,13 @@ def store_path(url: str | Path | None) -> Path:
         raise ConfigError(
             f"a {parts.scheme} URL has no host: use {parts.scheme}:///{parts.netloc}{path}"
         )
-    return Path(path[1:] if path.startswith("/") else path)
+    local = path[1:] if path.startswith("/") else path
+    if not local:  # the working folder itself: a JSONL ledger's files would land among yours
+        raise ConfigError(
+            f"a {parts.scheme} URL needs a path: {parts.scheme}:///ledger (relative) or "
+            f"{parts.scheme}:////abs/ledger"
+        )
+    return Path(local)
 
 
 def open_store(url: str | Path | None = None, *, create: bool = False) -> LedgerStore:
