@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -129,6 +131,27 @@ def test_a_schema_holding_another_applications_events_table_is_refused(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = 'app'"
         ).fetchall()
     assert tables == [("events",)]  # nothing added beside it
+
+
+def test_a_refused_open_keeps_no_connection(postgres_dsn: str) -> None:
+    def others(conn: psycopg.Connection[Any]) -> int:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        before = others(conn)
+        gc.disable()  # the collector would close it anyway, later: not what is tested
+        try:
+            # The error's traceback holds the half-made store (as a caller's logging would).
+            with pytest.raises(StoreNotFound) as caught:
+                PostgresStore(postgres_dsn, schema="nothing_here", create=False)
+            assert others(conn) == before, caught.traceback
+        finally:
+            gc.enable()
 
 
 def test_a_ledger_from_before_stored_merkle_nodes_opens_without_them(

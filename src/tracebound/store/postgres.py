@@ -492,6 +492,14 @@ class PostgresStore(ChainedAppends):
         self._connections: list[tuple[threading.Thread, _Conn]] = []
         self._inherited: list[_Conn] = []  # a parent's sockets: never used, never closed
         self._connections_lock = threading.Lock()
+        try:
+            self._open(schema, create=create)
+        except BaseException:
+            self.close()  # a refused open keeps no connection until the collector runs
+            raise
+
+    def _open(self, schema: str, *, create: bool) -> None:
+        """Connect, find the ledger's tables, and create them if ``create``."""
         with _translated("open"):
             conn = self._conn()
             self._sql = _Statements(schema, conn)
