@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import sqlite3
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -225,6 +226,45 @@ def test_a_new_sqlite_ledger_file_is_owner_only(tmp_path: Path) -> None:
         os.umask(old)
     for path in shared.iterdir():
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+
+
+def test_an_empty_file_is_no_ledger_and_a_read_leaves_it_empty(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # verify used to create the ledger's tables in it (and then said "run init").
+    monkeypatch.chdir(tmp_path)
+    Path("empty.db").touch()
+    for command in ("verify", "log", "append"):
+        result = cli(command, "--store", "empty.db", "--json", input="")
+        assert result.exit_code == 2, result.output
+        assert json_out(result)["error"]["kind"] == "StoreNotFound"
+    assert Path("empty.db").stat().st_size == 0
+    assert json_out(cli("init", "--store", "empty.db", "--json"))["ok"] is True  # init may
+
+
+@pytest.mark.parametrize(
+    ("tables", "said"),
+    [
+        (["CREATE TABLE users (id, name)"], "tables users"),
+        (["CREATE TABLE events (id, what)"], "its events table lacks body"),
+        (["CREATE TABLE meta (key, value)"], "tables meta"),
+    ],
+)
+def test_another_applications_database_is_refused_and_left_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tables: list[str], said: str
+) -> None:
+    # Every command added a ledger's tables to it (CREATE TABLE IF NOT EXISTS on open).
+    monkeypatch.chdir(tmp_path)
+    with sqlite3.connect("app.db") as conn:
+        for statement in tables:
+            conn.execute(statement)
+    before = Path("app.db").read_bytes()
+    for command in ("init", "log"):
+        result = cli(command, "--store", "app.db", "--json")
+        assert result.exit_code == 2, result.output
+        error = json_out(result)["error"]
+        assert error["kind"] == "ConfigError" and said in error["message"], error
+    assert Path("app.db").read_bytes() == before
 
 
 # -- JSONL repair -----------------------------------------------------------------------------

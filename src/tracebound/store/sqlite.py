@@ -14,6 +14,8 @@ the store only formats a short suffix, hashes and inserts (see `events/record.py
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib
 import os
 import sqlite3
@@ -132,6 +134,25 @@ _SELECT_RAW: Final = (
     f"SELECT {_RAW_SELECT} FROM events "  # noqa: S608 - constant columns, bound values
     "WHERE position >= ? AND position <= ? ORDER BY position LIMIT ?"
 )
+
+
+def _foreign(path: Path, why: str) -> ConfigError:
+    return ConfigError(
+        f"{path} is another application's SQLite database ({why}); a ledger needs a file of its own"
+    )
+
+
+@functools.cache
+def _ledger_columns() -> dict[str, frozenset[str]]:
+    """Each table of the schema and its columns, read from the schema itself."""
+    with contextlib.closing(sqlite3.connect(":memory:")) as conn:
+        conn.executescript(_SCHEMA)
+        return {
+            table: frozenset(
+                c for (c,) in conn.execute("SELECT name FROM pragma_table_info(?)", (table,))
+            )
+            for (table,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        }
 
 
 def _bind_kernel_reader() -> type[Any] | None:
@@ -445,6 +466,8 @@ class SQLiteStore(ChainedAppends):
         self._connections_lock = threading.Lock()
         with _translated("open", p):
             conn = self._conn()
+            # Before anything writes: a read command must not turn a file into a ledger.
+            self._check_is_ledger(conn, create=create)
             # WAL lets readers run beside the one writer and makes commits a single append.
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("BEGIN IMMEDIATE")
@@ -455,6 +478,41 @@ class SQLiteStore(ChainedAppends):
                 (str(SCHEMA_VERSION),),
             )
             conn.execute("COMMIT")
+
+    def _check_is_ledger(self, conn: sqlite3.Connection, *, create: bool) -> None:
+        """Refuse a file that holds no ledger, or another application's database.
+
+        The schema below is created ``IF NOT EXISTS`` on every open (a ledger made by an
+        older version gains the tables it lacks), so without this check any command would
+        add a ledger's tables to an empty file, or to an application's database.
+
+        Raises:
+            StoreNotFound: an empty database and not ``create``.
+            ConfigError: tables of another application (naming the first that differs).
+        """
+        tables = {
+            name: {c for (c,) in conn.execute("SELECT name FROM pragma_table_info(?)", (name,))}
+            for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        }
+        if not tables:
+            if not create:
+                raise StoreNotFound(
+                    f"no ledger at {self.path} (the file holds no tables); run "
+                    "`tracebound init` first",
+                    place=("sqlite", str(self.path)),
+                )
+            return
+        ours = _ledger_columns()
+        for table in sorted(ours.keys() & tables.keys()):
+            if missing := ours[table] - tables[table]:
+                raise _foreign(self.path, f"its {table} table lacks {', '.join(sorted(missing))}")
+        # A ledger has its events table, or at least the meta row every open writes (an
+        # events table dropped is damage, which verify reports against the checkpoints).
+        if "events" not in tables and not (
+            "meta" in tables
+            and conn.execute("SELECT 1 FROM meta WHERE key = 'schema_version'").fetchone()
+        ):
+            raise _foreign(self.path, f"tables {', '.join(sorted(tables)[:5])}")
 
     # -- connections ---------------------------------------------------------------------
 
