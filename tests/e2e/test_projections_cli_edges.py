@@ -174,6 +174,34 @@ def test_a_failed_projection_is_named_with_the_others_and_flagged_by_no_update(c
     assert "warning: projection 'cost_ledger' stopped at position 3" in proc.stderr
 
 
+def test_money_past_28_digits_is_reported_exactly_not_rounded_or_a_traceback(cli: CLI) -> None:
+    resolved = {"kind": "plugin_resolved", "plugin_id": "npm", "extends_chain": [],
+                "matched_scope": "*", "fallback_used": False}  # fmt: skip
+    merged = {**_MERGE, "decision": "merged"}
+    more = "".join(
+        line + "\n"
+        for line in (
+            _line("s-h", "wf-h", resolved, 40),
+            _line("s-h", "wf-h", _cost("100000000000000000000000.0000001", "Executor"), 41),
+            _line("s-h", "wf-h", merged, 42),
+        )
+    )
+    assert cli.run("append", stdin=more).returncode == 0
+    # Before: the total came out as 100000000000000000000000.4300 (summed in decimal's
+    # default 28 significant digits), and roi and plugins exited 1 with an InvalidOperation
+    # traceback (a cost per PR of 10**22 USD or more cannot be quantized to 6 places there).
+    assert cli.json("report", "cost")["total_usd"] == "100000000000000000000000.4300004"
+    roi = cli.json("report", "roi")
+    assert roi["total_cost_usd"] == "100000000000000000000000.4300004"
+    assert roi["cost_per_merged_pr_usd"] == "100000000000000000000000.430000"
+    (npm,) = (p for p in cli.json("report", "plugins")["plugins"] if p["plugin_id"] == "npm")
+    assert npm["cost_per_pr_usd"] == "100000000000000000000000.000000"
+    for report in ("cost", "roi", "plugins"):
+        proc = cli.run("report", report)
+        assert proc.returncode == 0, proc.stderr
+        assert "100000000000000000000000." in proc.stdout
+
+
 def test_rebuild_of_an_unknown_projection_names_the_known_ones(cli: CLI) -> None:
     out = cli.json("project", "rebuild", "--only", "costs", code=2)
     assert (

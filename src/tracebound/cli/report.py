@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -23,6 +23,7 @@ from tracebound.cli._common import JsonOpt, StoreOpt, console, emit_json, err_co
 from tracebound.cli._tables import fit, hoist_date
 from tracebound.cli.project import ViewsOpt, open_runner
 from tracebound.errors import ConfigError
+from tracebound.events.anchor import MONEY_CONTEXT
 from tracebound.projections import reports
 from tracebound.projections.runner import ProjectionRunner
 from tracebound.projections.trail import parse_langgraph_checkpoints, parse_temporal_history
@@ -94,6 +95,14 @@ def _require_workflow(views: Any, workflow: str | None, *, no_update: bool) -> N
         f"no events for workflow {workflow!r}"
         + (" in the views (with --no-update they may be behind the log)" if no_update else "")
     )
+
+
+def _sum(amounts: Iterable[Any]) -> Decimal:
+    """Money summed in MONEY_CONTEXT: the thread's default 28 digits would round the sum."""
+    total = Decimal(0)
+    for amount in amounts:
+        total = MONEY_CONTEXT.add(total, Decimal(amount))
+    return total
 
 
 def _money(value: Any) -> str:
@@ -257,19 +266,19 @@ def cost_chart(rows: Sequence[dict[str, Any]], path: Path, *, workflow: str | No
         for r in rows:
             by_time = amounts.setdefault(r["role"], {})
             at = bucket(r["hour"])
-            by_time[at] = by_time.get(at, Decimal(0)) + Decimal(r["amount_usd"])
+            by_time[at] = MONEY_CONTEXT.add(by_time.get(at, Decimal(0)), Decimal(r["amount_usd"]))
         slots = [first if step == _HOUR else first.replace(hour=0)]
         while slots[-1] + step <= last:
             slots.append(slots[-1] + step)
         # The biggest spender at the bottom; ties by name, so the same views draw the same.
-        roles = sorted(amounts, key=lambda role: (-sum(amounts[role].values()), role))
+        roles = sorted(amounts, key=lambda role: (-_sum(amounts[role].values()), role))
         bottom = [0.0] * len(slots)
         width = step.total_seconds() / 86_400 * 0.9  # matplotlib's date unit is a day
         for role in roles:
             heights = [float(amounts[role].get(t, 0)) for t in slots]
             ax.bar(slots, heights, width=width, bottom=bottom, align="edge", label=role)
             bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
-        total = sum((Decimal(r["amount_usd"]) for r in rows), Decimal(0))
+        total = _sum(r["amount_usd"] for r in rows)
         ax.set_title(f"Cost over time by role ({scope}): {format(total, 'f')} USD")
         ax.set_xlabel("hour (UTC)" if step == _HOUR else "day (UTC)")
         ax.set_ylabel(f"USD per {'hour' if step == _HOUR else 'day'}")
@@ -351,7 +360,7 @@ def cost_cmd(
         over_time = reports.cost_over_time(runner.views, workflow, runner.store)
         if chart is not None:
             cost_chart(over_time, chart, workflow=workflow)
-    total = sum((r["amount_usd"] for r in rows), Decimal(0))
+    total = _sum(r["amount_usd"] for r in rows)
     if as_json:
         emit_json(
             {

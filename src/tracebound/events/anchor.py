@@ -29,9 +29,18 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from decimal import Decimal
+from decimal import (
+    MAX_EMAX,
+    MIN_EMIN,
+    ROUND_HALF_EVEN,
+    Context,
+    Decimal,
+    DivisionByZero,
+    InvalidOperation,
+    Overflow,
+)
 from types import MappingProxyType
-from typing import Annotated, Any, Literal, Protocol, Self, TypeAlias, overload
+from typing import Annotated, Any, Final, Literal, Protocol, Self, TypeAlias, overload
 
 from pydantic import (
     AfterValidator,
@@ -63,6 +72,7 @@ __all__ = [
     "ANCHOR_ADAPTER",
     "BLAKE3_HEX_PATTERN",
     "EXTRAS_KEY_PATTERN",
+    "MONEY_CONTEXT",
     "SHA256_DIGEST_PATTERN",
     "AnyAttemptAnchor",
     "AttemptAnchor",
@@ -130,6 +140,17 @@ SignedMoney: TypeAlias = Annotated[
     WithJsonSchema({"type": "string", "pattern": _SIGNED_DECIMAL_PATTERN}),
 ]
 """An amount that may go negative, such as a budget that was overrun."""
+
+MONEY_CONTEXT: Final = Context(
+    prec=200,
+    rounding=ROUND_HALF_EVEN,
+    Emin=MIN_EMIN,
+    Emax=MAX_EMAX,
+    traps=[InvalidOperation, DivisionByZero, Overflow],
+)
+"""The decimal context money is computed in: 200 significant digits, so no sum rounds in
+practice. Never the thread's own context: its default 28 digits round a large sum (and
+cannot quantize 10**22 USD to micro-dollars), and a caller may have set anything."""
 
 BasisPoints: TypeAlias = Annotated[int, Field(ge=0, le=10_000, strict=True)]
 """A score or confidence in [0, 1] as an integer number of 1/10 000ths (docs/adr/0003)."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any, Final
 
+from tracebound.events.anchor import MONEY_CONTEXT
 from tracebound.projections.base import Column, EventRecord, Rows, Table
 
 __all__ = ["COST_BY_ROLE", "COST_LEDGER", "NO_WORKFLOW", "UNATTRIBUTED", "CostLedgerProjection"]
@@ -105,7 +106,7 @@ class CostLedgerProjection:
         row = rows.get(COST_LEDGER, (wf, tier, source))
         if row is None:
             row = _new_ledger_row(wf, tier, source, at)
-        row["amount_usd"] += amount
+        row["amount_usd"] = MONEY_CONTEXT.add(row["amount_usd"], amount)
         row["events"] += 1
         row["last_at"] = at
         tokens_in = p.get("tokens_in")
@@ -129,6 +130,6 @@ class CostLedgerProjection:
         by_role = rows.get(COST_BY_ROLE, (hour, role))
         if by_role is None:
             by_role = {"hour": hour, "role": role, "amount_usd": Decimal(0), "events": 0}
-        by_role["amount_usd"] += amount
+        by_role["amount_usd"] = MONEY_CONTEXT.add(by_role["amount_usd"], amount)
         by_role["events"] += 1
         rows.put(COST_BY_ROLE, (hour, role), by_role)

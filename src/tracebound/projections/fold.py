@@ -26,6 +26,7 @@ from dataclasses import dataclass, fields
 from decimal import Decimal
 from typing import Any, Final, Literal, TypeAlias, assert_never, get_args
 
+from tracebound.events.anchor import MONEY_CONTEXT
 from tracebound.events.catalog import BuiltinPayload
 from tracebound.events.envelope import Event
 from tracebound.events.takeover import ClaimCursor, TakeOver
@@ -248,7 +249,7 @@ def _prompt_built(state: WorkflowState, p: Mapping[str, Any]) -> None:
 
 def _budget_precharged(state: WorkflowState, p: Mapping[str, Any]) -> None:
     _attempt(state, p)
-    state.precharged_usd += Decimal(p["precharged_usd"])
+    state.precharged_usd = MONEY_CONTEXT.add(state.precharged_usd, Decimal(p["precharged_usd"]))
 
 
 def _leaf_invoked(state: WorkflowState, p: Mapping[str, Any]) -> None:
@@ -266,7 +267,7 @@ def _leaf_returned(state: WorkflowState, p: Mapping[str, Any]) -> None:
 
 def _budget_reconciled(state: WorkflowState, p: Mapping[str, Any]) -> None:
     _attempt(state, p)
-    state.reconciled_usd += Decimal(p["actual_usd"])
+    state.reconciled_usd = MONEY_CONTEXT.add(state.reconciled_usd, Decimal(p["actual_usd"]))
 
 
 def _transform_built(state: WorkflowState, p: Mapping[str, Any]) -> None:
@@ -318,7 +319,7 @@ def _trust_gate_failed(state: WorkflowState, p: Mapping[str, Any]) -> None:
 
 
 def _cost_incurred(state: WorkflowState, p: Mapping[str, Any]) -> None:
-    state.cost_usd += Decimal(p["amount_usd"])
+    state.cost_usd = MONEY_CONTEXT.add(state.cost_usd, Decimal(p["amount_usd"]))
 
 
 def _merge_outcome(state: WorkflowState, p: Mapping[str, Any]) -> None:

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from decimal import ROUND_HALF_EVEN, Decimal
+from decimal import ROUND_HALF_EVEN, Decimal, localcontext
 from typing import Any, Final
 
+from tracebound.events.anchor import MONEY_CONTEXT
 from tracebound.projections.base import Column, EventRecord, Rows, Table
 
 __all__ = ["PLUGIN_WORKFLOWS", "UNRESOLVED", "PluginStats", "PluginTelemetry", "plugin_summary"]
@@ -83,7 +84,7 @@ class PluginTelemetry:
             row["prs"] += 1
             row[p["decision"]] += 1
         else:
-            row["cost_usd"] += Decimal(p["amount_usd"])
+            row["cost_usd"] = MONEY_CONTEXT.add(row["cost_usd"], Decimal(p["amount_usd"]))
         rows.put(PLUGIN_WORKFLOWS, (wf,), row)
 
 
@@ -120,6 +121,11 @@ class PluginStats:
 
 def plugin_summary(rows: Iterable[Mapping[str, Any]]) -> list[PluginStats]:
     """Per-plugin figures from ``plugin_workflows`` rows, sorted by plugin id."""
+    with localcontext(MONEY_CONTEXT):
+        return _plugin_summary(rows)
+
+
+def _plugin_summary(rows: Iterable[Mapping[str, Any]]) -> list[PluginStats]:
     acc: dict[str, list[Any]] = {}
     for row in rows:
         plugin = row["plugin_id"] or UNRESOLVED

@@ -11,6 +11,7 @@ from decimal import Decimal
 from typing import Any
 
 from tracebound.errors import ContractError
+from tracebound.events.anchor import MONEY_CONTEXT
 from tracebound.projections.base import EventRecord, Row, Table
 from tracebound.projections.cost import COST_BY_ROLE, COST_LEDGER, UNATTRIBUTED
 from tracebound.projections.fold import WORKFLOW_STATE, WorkflowState
@@ -109,7 +110,7 @@ def cost_over_time(
         row = acc.setdefault(
             (hour, role), {"hour": hour, "role": role, "amount_usd": Decimal(0), "events": 0}
         )
-        row["amount_usd"] += Decimal(p["amount_usd"])
+        row["amount_usd"] = MONEY_CONTEXT.add(row["amount_usd"], Decimal(p["amount_usd"]))
         row["events"] += 1
     return [acc[k] for k in sorted(acc)]
 

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from decimal import ROUND_HALF_EVEN, Decimal
+from decimal import ROUND_HALF_EVEN, Decimal, localcontext
 from typing import Any, Final
 
+from tracebound.events.anchor import MONEY_CONTEXT
 from tracebound.projections.base import Column, EventRecord, Rows, Table
 from tracebound.projections.cost import NO_WORKFLOW
 
@@ -76,7 +77,7 @@ class RoiProjection:
             row = _new_row(wf)
         p = record["payload"]
         if record["event_type"] == "cost_incurred":
-            row["cost_usd"] += Decimal(p["amount_usd"])
+            row["cost_usd"] = MONEY_CONTEXT.add(row["cost_usd"], Decimal(p["amount_usd"]))
         else:
             decision = p["decision"]
             row["prs"] += 1
@@ -130,6 +131,11 @@ class RoiSummary:
 
 def roi_summary(rows: Iterable[Mapping[str, Any]]) -> RoiSummary:
     """The headline ratios over ``roi_workflows`` rows (all of them, or a filtered set)."""
+    with localcontext(MONEY_CONTEXT):
+        return _roi_summary(rows)
+
+
+def _roi_summary(rows: Iterable[Mapping[str, Any]]) -> RoiSummary:
     workflows = merged = modified = closed = 0
     total = overhead = unmerged = pending = Decimal(0)
     for row in rows:

@@ -34,6 +34,7 @@ from tracebound.ids import (
     Sha256Digest,
 )
 from tracebound.projections.cost import CostLedgerProjection
+from tracebound.projections.fold import fold
 from tracebound.projections.gates import TrustGateProjection, bucket_of, ranked
 from tracebound.projections.learning import LearningProjection, solutions_for
 from tracebound.projections.memory import project
@@ -90,6 +91,33 @@ def test_cost_rows_by_workflow_tier_source_with_exact_money() -> None:
         ("a", "amortized", "sandbox"): (Decimal("0.05"), 1),
         ("a", "direct", "openai"): (Decimal("0.3"), 2),
     }
+
+
+# More significant digits than decimal's default context keeps (28): summed there, these
+# came out as 123456789012345678901234568900, and a cost per PR of 10**22 USD or more
+# raised decimal.InvalidOperation (a traceback from `report roi` and `report plugins`).
+_BIG = "123456789012345678901234567890.123456789"
+_BIG_SUM = Decimal("123456789012345678901234567891.2234567900000000000000000000001")
+
+
+def test_money_beyond_28_significant_digits_is_summed_exactly() -> None:
+    events = _events(
+        ("a", _resolved("npm")),
+        ("a", _cost(_BIG)),
+        ("a", _cost("1.1")),
+        ("a", _cost("0.0000000010000000000000000000001")),
+        ("a", _merge("merged")),
+    )
+    tables = project([CostLedgerProjection(), RoiProjection(), PluginTelemetry()], events)
+    ((ledger_row,), (by_role,)) = tables["cost_ledger"], tables["cost_by_role"]
+    assert ledger_row["amount_usd"] == by_role["amount_usd"] == _BIG_SUM
+    roi = roi_summary(tables["roi_workflows"])
+    assert roi.total_cost_usd == _BIG_SUM
+    assert roi.cost_per_merged_pr_usd == Decimal("123456789012345678901234567891.223457")
+    (npm,) = plugin_summary(tables["plugin_workflows"])
+    assert npm.cost_usd == _BIG_SUM
+    assert npm.cost_per_pr_usd == Decimal("123456789012345678901234567891.223457")
+    assert fold(events, workflow_id="a").cost_usd == _BIG_SUM
 
 
 def test_cached_and_reasoning_tokens_are_counted_once() -> None:

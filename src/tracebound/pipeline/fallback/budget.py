@@ -15,10 +15,10 @@ The cycle, per attempt that calls a model:
    (``BudgetReconciled``). An overrun is recorded, not hidden: ``remaining`` may go negative,
    and the tier then refuses the plan with ``refusal_reason="budget"``.
 
-Money arithmetic runs in this module's own decimal context (:data:`MONEY_CONTEXT`, 200
-significant digits, no rounding in practice), never the caller's: decimal contexts are per
-thread, and a budget shared by threads must not round with whichever precision (or traps)
-the calling thread happens to have.
+Money arithmetic runs in its own decimal context (:data:`MONEY_CONTEXT`, 200 significant
+digits, no rounding in practice; defined beside ``Money`` and shared with the projections),
+never the caller's: decimal contexts are per thread, and a budget shared by threads must
+not round with whichever precision (or traps) the calling thread happens to have.
 """
 
 from __future__ import annotations
@@ -27,37 +27,18 @@ import math
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from decimal import (
-    MAX_EMAX,
-    MIN_EMIN,
-    ROUND_HALF_EVEN,
-    Context,
-    Decimal,
-    DivisionByZero,
-    InvalidOperation,
-    Overflow,
-    localcontext,
-)
+from decimal import Decimal, localcontext
 from types import MappingProxyType
-from typing import Final
 
 from pydantic import BaseModel, ConfigDict
 
 from tracebound.errors import BudgetExceeded, ConfigError, ValidationFailed
-from tracebound.events.anchor import Money
+from tracebound.events.anchor import MONEY_CONTEXT, Money
 from tracebound.pipeline.fallback.leaf import TokenUsage
 
 __all__ = ["MONEY_CONTEXT", "Budget", "ModelPrice", "PricingTable", "Reservation"]
 
 _PER = Decimal(1_000_000)
-MONEY_CONTEXT: Final = Context(
-    prec=200,
-    rounding=ROUND_HALF_EVEN,
-    Emin=MIN_EMIN,
-    Emax=MAX_EMAX,
-    traps=[InvalidOperation, DivisionByZero, Overflow],
-)
-"""The decimal context every amount is computed in (see the module docstring)."""
 
 
 def _positive_int(name: str, value: object) -> int:
