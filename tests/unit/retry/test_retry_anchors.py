@@ -7,6 +7,7 @@ import json
 import stat
 import sys
 from datetime import datetime, timedelta, timezone
+from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -129,6 +130,23 @@ def test_rows_are_checked_on_load(kit: Kit) -> None:
         DATASET_ROW_ADAPTER.validate_python({**data, "attempt_index": 5})
     with pytest.raises(ValueError, match="another ledger event"):
         DATASET_ROW_ADAPTER.validate_python({**data, "ledger_position": 99})
+
+
+def test_a_row_whose_anchor_is_not_the_proven_record_is_refused_on_load(kit: Kit) -> None:
+    _filled(kit, 1)
+    (row,) = anchor_dataset(kit.ledger)
+    data = row.model_dump(mode="json")
+    assert data["anchor"]["cost_usd"] == "0.0123"
+    # An edited training example: its proof still verifies (the proof covers the record,
+    # not the row's copy of the anchor), and before, the row loaded as if proven.
+    flipped = {**data, "anchor": {**data["anchor"], "cost_usd": "0.0001"}}
+    assert flipped["inclusion_proof"] == data["inclusion_proof"]
+    with pytest.raises(ValueError, match="the anchor is not the one the proven record holds"):
+        DATASET_ROW_ADAPTER.validate_python(flipped)
+    with pytest.raises(ValueError, match="the inclusion proof is for another ledger event"):
+        DATASET_ROW_ADAPTER.validate_python({**data, "ledger_stream_id": "attempts/other"})
+    unproven = {**flipped, "inclusion_proof": None}  # --no-proofs: nothing to check against
+    assert DATASET_ROW_ADAPTER.validate_python(unproven).anchor.cost_usd == Decimal("0.0001")
 
 
 def test_without_a_signer_proofs_need_a_checkpoint(kit: Kit) -> None:

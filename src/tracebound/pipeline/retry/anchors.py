@@ -56,6 +56,7 @@ from tracebound.events.anchor import (
 from tracebound.events.catalog import AttemptAnchorRecorded
 from tracebound.events.envelope import RecordedEvent
 from tracebound.integrity.note import open_checkpoint
+from tracebound.integrity.strict_json import loads_canonical_record
 from tracebound.ledger import InclusionBundle, Ledger
 from tracebound.store.files import append_durably
 from tracebound.store.keyfile import file_stem
@@ -212,11 +213,35 @@ class AnchorDatasetRow(BaseModel):
                 bundle = InclusionBundle.from_dict(self.inclusion_proof)
             except ProofError as exc:
                 raise ValueError(str(exc)) from exc
-            if bundle.position != self.ledger_position or bundle.hash.hex() != (
-                self.ledger_event_hash
+            if (
+                bundle.position != self.ledger_position
+                or bundle.hash.hex() != self.ledger_event_hash
+                or bundle.stream_id != self.ledger_stream_id
             ):
                 raise ValueError("the inclusion proof is for another ledger event")
+            # The proof covers the record it carries, not this row's copy of the anchor: an
+            # edited anchor beside an untouched proof would verify and train a critic on it.
+            if _proven_anchor(bundle) != a:
+                raise ValueError("the anchor is not the one the proven record holds")
         return self
+
+
+def _proven_anchor(bundle: InclusionBundle) -> AttemptAnchorBase | None:
+    """The anchor in the record a proof carries, or None when it holds none (not an
+    ``attempt_anchor_recorded`` record, or not one the ledger wrote). Whether the record is
+    in the signed log is the proof's check (``verify_bundle``), not this one."""
+    try:
+        record = loads_canonical_record(bundle.body)
+    except ValueError:
+        return None
+    payload = record.get("payload")
+    if not isinstance(payload, dict) or payload.get("kind") != "attempt_anchor_recorded":
+        return None
+    try:
+        anchor: AttemptAnchorBase = ANCHOR_ADAPTER.validate_python(payload.get("anchor"))
+    except ValidationError:
+        return None
+    return anchor
 
 
 DATASET_ROW_ADAPTER: TypeAdapter[AnchorDatasetRow] = TypeAdapter(AnchorDatasetRow)
