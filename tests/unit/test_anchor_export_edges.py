@@ -74,3 +74,14 @@ def test_an_unknown_format_names_the_choices_in_plain_words(tmp_path: Path) -> N
     )
     code, output = _export(tmp_path, store, "--no-proofs", "--format", "jsonl")
     assert code == 0 and len(output.splitlines()) == 2
+
+
+def test_json_without_out_prints_one_document_holding_the_rows(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    code, output = _export(tmp_path, store, "--no-proofs", "--json")
+    assert code == 0, output
+    # Before: the JSON lines themselves, two documents that `json.loads` refuses.
+    doc = json.loads(output)
+    assert (doc["ok"], doc["rows"], doc["format"], doc["out"]) == (True, 2, "jsonl", None)
+    _, lines = _export(tmp_path, store, "--no-proofs")
+    assert doc["dataset"] == [json.loads(line) for line in lines.splitlines()]

@@ -66,7 +66,12 @@ def export_anchors(
     ] = Format.jsonl.value,
     out: Annotated[
         Path | None,
-        typer.Option("--out", "-o", help="Write here; JSON lines go to stdout without it."),
+        typer.Option(
+            "--out",
+            "-o",
+            help="Write here; JSON lines go to stdout without it (with --json: one document "
+            "whose 'dataset' holds the rows).",
+        ),
     ] = None,
     no_proofs: Annotated[
         bool,
@@ -100,6 +105,17 @@ def export_anchors(
             )
         finally:
             ledger.close()
+        if out is None and as_json:  # one JSON document, as every --json prints
+            emit_json(
+                {
+                    "ok": True,
+                    "rows": len(rows),
+                    "format": fmt.value,
+                    "out": None,
+                    "dataset": [r.model_dump(mode="json") for r in rows],
+                }
+            )
+            return
         if out is None:
             write_dataset(rows, "jsonl", sys.stdout.buffer)
             sys.stdout.flush()
