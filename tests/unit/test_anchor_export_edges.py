@@ -85,3 +85,21 @@ def test_json_without_out_prints_one_document_holding_the_rows(tmp_path: Path) -
     assert (doc["ok"], doc["rows"], doc["format"], doc["out"]) == (True, 2, "jsonl", None)
     _, lines = _export(tmp_path, store, "--no-proofs")
     assert doc["dataset"] == [json.loads(line) for line in lines.splitlines()]
+
+
+def test_an_out_path_that_is_a_folder_names_that_path_not_a_temporary_file(
+    tmp_path: Path,
+) -> None:
+    store = _store(tmp_path)
+    out = tmp_path / "exports"
+    out.mkdir()
+    code, output = _export(tmp_path, store, "--no-proofs", "--out", str(out), "--json")
+    assert code == 2, output
+    error = json.loads(output)["error"]
+    # Before: "Is a directory: .../.exports.tmp", a file the user never named.
+    assert error["kind"] == "ConfigError"
+    assert str(out) in error["message"] and ".tmp" not in error["message"]
+    assert list(out.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == [
+        "exports",
+        "store",
+    ]

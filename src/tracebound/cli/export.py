@@ -95,6 +95,8 @@ def export_anchors(
             require_parquet()  # before a checkpoint is signed for an export that cannot happen
         if out is not None and not out.parent.is_dir():
             raise ConfigError(f"--out {out}: there is no folder {out.parent}")
+        if out is not None and out.is_dir():
+            raise ConfigError(f"--out {out} is a folder; name the file to write in it")
         ledger = open_ledger(store, key=key, verifier_key=verifier_key)
         try:
             projection = AnchorWriter(store_dir(store))
@@ -125,6 +127,8 @@ def export_anchors(
             with tmp.open("wb") as fh:
                 write_dataset(rows, "parquet" if fmt is Format.parquet else "jsonl", fh)
             tmp.replace(out)
+        except OSError as exc:  # name the file asked for, not its temporary twin
+            raise ConfigError(f"cannot write --out {out}: {exc.strerror or exc}") from exc
         finally:
             tmp.unlink(missing_ok=True)  # only left there when the export failed
     if as_json:
