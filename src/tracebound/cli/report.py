@@ -219,9 +219,25 @@ def _check_suffix(path: Path) -> None:
 
 def _save(fig: Any, path: Path) -> None:
     _check_suffix(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # A fixed date in the SVG metadata, so the same views draw the same file.
-    fig.savefig(path, metadata={"Date": None} if path.suffix.lower() == ".svg" else None)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # A fixed date in the SVG metadata, so the same views draw the same file.
+        fig.savefig(path, metadata={"Date": None} if path.suffix.lower() == ".svg" else None)
+    except OSError as exc:
+        raise ConfigError(f"cannot write the chart {path}: {_unwritable(path, exc)}") from exc
+
+
+def _unwritable(path: Path, exc: OSError) -> str:
+    """Why a chart cannot be written, in the terms of the path given: mkdir's "File exists"
+    means a folder on the way is a file, and "Is a directory" that the chart's name is a
+    folder's."""
+    if isinstance(exc, FileExistsError | NotADirectoryError):
+        blocking = next((p for p in path.parents if p.is_file()), None)
+        if blocking is not None:
+            return f"{blocking} is a file, not a folder"
+    if isinstance(exc, IsADirectoryError):
+        return f"{path} is a folder"
+    return exc.strerror or str(exc)
 
 
 def _nothing_to_draw(ax: Any, message: str) -> None:

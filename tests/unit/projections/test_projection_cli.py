@@ -261,6 +261,26 @@ def test_charts(cli: CLI, suffix: str) -> None:
     assert ".png or .svg" in bad["error"]["message"]
 
 
+def test_a_chart_that_cannot_be_written_says_where_and_why(cli: CLI) -> None:
+    pytest.importorskip("matplotlib")
+    (cli.cwd / "notes").write_text("a file, not a folder")
+    (cli.cwd / "made").mkdir()
+    cases = [
+        # Before: "File exists: notes" (FileExistsError), as if the chart had been there.
+        (cli.cwd / "notes" / "cost.png", "notes is a file, not a folder"),
+        (cli.cwd / "made" / "sub.png", "is a folder"),  # before: "Is a directory" as kind
+    ]
+    (cli.cwd / "made" / "sub.png").mkdir()
+    for path, why in cases:
+        error = cli.json("report", "cost", "--chart", str(path), code=2)["error"]
+        assert error["kind"] == "ConfigError"
+        assert error["message"].startswith(f"cannot write the chart {path}: ")
+        assert why in error["message"]
+    drawn = cli.cwd / "new" / "folder" / "cost.svg"  # a missing folder is made, as before
+    assert cli.json("report", "cost", "--chart", str(drawn))["chart"] == str(drawn)
+    assert b"<svg" in drawn.read_bytes()
+
+
 def test_missing_matplotlib_is_a_clear_error(cli: CLI, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import now raises ImportError
     monkeypatch.chdir(cli.cwd)
