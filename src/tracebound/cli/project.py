@@ -13,7 +13,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Final
 from urllib.parse import urlsplit
 
 import typer
@@ -31,7 +31,7 @@ from tracebound.cli._common import (
     store_dir,
 )
 from tracebound.cli._tables import fit
-from tracebound.errors import ConfigError
+from tracebound.errors import ConcurrencyConflict, ConfigError
 from tracebound.projections.runner import (
     DEFAULT_BATCH,
     ProjectionRunner,
@@ -177,13 +177,37 @@ def open_runner(
         try:
             runner = ProjectionRunner(backend, db, batch_size=batch)
             if update:
-                _run_with_progress(runner, rebuild=False, show=progress)
-                runner.on_commit = None
+                runner = _catch_up(runner, show=progress)
             yield runner
         finally:
             db.close()
     finally:
         backend.close()
+
+
+_CATCH_UP_TRIES: Final = 5
+"""How often a report starts its catch-up over when another runner commits first."""
+
+
+def _catch_up(runner: ProjectionRunner[Any], *, show: bool) -> ProjectionRunner[Any]:
+    """Catch the views up for a report, beside any other runner of the same views.
+
+    A `project run --follow` in another terminal applies the same events: when it commits
+    a batch between this runner's read of the positions and its own commit, the commit is
+    refused (ConcurrencyConflict) and nothing of it is written. The events are then applied
+    already, so the report starts over from the positions as they now are, with a fresh
+    runner (the old one's cached rows are those of the refused batch).
+    """
+    for _ in range(_CATCH_UP_TRIES - 1):
+        try:
+            _run_with_progress(runner, rebuild=False, show=show)
+            break
+        except ConcurrencyConflict:
+            runner = ProjectionRunner(runner.store, runner.views, batch_size=runner.batch_size)
+    else:
+        _run_with_progress(runner, rebuild=False, show=show)  # the last try: a conflict is raised
+    runner.on_commit = None
+    return runner
 
 
 def _report_dict(report: RunReport) -> dict[str, object]:

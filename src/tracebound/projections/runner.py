@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Generic, Protocol, TypeVar
 
 from tracebound.errors import (
+    ConcurrencyConflict,
     ContractError,
     IntegrityError,
     StorageError,
@@ -508,10 +509,17 @@ class ProjectionRunner(Generic[ViewsT]):
     def follow(self, stop: threading.Event, *, interval: float = 0.005) -> None:
         """Keep applying new events until ``stop`` is set; polls every ``interval`` seconds.
 
-        Raises whatever :meth:`run` raises: a failed projection stops the follower.
+        Raises whatever :meth:`run` raises: a failed projection stops the follower. But a
+        batch another runner committed first (a report catching the same views up) is not
+        an error here: those events are applied, so the follower re-reads the positions,
+        with fresh caches (its cached rows are those of the refused batch), and goes on.
         """
         while not stop.is_set():
-            report = self.run()
+            try:
+                report = self.run()
+            except ConcurrencyConflict:
+                self._live = None
+                continue
             if report.events == 0:
                 stop.wait(interval)
 

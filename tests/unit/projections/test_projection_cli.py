@@ -15,6 +15,8 @@ from typer.testing import CliRunner
 
 from tracebound.cli.app import app
 from tracebound.cli.report import DEFAULT_LIMIT, _gate_rows, _limited
+from tracebound.projections import ProjectionRunner, SQLiteViews
+from tracebound.store.sqlite import SQLiteStore
 
 GOLDEN = Path(__file__).resolve().parents[2] / "golden"
 
@@ -279,6 +281,38 @@ def test_a_chart_that_cannot_be_written_says_where_and_why(cli: CLI) -> None:
     drawn = cli.cwd / "new" / "folder" / "cost.svg"  # a missing folder is made, as before
     assert cli.json("report", "cost", "--chart", str(drawn))["chart"] == str(drawn)
     assert b"<svg" in drawn.read_bytes()
+
+
+def test_a_report_catches_up_beside_another_runner_instead_of_failing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`project run --follow` in one terminal and a report in another: the report's own
+    catch-up can lose the race for a batch the follower commits first."""
+    cli = CLI(tmp_path)
+    assert cli.run("init").returncode == 0
+    assert cli.run("append", stdin=_append_lines()).returncode == 0
+    views = tmp_path / ".tracebound" / "views.db"
+    real_commit = SQLiteViews.commit
+    raced: list[int] = []
+    racing = False
+
+    def commit_after_a_follower(self: SQLiteViews, writes: Any) -> None:
+        nonlocal racing
+        if not raced and not racing:  # the follower commits between the report's read and write
+            racing = True
+            with SQLiteStore(tmp_path / ".tracebound") as store, SQLiteViews(views) as other:
+                raced.append(ProjectionRunner(store, other).run().events)
+        real_commit(self, writes)
+
+    monkeypatch.setattr(SQLiteViews, "commit", commit_after_a_follower)
+    monkeypatch.chdir(tmp_path)
+    env = {"HOME": str(tmp_path / "home"), "TRACEBOUND_STORE": None, "TRACEBOUND_VIEWS": None}
+    result = CliRunner().invoke(app, ["report", "roi", "--json"], env=env)
+    assert raced and raced[0] > 0, result.output
+    # Before: exit 2, ConcurrencyConflict "stream 'projection:workflow_state': expected
+    # version 0, but it is at N".
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["workflows"] == 4
 
 
 def test_missing_matplotlib_is_a_clear_error(cli: CLI, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -440,3 +440,43 @@ def test_follow_applies_events_as_they_are_committed(ledger: SQLiteStore, tmp_pa
         thread.join(5)
     assert not thread.is_alive()
     assert views_snapshot(runner.views, all_tables())["cost_ledger"][0]["events"] == 5
+
+
+def test_a_follower_goes_on_when_another_runner_applied_events_first(
+    ledger: SQLiteStore, tmp_path: Path
+) -> None:
+    """`project run --follow` beside a report, whose catch-up applies new events first."""
+
+    def cost() -> list[Event]:
+        payload = CostIncurred(tier="direct", amount_usd=Decimal(1), source=CostSource("x"))
+        return _events([("a", payload)])
+
+    follower = ProjectionRunner(ledger, _views(tmp_path / "v.db"))
+    _append(ledger, cost())
+    assert follower.run().events == 1
+    _append(ledger, cost())
+    report = ProjectionRunner(ledger, _views(tmp_path / "v.db"))
+    assert report.run().events == 1  # the report's catch-up, between two polls
+    _append(ledger, cost())
+    errors: list[BaseException] = []
+
+    def follow() -> None:
+        try:
+            follower.follow(stop, interval=0.001)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            errors.append(exc)
+
+    stop = threading.Event()
+    thread = threading.Thread(target=follow)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while follower.status()[0].position < 3 and not errors and time.monotonic() < deadline:
+            time.sleep(0.005)
+    finally:
+        stop.set()
+        thread.join(10)
+    # Before: the follower stopped with ConcurrencyConflict (`project run --follow` exit 2).
+    assert errors == []
+    assert [s.position for s in follower.status()] == [3] * len(default_projections())
+    assert views_snapshot(follower.views, all_tables())["cost_ledger"][0]["events"] == 3
