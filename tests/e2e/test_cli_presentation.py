@@ -99,6 +99,26 @@ def test_project_status_and_reports_keep_their_columns(cli: CLI, columns: int) -
 
 
 @pytest.mark.parametrize("columns", [80, 120])
+def test_cost_tables_never_cut_a_number(tmp_path: Path, columns: int) -> None:
+    """A long source name and token counts in the billions: at 80 columns the tokens table
+    was cropped at the terminal's edge, printing 3,000,000,000 output tokens as "300" and
+    leaving the reasoning column out."""
+    c = CLI(tmp_path)
+    c.json("init")
+    payload = {"kind": "cost_incurred", "tier": "amortized", "amount_usd": "1234.5678901",
+               "source": "azure-openai-gpt-4o-2024-08-06", "tokens_in": 123456789012,
+               "cached_input_tokens": 23456789012, "tokens_out": 3456789012,
+               "reasoning_tokens": 456789012}  # fmt: skip
+    line = json.dumps({"stream_id": "r", "workflow_id": f"wf-{RUN}", "payload": payload})
+    c.json("append", stdin=line + "\n")
+    text = "\n".join(_human(c, columns, "report", "cost"))
+    for number in ("1234.5678901", "100000000000", "23456789012", "3000000000", "456789012"):
+        assert re.search(rf"(?<![0-9]){number}(?![0-9])", text), text
+    for name in ("uncached", "cached", "visible", "reasoning"):
+        assert re.search(rf"\b{name}\b", text), text
+
+
+@pytest.mark.parametrize("columns", [80, 120])
 def test_the_trail_with_an_engine_history_fits_a_terminal(
     cli: CLI, columns: int, tmp_path: Path
 ) -> None:

@@ -14,13 +14,13 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 import typer
 from rich.table import Table
 
 from tracebound.cli._common import JsonOpt, StoreOpt, console, emit_json, err_console, handled
-from tracebound.cli._tables import fit, hoist_date
+from tracebound.cli._tables import Give, fit, hoist_date
 from tracebound.cli.project import ViewsOpt, open_runner
 from tracebound.errors import ConfigError
 from tracebound.events.anchor import MONEY_CONTEXT
@@ -180,24 +180,53 @@ _COST_COLUMNS = ("workflow", "tier", "source", "USD", "events")
 _TOKEN_COLUMNS = ("in\nuncached", "in\ncached", "out\nvisible", "out\nreasoning")
 
 
+_COST_GIVE: Final[tuple[dict[str, Give], ...]] = (
+    {"workflow": "ellipsis"},
+    {"workflow": "ellipsis", "source": "ellipsis"},
+)
+"""What gives way in a cost table that is too wide: the workflow id, then the source too."""
+
+
 def _cost_tables(
     title: str, rows: Sequence[Sequence[Any]], caption: str | None = None
 ) -> list[Table]:
     """The cost ledger in one table; on a terminal too narrow for it, the token counts go
-    to a second table, keyed by the same workflow, tier and source."""
+    to a second table, keyed by the same workflow, tier and source.
+
+    A number is never cut: a table that does not fit is cropped at the terminal's edge,
+    which printed 3,000,000,000 tokens as "300". So when the tokens table is still too wide
+    (a long source name, counts in the billions), the input and the output counts go to a
+    table each.
+    """
     table = _unfitted(title, _COST_COLUMNS + _TOKEN_COLUMNS, rows, caption)
-    if fit(table, give={"workflow": "ellipsis"}, console=console):
+    if fit(table, give=_COST_GIVE[0], console=console):
         return [table]
     key = len(_COST_COLUMNS)
-    return [
-        _table(title, _COST_COLUMNS, [row[:key] for row in rows], caption),
-        _table(
-            "tokens",
-            _COST_COLUMNS[:3] + _TOKEN_COLUMNS,
-            [(*row[:3], *row[key:]) for row in rows],
-            caption,
-        ),
+    money, _ = _cost_table(title, _COST_COLUMNS, [row[:key] for row in rows], caption)
+    keys = _COST_COLUMNS[:3]
+    tokens, fits = _cost_table(
+        "tokens", keys + _TOKEN_COLUMNS, [(*row[:3], *row[key:]) for row in rows], caption
+    )
+    if fits:
+        return [money, tokens]
+    halves = (("tokens in", slice(0, 2)), ("tokens out", slice(2, 4)))
+    return [money] + [
+        _cost_table(
+            name, (*keys, *_TOKEN_COLUMNS[part]), [(*r[:3], *r[key:][part]) for r in rows], caption
+        )[0]
+        for name, part in halves
     ]
+
+
+def _cost_table(
+    title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], caption: str | None
+) -> tuple[Table, bool]:
+    """A cost table, and whether it fits once the workflow, then the source, gave way."""
+    for give in _COST_GIVE:
+        table = _unfitted(title, columns, rows, caption)  # fit marks the columns it keeps
+        if fit(table, give=give, console=console):
+            return table, True
+    return table, False
 
 
 def _pyplot() -> Any:
