@@ -55,6 +55,21 @@ def test_a_finished_run_cannot_be_relabelled_running(evidence: dict[str, Any]) -
     assert "records it finishing" in _rejects(_reseal(doc), "chain")
 
 
+def test_a_finished_run_relabelled_with_another_ending_is_named_as_such(
+    evidence: dict[str, Any],
+) -> None:
+    doc = copy.deepcopy(evidence)
+    doc["status"] = "failed"
+    message = _rejects(_reseal(doc), "chain")
+    # Before: "the stream does not end with the run finishing as 'failed': truncated", and
+    # nothing was cut off: the file names another ending than its run_finished records.
+    assert "truncated" not in message
+    assert "ends with the run finishing as 'completed', not as the 'failed'" in message
+    doc = copy.deepcopy(evidence)  # a stream that was cut off is still said to be so
+    doc["events"], doc["proofs"] = doc["events"][:-1], doc["proofs"][:-1]
+    assert "truncated" in _rejects(_reseal(doc), "chain")
+
+
 @pytest.mark.parametrize(
     ("member", "value"),
     [("pipeline_type", "other"), ("pipeline_type", None), ("critical", True), ("critical", 0)],

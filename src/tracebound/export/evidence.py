@@ -487,7 +487,12 @@ def _check_chain(records: list[_Record], doc: Mapping[str, Any], run_id: str) ->
             raise EvidenceInvalid(
                 "record", f"the {name} named ({said!r:.60}) does not match run_started's"
             )
-    status = doc.get("status")
+    return _check_ending(records, last, doc.get("status"))
+
+
+def _check_ending(records: list[_Record], last: Mapping[str, Any], status: Any) -> str:
+    """The status the file names is how its stream ends (``last``: its last record before
+    any SLO alerts), or ``running`` for a run that never finished."""
     if not isinstance(status, str) or status not in RUN_STATUSES:
         raise EvidenceInvalid("format", f"unknown run status {status!r:.60}")
     if status == "running":
@@ -497,9 +502,16 @@ def _check_chain(records: list[_Record], doc: Mapping[str, Any], run_id: str) ->
             raise EvidenceInvalid(
                 "chain", "the run is said to be running, but its stream records it finishing"
             )
-    elif last.get("kind") != "run_finished" or last.get("status") != status:
+    elif last.get("kind") != "run_finished":
         raise EvidenceInvalid(
             "chain", f"the stream does not end with the run finishing as {status!r}: truncated"
+        )
+    elif last.get("status") != status:  # not "truncated": it may be only the status edited
+        raise EvidenceInvalid(
+            "chain",
+            f"the stream ends with the run finishing as {last.get('status')!r:.60}, not as the "
+            f"{status!r} the file names: the status was edited, or the run cut back to an "
+            "earlier finish",
         )
     return status
 
