@@ -163,6 +163,14 @@ class TestFilesNamedOnTheCommandLine:
         out = cli.json("verify-proof", "absent.json", "--verifier-key", pub, code=2)
         assert "cannot read proof" in out["error"]["message"]
 
+    def test_verify_evidence_of_a_file_that_is_not_there_says_so_once(self, cli: CLI) -> None:
+        pub = str(Path(cli.env["HOME"]) / ".config/tracebound/keys/tracebound.pub")
+        out = cli.json("verify-evidence", "absent.json", "--verifier-key", pub, code=2)
+        # Before: "... absent.json: [Errno 2] No such file or directory: 'absent.json'".
+        assert out["error"]["message"] == (
+            "cannot read evidence absent.json: No such file or directory"
+        )
+
     def test_inspect_attempts_names_the_path_given(self, cli: CLI) -> None:
         out = cli.json("inspect", "run-2", "--attempts", "nope.jsonl", code=2)
         assert out["error"]["message"] == "--attempts: no such file or folder: nope.jsonl"

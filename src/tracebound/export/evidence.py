@@ -375,7 +375,7 @@ def _load(source: Path | str | Mapping[str, Any]) -> dict[str, Any]:
     try:
         data = Path(source).read_bytes()
     except OSError as exc:
-        raise ConfigError(f"cannot read evidence {source}: {exc}") from exc
+        raise ConfigError(f"cannot read evidence {source}: {exc.strerror or exc}") from exc
     try:
         doc = loads_strict(data)
     except ValueError as exc:  # not UTF-8, not JSON, or a key twice in one object
