@@ -120,6 +120,23 @@ def test_a_views_url_of_another_scheme_is_refused_not_taken_for_a_file(cli: CLI)
     assert cli.json("project", "status", "--views", "sqlite:///v.db")["projections"]
 
 
+def test_views_that_name_a_ledger_file_are_refused_and_leave_it_alone(cli: CLI) -> None:
+    ledger = cli.cwd / ".tracebound" / "ledger.db"
+
+    def tables() -> list[str]:
+        with sqlite3.connect(ledger) as db:
+            return sorted(r[0] for r in db.execute("SELECT name FROM sqlite_master"))
+
+    before = tables()
+    for command in (("project", "run"), ("report", "cost"), ("project", "rebuild")):
+        out = cli.json(*command, "--views", str(ledger), code=2)
+        assert out["error"]["kind"] == "ConfigError"
+        assert "holds a ledger, not views" in out["error"]["message"]
+    # Before: project run wrote its 13 tables into the ledger's own file.
+    assert tables() == before
+    assert cli.json("project", "run", "--views", "views-elsewhere.db")["applied"] == 5
+
+
 def test_no_update_reads_existing_views_and_creates_none(cli: CLI) -> None:
     out = cli.json("report", "roi", "--no-update", code=2)
     assert "no views database" in out["error"]["message"]

@@ -30,7 +30,7 @@ from typing import Any, Final
 
 import orjson
 
-from tracebound.errors import ConcurrencyConflict, StorageError
+from tracebound.errors import ConcurrencyConflict, ConfigError, StorageError
 from tracebound.projections.base import Column, Key, Projection, Row, Table
 from tracebound.projections.trail import ENGINE_HISTORY
 
@@ -43,6 +43,9 @@ _SQL_TYPES: Final = {"text": "TEXT", "integer": "INTEGER", "decimal": "TEXT", "j
 _CACHE_KIB: Final = -65_536
 """Page cache of the views connection (negative: KiB), 64 MiB: a catch-up batch rewrites
 pages all over the keyed tables, and SQLite's 2 MiB default re-read most of them."""
+
+_LEDGER_TABLES: Final = ("meta", "events", "checkpoints")
+"""Tables every SQLite ledger has (tracebound.store.sqlite); views have none of them."""
 
 _POSITIONS = """
 CREATE TABLE IF NOT EXISTS projection_positions (
@@ -158,11 +161,30 @@ class SQLiteViews:
         with _translated("open"):
             p.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             self._conn = sqlite3.connect(p, isolation_level=None, check_same_thread=False)
+            self._refuse_a_ledger(p)
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=NORMAL")
             self._conn.execute(f"PRAGMA cache_size={_CACHE_KIB}")
             self._conn.execute(_POSITIONS)
             self._create(ENGINE_HISTORY)
+
+    def _refuse_a_ledger(self, path: Path) -> None:
+        """Views are derived data and live apart from the ledger: a views path that names a
+        ledger's SQLite file (``--views`` given the store's ``ledger.db``) is refused before
+        anything is written to it, rather than filled with projection tables."""
+        found = {
+            row[0]
+            for row in self._conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (?, ?, ?)",
+                _LEDGER_TABLES,
+            )
+        }
+        if found == set(_LEDGER_TABLES):
+            self._conn.close()
+            raise ConfigError(
+                f"{path} holds a ledger, not views: give the views a file of their own "
+                f"(the default is {VIEWS_FILENAME} beside the ledger)"
+            )
 
     def close(self) -> None:
         with self._lock:
