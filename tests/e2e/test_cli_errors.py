@@ -153,6 +153,29 @@ class TestFilesNamedOnTheCommandLine:
         assert "No such file or directory: missing/dir/p.json" in proc.stderr
         assert "Traceback" not in proc.stderr
 
+    def test_an_export_is_never_written_over_the_store(self, cli: CLI) -> None:
+        cli.json("checkpoint")
+        ledger = cli.cwd / ".tracebound" / "ledger.db"
+        before = ledger.read_bytes()
+        for args in (
+            ("prove", "1", "-o", ".tracebound/ledger.db"),
+            ("export", "anchors", "--no-proofs", "--out", ".tracebound/ledger.db"),
+            ("prove", "1", "-o", ".tracebound/proof.json"),
+        ):
+            out = cli.json(*args, code=2)
+            # Before: the proof (or dataset) replaced the ledger's file, exit 0, and the
+            # next command found a "malformed" ledger.
+            assert out["error"]["kind"] == "ConfigError"
+            assert "inside the store directory" in out["error"]["message"]
+        assert ledger.read_bytes() == before
+        assert not (cli.cwd / ".tracebound" / "proof.json").exists()
+        assert cli.run("prove", "1", "-o", "proof.json").returncode == 0
+        # A store named by its file: that file is guarded, not the folder it is in.
+        named = ("--store", ".tracebound/ledger.db")
+        out = cli.json("prove", "1", *named, "-o", ".tracebound/ledger.db-wal", code=2)
+        assert "is the ledger's own file" in out["error"]["message"]
+        assert cli.run("prove", "1", *named, "-o", ".tracebound/p.json").returncode == 0
+
     def test_verify_proof_of_what_is_not_a_proof(self, cli: CLI) -> None:
         pub = str(Path(cli.env["HOME"]) / ".config/tracebound/keys/tracebound.pub")
         (cli.cwd / "empty.json").write_text("{}")

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import Annotated, Any, Final, NoReturn, TypeVar
 from urllib.parse import urlsplit
 
 import typer
@@ -282,6 +282,36 @@ def store_dir(store: str | None) -> Path:
         return DEFAULT_STORE_DIR
     path = store_path(store)
     return path if path.suffix == "" else path.parent
+
+
+def refuse_inside_store(path: Path, store: str | None, option: str) -> None:
+    """Refuse an output file that is the store's, before anything is written.
+
+    Exports (a proof, a dataset) are for elsewhere: `prove -o .tracebound/ledger.db`
+    replaced the ledger with a proof. A store that is a directory (the default
+    ``./.tracebound``, a JSONL store) is guarded whole; a SQLite store named by its file,
+    that file and SQLite's files beside it (its folder may be the working directory).
+
+    Raises:
+        ConfigError: ``path`` is the store's.
+    """
+    target = path.resolve()
+    remote = store is not None and urlsplit(str(store)).scheme in {"postgresql", "postgres"}
+    where = store_dir(store) if remote else store_path(store)
+    if where.suffix == "":
+        if target.is_relative_to(where.resolve()):
+            raise ConfigError(
+                f"{option} {path} is inside the store directory {where.resolve()}: write "
+                "exports elsewhere (a file there can be the ledger itself)"
+            )
+        return
+    ledger = where.resolve()
+    if target in {ledger, *(ledger.with_name(ledger.name + s) for s in _SQLITE_SIDE_FILES)}:
+        raise ConfigError(f"{option} {path} is the ledger's own file: write exports elsewhere")
+
+
+_SQLITE_SIDE_FILES: Final = ("-wal", "-shm", "-journal")
+"""Files SQLite keeps beside a database, named after it."""
 
 
 @contextmanager

@@ -40,6 +40,7 @@ from tracebound.cli._common import (
     open_ledger,
     open_ledger_checked,
     progress_bar,
+    refuse_inside_store,
     resolve_key_path,
     store_dir,
     try_verifier,
@@ -960,6 +961,8 @@ def prove(
     the proof does not reach the signed root (damage).
     """
     with handled(as_json):
+        if output is not None:
+            refuse_inside_store(output, store, "--output")
         ledger = open_ledger(store, key=key, verifier_key=verifier_key)
         try:
             bundle = ledger.prove(position)

@@ -25,6 +25,7 @@ from tracebound.cli._common import (
     emit_json,
     handled,
     open_ledger,
+    refuse_inside_store,
     store_dir,
 )
 from tracebound.errors import ConfigError
@@ -97,6 +98,8 @@ def export_anchors(
             raise ConfigError(f"--out {out}: there is no folder {out.parent}")
         if out is not None and out.is_dir():
             raise ConfigError(f"--out {out} is a folder; name the file to write in it")
+        if out is not None:
+            refuse_inside_store(out, store, "--out")
         ledger = open_ledger(store, key=key, verifier_key=verifier_key)
         try:
             projection = AnchorWriter(store_dir(store))
