@@ -128,3 +128,32 @@ def test_cost_over_time_of_one_workflow_counts_only_its_events(tmp_path: Path) -
     finally:
         views.close()
         store.close()
+
+
+def test_an_axis_of_vast_amounts_shows_no_float_noise(drawn: list[Any]) -> None:
+    amount = "123456789012345678901234567890.123456789"
+    report.cost_chart([{"hour": "2026-05-18T09", "role": "Executor", "amount_usd": amount}],
+                      Path("cost.png"))  # fmt: skip
+    fig = drawn[0]
+    fig.canvas.draw()  # tick labels are formatted when drawn
+    (ax,) = fig.axes
+    labels = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+    # Before: plain labels of the floats, "1200000000000000003793529864192" and the like.
+    assert labels and all(len(label) <= 8 for label in labels), labels
+    assert ax.yaxis.get_offset_text().get_text()  # the power of ten, above the axis
+    assert ax.get_title().endswith(f": {amount} USD")  # the title keeps the exact sum
+
+
+def test_a_long_title_stays_inside_the_chart(drawn: list[Any]) -> None:
+    workflow = "wf-remediate-2cfd95df-21f0-41d4-abd0-03a907d435d9"
+    amount = "123456789012345678901234567890.123456789"
+    report.cost_chart([{"hour": "2026-05-18T09", "role": "Executor", "amount_usd": amount}],
+                      Path("cost.png"), workflow=workflow)  # fmt: skip
+    fig = drawn[0]
+    fig.canvas.draw()
+    (ax,) = fig.axes
+    box = ax.title.get_window_extent()
+    width = fig.get_figwidth() * fig.dpi
+    # Before: one line wider than the figure, cut off at both ends.
+    assert box.x0 >= 0 and box.x1 <= width, (box, width)
+    assert workflow in ax.get_title() and amount in ax.get_title()

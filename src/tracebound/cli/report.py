@@ -275,6 +275,11 @@ def _nothing_to_draw(ax: Any, message: str) -> None:
     ax.text(0.5, 0.5, message, ha="center", va="center", fontsize=12, transform=ax.transAxes)
 
 
+_PLAIN_BELOW = 1e15
+"""Y labels are written out in full below this; above it in powers of ten. A float holds
+about 15 significant digits, and written out a larger one shows its noise
+(1200000000000000003793529864192). The title keeps the exact total."""
+
 _HOUR = timedelta(hours=1)
 _DAY = timedelta(days=1)
 _HOURLY_SPAN = timedelta(days=14)
@@ -324,7 +329,8 @@ def cost_chart(rows: Sequence[dict[str, Any]], path: Path, *, workflow: str | No
             ax.bar(slots, heights, width=width, bottom=bottom, align="edge", label=role)
             bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
         total = _sum(r["amount_usd"] for r in rows)
-        ax.set_title(f"Cost over time by role ({scope}): {format(total, 'f')} USD")
+        # wrap: a long workflow id or an exact total must not run off the figure
+        ax.set_title(f"Cost over time by role ({scope}): {format(total, 'f')} USD", wrap=True)
         ax.set_xlabel("hour (UTC)" if step == _HOUR else "day (UTC)")
         ax.set_ylabel(f"USD per {'hour' if step == _HOUR else 'day'}")
         locator = mdates.AutoDateLocator(minticks=3, maxticks=10)
@@ -332,7 +338,8 @@ def cost_chart(rows: Sequence[dict[str, Any]], path: Path, *, workflow: str | No
         ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
         ax.set_xlim(slots[0] - step * 0.5, slots[-1] + step * 1.5)
         ax.set_ylim(0, max(bottom) * 1.1 or 1)
-        ax.ticklabel_format(axis="y", style="plain", useOffset=False)
+        plain = max(bottom) < _PLAIN_BELOW
+        ax.ticklabel_format(axis="y", style="plain" if plain else "sci", useOffset=False)
         ax.legend(title="role", loc="upper left", bbox_to_anchor=(1.01, 1))  # off the bars
     fig.tight_layout()
     _save(fig, path)
