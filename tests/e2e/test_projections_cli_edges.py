@@ -219,6 +219,34 @@ def test_money_past_28_digits_is_reported_exactly_not_rounded_or_a_traceback(cli
         assert "100000000000000000000000." in proc.stdout
 
 
+def test_recorded_text_that_looks_like_markup_is_printed_as_it_is(cli: CLI) -> None:
+    wf = "wf-[/x]"
+    resolved = {"kind": "plugin_resolved", "plugin_id": "[/p]", "extends_chain": [],
+                "matched_scope": "*", "fallback_used": False}  # fmt: skip
+    failed = {"kind": "trust_gate_failed", "gate": "[red]tests", "failing_signals": ["[/s]"],
+              "score": 100, "retry_count": 0}  # fmt: skip
+    more = "".join(
+        line + "\n"
+        for line in (
+            _line("s-m", wf, {**_cost("0.5", "Critic"), "source": "[bold]src[/bold]"}, 50),
+            _line("s-m", wf, resolved, 51),
+            _line("s-m", wf, failed, 52),
+        )
+    )
+    assert cli.run("append", stdin=more).returncode == 0
+    # Before: a MarkupError traceback (exit 1) for "[/x]", and "[bold]src[/bold]" printed
+    # as a styled "src": recorded data was read as rich markup.
+    for args, shown in (
+        (("report", "cost"), "[bold]src[/bold]"),
+        (("report", "plugins"), "[/p]"),
+        (("report", "gates"), "[red]tests"),
+        (("report", "trail", wf), f"audit trail of {wf}"),
+    ):
+        proc = cli.run(*args)
+        assert proc.returncode == 0, proc.stderr
+        assert shown in proc.stdout, proc.stdout
+
+
 def test_rebuild_of_an_unknown_projection_names_the_known_ones(cli: CLI) -> None:
     out = cli.json("project", "rebuild", "--only", "costs", code=2)
     assert (

@@ -157,3 +157,20 @@ def test_a_long_title_stays_inside_the_chart(drawn: list[Any]) -> None:
     # Before: one line wider than the figure, cut off at both ends.
     assert box.x0 >= 0 and box.x1 <= width, (box, width)
     assert workflow in ax.get_title() and amount in ax.get_title()
+
+
+def test_recorded_text_with_dollar_signs_is_drawn_as_written(drawn: list[Any]) -> None:
+    cause = r"budget $\frac{1$ over"  # a signal is free text; "$" starts matplotlib math
+    report.causes_chart([(cause, 2), ("price $5 or $6", 1)], Path("retries.png"))
+    report.cost_chart(_hours(1), Path("cost.png"), workflow="wf-$x$")
+    for fig in drawn:
+        fig.canvas.draw()  # before: ParseSyntaxException (a traceback from report gates)
+    labels = {t.get_text() for t in drawn[0].axes[0].get_yticklabels()}
+    assert {label.replace(r"\$", "$") for label in labels} == {cause, "price $5 or $6"}
+    assert (
+        drawn[1]
+        .axes[0]
+        .get_title()
+        .replace(r"\$", "$")
+        .startswith("Cost over time by role (workflow wf-$x$)")
+    )

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 import typer
 from blake3 import blake3
+from rich.markup import escape
 from rich.table import Table
 
 from tracebound.cli._common import (
@@ -339,7 +340,7 @@ def status_cmd(store: StoreOpt = None, views: ViewsOpt = None, as_json: JsonOpt 
             f"{s.position:,}",
             f"[{'green' if s.lag == 0 else 'yellow'}]{s.lag:,}[/]",
             "-" if s.failed_position is None else f"[red]{s.failed_position:,}[/]",
-            s.error or "",
+            escape(s.error or ""),  # it may quote recorded text: not rich markup
         )
     fit(table, give={"error": "fold"}, console=console)
     console.print(table)

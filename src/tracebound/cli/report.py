@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Annotated, Any, Final
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from tracebound.cli._common import JsonOpt, StoreOpt, console, emit_json, err_console, handled
@@ -79,7 +80,8 @@ def _views(
                 if s.failed_position is not None:
                     err_console.print(
                         f"[bold yellow]warning:[/] projection {s.name!r} stopped at position "
-                        f"{s.failed_position:,} ({s.error}); its views end at {s.position:,}"
+                        f"{s.failed_position:,} ({escape(s.error or '')}); its views end at "
+                        f"{s.position:,}"
                     )
         yield runner
 
@@ -171,8 +173,8 @@ def _unfitted(
     table = Table(title=title, caption=caption)
     for i, col in enumerate(columns):
         table.add_column(col, justify="left" if i == 0 else "right")
-    for row in rows:
-        table.add_row(*("-" if v is None else str(v) for v in row))
+    for row in rows:  # escaped: recorded text such as "[/x]" is not rich markup
+        table.add_row(*("-" if v is None else escape(str(v)) for v in row))
     return table
 
 
@@ -299,7 +301,7 @@ def cost_chart(rows: Sequence[dict[str, Any]], path: Path, *, workflow: str | No
 
     _check_suffix(path)
     fig, ax = plt.subplots(figsize=(9, 4.5))
-    scope = "all workflows" if workflow is None else f"workflow {workflow}"
+    scope = "all workflows" if workflow is None else f"workflow {_as_text(workflow)}"
     if not rows:
         ax.set_title(f"Cost over time by role ({scope})")
         _nothing_to_draw(ax, "no cost recorded")
@@ -353,9 +355,15 @@ _MAX_LABEL = 50
 def _short(label: str) -> str:
     """A long cause (a test id, say) cut in the middle: its start and its end both tell."""
     if len(label) <= _MAX_LABEL:
-        return label
+        return _as_text(label)
     keep = (_MAX_LABEL - 1) // 2
-    return f"{label[:keep]}…{label[-keep:]}"
+    return _as_text(f"{label[:keep]}…{label[-keep:]}")
+
+
+def _as_text(recorded: str) -> str:
+    """Recorded text drawn as written: matplotlib reads "$...$" as math (a signal such as
+    "budget $5 over" came out garbled, and an unbalanced one raised while saving)."""
+    return recorded.replace("$", r"\$")
 
 
 def causes_chart(causes: Sequence[tuple[str, int]], path: Path) -> None:
@@ -614,16 +622,17 @@ def trail_cmd(
         emit_json({"ok": True, "workflow_id": workflow, "entries": [e.to_dict() for e in entries]})
         return
     day, times = hoist_date([e.timestamp for e in entries], sep="T")
-    title = f"audit trail of {workflow}" + ("" if day is None else f", on {day}")
+    title = f"audit trail of {escape(workflow)}" + ("" if day is None else f", on {day}")
     table = Table(title=title)
     for col in ("time (UTC)", "source", "seq", "event", "detail"):
         table.add_column(col, justify="right" if col == "seq" else "left")
     for e, time_ in zip(entries, times, strict=True):
         detail = _detail_text(e.detail)
-        table.add_row(
+        cells = (
             time_, e.source, str(e.seq), e.event_type.removeprefix("EVENT_TYPE_"),
             detail if len(detail) <= 120 else detail[:117] + "...",
         )  # fmt: skip
+        table.add_row(*(escape(c) for c in cells))  # recorded text, not rich markup
     # A Temporal event type is long even without its EVENT_TYPE_ prefix (the JSON keeps
     # it): on a narrow terminal it gives way too, or the detail would be left no width.
     fit(table, give={"detail": "fold", "event": "ellipsis"}, console=console)
