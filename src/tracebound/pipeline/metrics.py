@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
 
+from tracebound.events.anchor import MONEY_CONTEXT
 from tracebound.events.catalog import (
     BlameAssigned,
     CostIncurred,
@@ -38,6 +39,8 @@ from tracebound.events.envelope import RecordedEvent
 from tracebound.events.takeover import TakeOvers
 
 __all__ = ["GroupMetrics", "RunMetrics", "SloViolation", "compute_metrics", "slo_violations"]
+
+_MICRO = Decimal("0.000001")  # what the report shows of a rate or an amount
 
 
 @dataclass
@@ -69,11 +72,14 @@ class GroupMetrics:
 
     @property
     def cost_per_step_usd(self) -> Decimal | None:
-        return None if not self.outputs else self.cost_usd / Decimal(self.outputs)
+        return None if not self.outputs else MONEY_CONTEXT.divide(self.cost_usd, self.outputs)
 
     def as_dict(self) -> dict[str, object]:
         def s(value: Decimal | None) -> str | None:
-            return None if value is None else str(value.quantize(Decimal("0.000001")).normalize())
+            if value is None:
+                return None
+            exact = value.quantize(_MICRO, context=MONEY_CONTEXT).normalize(MONEY_CONTEXT)
+            return format(exact, "f")  # 100, never 1E+2
 
         return {
             "outputs": self.outputs,
@@ -191,11 +197,12 @@ def compute_metrics(events: Iterable[RecordedEvent]) -> RunMetrics:
         if step.status in {"success", "error"}:
             for g in groups(step.run_id, step.role):
                 g.outputs += 1
-                g.cost_est_usd += step.cost_est.compute_usd_est
+                g.cost_est_usd = MONEY_CONTEXT.add(g.cost_est_usd, step.cost_est.compute_usd_est)
                 g.latencies_ms.append(step.latency_ms)
     for step in scan.abandoned_executions():
         for g in groups(step.run_id, step.role):
-            g.cost_est_usd += step.cost_est.compute_usd_est  # spent, though not an output
+            # spent, though not an output
+            g.cost_est_usd = MONEY_CONTEXT.add(g.cost_est_usd, step.cost_est.compute_usd_est)
     gone = scan.take_overs.abandoned
     repaired_origins = {(p.run_id, p.origin_step_id) for pos, p in scan.repairs if pos not in gone}
     for b in (b for pos, b in scan.blames if pos not in gone):
@@ -212,7 +219,7 @@ def compute_metrics(events: Iterable[RecordedEvent]) -> RunMetrics:
     for cost, run_id in scan.costs:
         role = cost.role or "unattributed"
         for g in groups(run_id or "", role):
-            g.cost_usd += cost.amount_usd
+            g.cost_usd = MONEY_CONTEXT.add(g.cost_usd, cost.amount_usd)
     return m
 
 
