@@ -136,7 +136,8 @@ def load_pipeline(ref: str) -> Pipeline:
     (a factory, for pipelines built from configuration).
 
     Raises:
-        ConfigError: the reference is malformed, cannot be imported, or is not a pipeline.
+        ConfigError: the reference is malformed, cannot be imported (the module raised
+            while it was imported, too), or is not a pipeline (a factory that raised, too).
     """
     module_name, sep, attr = ref.partition(":")
     if not sep or not module_name or not attr:
@@ -145,15 +146,36 @@ def load_pipeline(ref: str) -> Pipeline:
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:
         raise ConfigError(f"cannot import {module_name!r} for pipeline {ref!r}: {exc}") from exc
+    except Exception as exc:
+        # The module's own code raised while it was imported: user code, named as such
+        # (with --json a traceback would not be the one JSON document the CLI promises).
+        raise ConfigError(
+            f"importing {module_name!r} for pipeline {ref!r} raised {_described(exc)}"
+        ) from exc
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise ConfigError(f"{module_name!r} has no attribute {attr!r} (pipeline {ref!r})")
         obj = getattr(obj, part)
     if not isinstance(obj, Pipeline) and callable(obj):
-        obj = obj()
+        try:
+            obj = obj()
+        except Exception as exc:
+            raise ConfigError(
+                f"calling {ref!r} (a factory takes no arguments and returns a Pipeline) "
+                f"raised {_described(exc)}"
+            ) from exc
     if not isinstance(obj, Pipeline):
         raise ConfigError(f"{ref!r} is a {type(obj).__name__}, not a tracebound Pipeline")
     return obj
+
+
+def _described(exc: Exception) -> str:
+    """``Type: message`` of an error user code raised, even when its ``__str__`` raises."""
+    try:
+        message = str(exc)
+    except Exception:  # noqa: BLE001 - a broken __str__ must not hide the error's type
+        message = "<the exception's message could not be read>"
+    return f"{type(exc).__name__}: {message}"
 
 
 @dataclass(frozen=True)

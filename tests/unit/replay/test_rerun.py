@@ -150,3 +150,25 @@ def test_bad_pipeline_references_are_config_errors(ref: str, needle: str) -> Non
 
 def test_a_factory_reference_is_called() -> None:
     assert load_pipeline(rp.REF_PREFIX + "factory") is rp.deterministic
+
+
+def test_a_pipeline_module_that_raises_on_import_is_a_config_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only ImportError was translated: a module whose own code raised (a half-edited
+    file, a missing environment variable) escaped `tracebound resume` and `replay --rerun`
+    as a traceback, not one JSON document with `--json`."""
+    (tmp_path / "tb_half_written_pipeline.py").write_text('raise RuntimeError("unfinished")\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConfigError, match="RuntimeError: unfinished") as info:
+        load_pipeline("tb_half_written_pipeline:pipeline")
+    assert "tb_half_written_pipeline" in str(info.value)
+    assert isinstance(info.value.__cause__, RuntimeError)
+
+
+def test_a_factory_that_raises_is_a_config_error() -> None:
+    """A callable that is not a factory (here one that needs arguments) was called and
+    its TypeError escaped as a traceback."""
+    with pytest.raises(ConfigError, match=r"calling .*make_runner.* raised TypeError") as info:
+        load_pipeline(rp.REF_PREFIX + "make_runner")
+    assert isinstance(info.value.__cause__, TypeError)
