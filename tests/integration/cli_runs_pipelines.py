@@ -66,10 +66,10 @@ def _pipeline(
     harmful: bool,
     actions: tuple[str, ...] = (),
     apply: Any = None,
+    referenced: bool = True,
 ) -> Pipeline:
-    pipe = Pipeline(
-        name, pipeline_type="remediation", critical=critical, ref=f"cli_runs_pipelines:{name}"
-    )
+    ref = f"cli_runs_pipelines:{name}" if referenced else None
+    pipe = Pipeline(name, pipeline_type="remediation", critical=critical, ref=ref)
 
     @pipe.planner()
     def plan(ctx: StepContext) -> dict[str, object]:
@@ -99,14 +99,22 @@ mixed = _pipeline(
     "mixed", path="requirements.txt", critical=False, harmful=False, actions=("exec:make deploy",)
 )
 held = _pipeline("held", path="requirements.txt", critical=False, harmful=False, apply=_hold)
+unreferenced = _pipeline(
+    "unreferenced", path="requirements.txt", critical=False, harmful=False, referenced=False
+)
 
 
 def main(argv: list[str]) -> None:
     from tracebound.export.evidence import EvidenceWriter
 
-    pipe = {"gated": gated, "harmful": harmful, "clean": clean, "mixed": mixed, "held": held}[
-        argv[0]
-    ]
+    pipe = {
+        "gated": gated,
+        "harmful": harmful,
+        "clean": clean,
+        "mixed": mixed,
+        "held": held,
+        "unreferenced": unreferenced,
+    }[argv[0]]
     inputs = {"ticket": "SEC-1", "token": argv[1] if len(argv) > 1 else ""}
     config = RunnerConfig()
     with config.open_ledger() as ledger:

@@ -141,6 +141,18 @@ def test_gated_run_approve_resume_replay_and_evidence(sh: Shell) -> None:
     assert bad["error"]["kind"] == "EvidenceInvalid" and "integrity" in bad["error"]["message"]
 
 
+def test_the_next_command_of_a_run_without_a_pipeline_reference_asks_for_one(sh: Shell) -> None:
+    """`approve` printed `Next: tracebound resume RUN` for a run whose pipeline recorded no
+    `ref`; pasted, it failed ("recorded no pipeline reference")."""
+    run = sh.start("unreferenced")
+    approval = sh.tb_json("approve", run, "execute", "--as", "@alice")
+    assert approval["next"] == f"tracebound resume {run} --pipeline MODULE:ATTR"
+    said = " ".join(sh.tb("resume", run, code=2).stderr.split())
+    assert "recorded no pipeline reference" in said
+    done = sh.tb_json("resume", run, "--pipeline", "cli_runs_pipelines:unreferenced")
+    assert done["status"] == "completed"
+
+
 def test_reject_ends_the_run(sh: Shell) -> None:
     run = sh.start("gated")
     assert sh.tb_json("reject", run, "execute", "--as", "@platform", code=2)["error"]

@@ -21,7 +21,7 @@ import sys
 from collections.abc import Iterable
 from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
 from rich.markup import escape
@@ -293,6 +293,7 @@ def _record_decision(
         ledger = config.open_ledger()
         try:
             _gate(ledger, run, step)  # for its errors: no such run, or the step is not gated
+            ref = _pipeline_ref(ledger, run)
             # approve checks the name against CODEOWNERS for either decision, and re-judges
             # if another decision races this one.
             record = approve(
@@ -307,6 +308,9 @@ def _record_decision(
             ledger.close()
     # The same store and CODEOWNERS as this command, so the line works when pasted.
     nxt = ["tracebound", "resume", run]
+    # A run whose Pipeline has no `ref` can only be resumed with --pipeline: say so rather
+    # than print a command that fails ("recorded no pipeline reference").
+    nxt += ["--pipeline", _NO_REF] if ref is None else []
     nxt += [] if store is None else ["--store", store]
     nxt += [] if codeowners is None else ["--codeowners", str(codeowners)]
     next_cmd = shlex.join(nxt)
@@ -330,6 +334,16 @@ def _record_decision(
         f"(paths: {escape(', '.join(record.paths) or '-')})."
     )
     console.print(f"Next: {next_cmd}", soft_wrap=True, markup=False, highlight=False)
+    if ref is None:
+        console.print(
+            f"(the run recorded no pipeline reference: {_NO_REF} names where its Pipeline "
+            "is defined; a program that builds its pipeline itself may resume it its own way)",
+            markup=False,
+            highlight=False,
+        )
+
+
+_NO_REF: Final = "MODULE:ATTR"
 
 
 def _gate(ledger: Ledger, run: str, step: str) -> GateRequested:
@@ -514,15 +528,20 @@ def resume(
 
 
 def _recorded_ref(ledger: Ledger, run: str) -> str:
+    ref = _pipeline_ref(ledger, run)
+    if ref is None:
+        raise ConfigError(f"run {run} recorded no pipeline reference; pass --pipeline module:attr")
+    return ref
+
+
+def _pipeline_ref(ledger: Ledger, run: str) -> str | None:
+    """The ``module:attr`` the run's ``run_started`` recorded (None: its Pipeline had no
+    ``ref``)."""
     from tracebound.events.catalog import RunStarted  # noqa: PLC0415 - lazy, for startup time
     from tracebound.pipeline.runner import run_stream  # noqa: PLC0415 - lazy, for startup time
 
     for e in ledger.store.read_stream(run_stream(run), to_version=1):
         if isinstance(e.payload, RunStarted):
-            if e.payload.pipeline_ref is None:
-                raise ConfigError(
-                    f"run {run} recorded no pipeline reference; pass --pipeline module:attr"
-                )
             return e.payload.pipeline_ref
     raise ConfigError(f"no run {run!r} in this ledger")
 
