@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.integration.pipeline_kit import SECRET, Kit, diff, tpc
+from tracebound.contract import validate_tpc
 from tracebound.errors import PolicyError, ValidationFailed
 from tracebound.events.catalog import (
     ApprovalRecorded,
@@ -34,7 +35,7 @@ from tracebound.pipeline.codeowners import NotAnOwner
 from tracebound.pipeline.metrics import compute_metrics
 from tracebound.pipeline.runner import RunResult, approve, run_stream
 from tracebound.pipeline.runtime import Pipeline, StepContext
-from tracebound.pipeline.validations import ValidationRegistry
+from tracebound.pipeline.validations import MAX_OUTPUT, ValidationInput, ValidationRegistry
 
 
 @pytest.fixture
@@ -265,6 +266,28 @@ def test_executor_runs_real_test_commands(kit: Kit) -> None:
     assert isinstance(blame, BlameAssigned) and blame.harmful  # a failing test is a regression
     output = kit.runner().blobs.get(checks[0].output_digest or "")
     assert b"[REDACTED:" in output and SECRET.encode() not in output
+
+
+def test_command_output_cut_to_its_last_64_kib_keeps_no_piece_of_a_cut_secret(kit: Kit) -> None:
+    """The kept output was the last MAX_OUTPUT bytes, redacted after the cut: a secret the
+    cut went through kept its tail, which no detector recognises on its own (the
+    `password=` that named it was cut off), and that tail went to the blob store."""
+    password = "correct-horse-battery-staple-9QxL"
+    tail = password[3:]  # what the cut leaves of it
+    script = kit.root / "noisy.py"
+    script.write_text(
+        "import sys\n"
+        f"sys.stdout.write('password={password}\\n')\n"
+        f"sys.stdout.write('.' * {MAX_OUTPUT - len(tail) - 1})\n"
+    )
+    registry = ValidationRegistry()
+    registry.register_command("noisy", [sys.executable, str(script)], timeout=30)
+    runner = kit.runner(validations=registry)
+    inp = ValidationInput(validate_tpc(tpc("Executor")), kit.root, runner.redactor)
+    outcome = registry.run("noisy", inp)
+    assert outcome.passed and len(outcome.output) <= MAX_OUTPUT
+    assert tail.encode() not in outcome.output and password[-8:].encode() not in outcome.output
+    assert outcome.output.endswith(b"." * 1000)  # what follows the cut line is kept
 
 
 def test_unregistered_validation_fails_closed(kit: Kit) -> None:

@@ -235,5 +235,11 @@ def _run_command(
 
 
 def _clean(output: bytes, inp: ValidationInput) -> bytes:
-    text = output[-MAX_OUTPUT:].decode("utf-8", "replace")
+    kept = output[-MAX_OUTPUT:]
+    if len(output) > MAX_OUTPUT:
+        # Whole lines only: the cut may go through a secret, and its tail alone is not
+        # recognisable as one (the `password=` or `ghp_` that named it was cut off), so the
+        # redactor would keep it. A last line longer than MAX_OUTPUT is dropped with it.
+        kept = kept.partition(b"\n")[2]
+    text = kept.decode("utf-8", "replace")
     return inp.redactor.redact_text(text).value.encode()
