@@ -610,6 +610,26 @@ def test_an_oversized_manifest_is_not_read_into_the_prompt(tmp_path: Path) -> No
     assert "requirements.txt" in prompt and "requirements-big.txt" not in prompt
 
 
+def test_a_manifest_cut_for_the_prompt_keeps_no_piece_of_a_cut_credential(
+    tmp_path: Path,
+) -> None:
+    """A manifest longer than the prompt's share was cut at a character count, redacted
+    after the cut: a cut through `https://user:password@host` left `user:passw` without
+    its `@host`, which the URL rule did not recognise, and sent it to the model."""
+    leaf = ScriptedLeaf([(None, llm_patch("2.20.0"))])
+    kit = _llm_kit(tmp_path, leaf=leaf, retrieval=False)
+    password = "Sup3rS3cretPassw0rdValue"
+    url = f"--extra-index-url https://deploy:{password}@pypi.internal.example/simple\n"
+    head = "requests==2.19.1\n"
+    padding = ("# " + "x" * 60 + "\n") * ((8192 - 40 - len(head)) // 63)
+    text = head + padding + url + "# tail\n"
+    assert len(head + padding) < 8192 < len(head + padding + url)  # the cut is inside `url`
+    (kit.repo / "requirements-private.txt").write_text(text)
+    kit.tier.run(kit.ctx(), workflow_id="wf")
+    (prompt,) = leaf.prompts
+    assert "requirements-private.txt" in prompt and password[:8] not in prompt
+
+
 @pytest.mark.parametrize(
     "bad",
     [

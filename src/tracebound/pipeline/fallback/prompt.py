@@ -124,8 +124,20 @@ def _repository_files(ctx: ApplyContext) -> list[tuple[str, str]]:
         except (OSError, UnicodeDecodeError):
             continue
         if want in normalise_name(text) and len(found) < _MAX_FILES:
-            found.append((path.relative_to(ctx.repo_path).as_posix(), text[:_MAX_FILE_CHARS]))
+            found.append((path.relative_to(ctx.repo_path).as_posix(), _whole_lines(text)))
     return found
+
+
+def _whole_lines(text: str) -> str:
+    """At most ``_MAX_FILE_CHARS`` of ``text``, cut after a line, not inside one.
+
+    The prompt is redacted after it is built, and a cut through a credential leaves a piece
+    no detector recognises (``https://user:passw`` without its ``@host``): it would be sent
+    to the model as it is.
+    """
+    if len(text) <= _MAX_FILE_CHARS:
+        return text
+    return text[:_MAX_FILE_CHARS].rpartition("\n")[0] + "\n"
 
 
 def build_prompt(
