@@ -23,7 +23,7 @@ from tracebound.pipeline.retry.gates import (
 )
 from tracebound.pipeline.retry.ledger import RetryLedger
 from tracebound.pipeline.retry.models import TrustOutcome
-from tracebound.pipeline.retry.sandbox import NetworkIsolation
+from tracebound.pipeline.retry.sandbox import _TAIL_BYTES, NetworkIsolation
 
 GATES = (pytest_gate(), ruff_gate(), secret_scan_gate())
 
@@ -131,6 +131,24 @@ def test_raw_tool_output_is_evidence_only_and_redacted(kit: Kit, tmp_path: Path)
     assert "[REDACTED:github-token:" in log
     assert SECRET not in log
     assert "test_leak" in log  # the human-readable log is really the tool's output
+
+
+def test_a_log_cut_to_its_tail_keeps_no_piece_of_a_cut_secret(kit: Kit, project: Path) -> None:
+    """The evidence log keeps the last _TAIL_BYTES of each stream, redacted after the cut:
+    a cut through `password=...` kept the password's tail, which no detector recognises
+    without the `password=` that named it, and stored it in the blob store."""
+    password = "correct-horse-battery-staple-9QxL"
+    tail = password[3:]
+    code = (
+        "import sys\n"
+        f"sys.stdout.write('password={password}\\n')\n"
+        f"sys.stdout.write('.' * {_TAIL_BYTES - len(tail) - 1})\n"
+    )
+    kit.begin(0)
+    report = kit.runner([_py(code)]).run(plan(0), target=project)
+    log = kit.evidence.get(report.results[1].evidence or "")
+    assert b"." * 1000 in log  # the tail of stdout is there
+    assert tail.encode() not in log and password[-8:].encode() not in log
 
 
 def test_a_patch_that_does_not_apply_runs_no_gate(kit: Kit, project: Path, tmp_path: Path) -> None:
