@@ -15,6 +15,7 @@ from tracebound.pipeline.retry.parsers import (
     parse_pytest_junit,
     parse_ruff_json,
     parse_secret_scan,
+    signal,
 )
 from tracebound.pipeline.retry.sandbox import ProcessResult
 
@@ -83,6 +84,19 @@ def test_ruff_json_and_long_fields_are_cut(tmp_path: Path) -> None:
     assert len(sig.message) == 1024 and sig.message.endswith("…")
     (bad,) = parse_ruff_json(_out(tmp_path, stdout=b"not json")).signals
     assert bad.kind == "crash"
+
+
+@pytest.mark.parametrize("pad", [470, 476, 479, 482, 485, 488])
+def test_a_message_cut_to_its_limit_ends_with_a_whole_word(pad: int) -> None:
+    """A message was cut at its 1024th character and redacted later (gates.py): a cut
+    through `https://user:password@host` left `user:passw` without the `@host` the URL
+    rule needs, and that piece went on to the summary and the next attempt's prompt."""
+    url = "https://deploy:Sup3rS3cretPassw0rdValue@pypi.internal.example/simple"
+    message = "AssertionError: " + "x " * pad + "fetch failed for " + url
+    sig = signal("tests", "test_failure", "t::x", message)
+    assert len(sig.message) <= 1024 and sig.message.endswith("…")
+    assert set(sig.message[:-1].split()) <= set(message.split())  # whole words only
+    assert "Sup3r" not in sig.message
 
 
 def test_secret_scan_and_exit_code(tmp_path: Path) -> None:

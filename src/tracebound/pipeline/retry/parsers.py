@@ -71,7 +71,14 @@ _SURROGATE: Final = re.compile("[\ud800-\udfff]")
 def _cut(text: str, limit: int) -> str:
     text = _SURROGATE.sub("\ufffd", text)  # JSON can carry one; it cannot be encoded
     text = " ".join(text.split())  # one line: no layout games in a summary
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    if len(text) <= limit:
+        return text
+    kept = text[: limit - 1]
+    if text[limit - 1] != " " and " " in kept:
+        # Where a word ends: signals are redacted after this cut, and a cut through a
+        # credential (`https://user:passw` without its `@host`) is no longer recognisable.
+        kept = kept.rpartition(" ")[0]
+    return kept + "…"
 
 
 def signal(
