@@ -126,3 +126,13 @@ def test_attempts_needs_no_stream_argument(run: Kit) -> None:
     assert code == 2
     error = json.loads(out)["error"]
     assert error["kind"] == "UsageError" and "--attempts PATH" in error["message"]
+
+
+def test_a_wrong_attempts_path_is_a_typed_config_error(run: Kit, tmp_path: Path) -> None:
+    """Both refusals said `"kind": "error"` in --json, where every other error names its
+    type (`ConfigError` for a bad path the user gave)."""
+    (tmp_path / "notes.txt").write_text("")
+    for path in (tmp_path / "missing", tmp_path / "notes.txt"):
+        code, out = _inspect(run, "--attempts", str(path), "--json")
+        assert code == 2, out
+        assert json.loads(out)["error"]["kind"] == "ConfigError"

@@ -146,7 +146,10 @@ def inspect_remediation(
         run_dir = attempts if attempts.is_dir() else attempts.parent
         if not attempts.exists():
             fail(
-                f"--attempts: no such file or folder: {attempts}", code=EXIT_USAGE, as_json=as_json
+                f"--attempts: no such file or folder: {attempts}",
+                code=EXIT_USAGE,
+                as_json=as_json,
+                kind=ConfigError.__name__,
             )
         if not attempts.is_dir() and attempts.name != ATTEMPTS_FILE:
             fail(
@@ -154,6 +157,7 @@ def inspect_remediation(
                 "chain_head.bin beside it) or the run's folder",
                 code=EXIT_USAGE,
                 as_json=as_json,
+                kind=ConfigError.__name__,
             )
         _inspect_run(run_dir, target or run_dir.resolve().name, store, as_json)
         return True
