@@ -212,6 +212,41 @@ def test_a_step_exception_whose_str_raises_is_still_recorded(kit: Kit) -> None:
     assert result.status == "failed" and (result.reason or "").startswith("Nasty: ")
 
 
+@pytest.mark.parametrize(
+    ("report", "said"),
+    [
+        ({"reason": "bad", "step": "deploy"}, "names step 'deploy'"),
+        ({"reason": 123}, "reason must be text, not int"),
+        ({"reason": "bad", "harmful": "yes"}, "harmful must be True or False, not str"),
+        ({"reason": "bad", "origin": 7}, "origin must be a step name or None, not int"),
+    ],
+)
+def test_a_critic_report_the_runner_cannot_use_fails_the_critic_and_the_run_ends(
+    kit: Kit, report: dict[str, object], said: str
+) -> None:
+    """`ctx.report()` is read after the Critic returned: a report naming a step the
+    pipeline does not have raised ConfigError out of `run()`, and a reason that was not
+    text ValidationFailed, after the Executor's record and before the Critic's: the run
+    had neither the Critic's StepRecorded nor a RunFinished, and stayed `running` (and a
+    `harmful` that was not a bool escaped as pydantic's own ValidationError)."""
+    pipe = Pipeline("reporting")
+    pipe.planner(name="plan")(lambda ctx: tpc("Planner"))
+    pipe.executor(name="execute")(lambda ctx: tpc("Executor"))
+
+    @pipe.critic()
+    def review(ctx: StepContext) -> dict[str, object]:
+        ctx.report(**report)  # type: ignore[arg-type]
+        return tpc("Critic")
+
+    result = kit.runner().run(pipe, {})
+    assert (result.status, result.failed_step) == ("failed", "review")
+    assert said in (result.reason or "")
+    stream = events(kit, result)
+    assert isinstance(stream[-1], RunFinished) and stream[-1].status == "failed"
+    recorded = [(e.step_id, e.status) for e in stream if isinstance(e, StepRecorded)]
+    assert recorded[-2:] == [("review", "error"), ("review~r1", "error")]
+
+
 # -- gates: path spellings and gates that name no path ----------------------------------
 
 

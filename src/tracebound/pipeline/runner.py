@@ -593,6 +593,13 @@ class Runner:
         except Exception as exc:  # noqa: BLE001 - a step is user code; its failure is data
             self._record_error(sr, _describe(exc), origin=sr.step_id)
             return None
+        # What the step reported is read after it returned (blame, repair notes): a report
+        # the runner cannot use is the step's own failure, not a crash that leaves the run
+        # without this step's record or its end.
+        unusable = _unusable_report(sr.run.pipeline, ctx.reported)
+        if unusable is not None:
+            self._record_error(sr, unusable, origin=sr.step_id)
+            return None
         data = raw.model_dump(mode="json") if isinstance(raw, TPCArtifact) else raw
         if isinstance(data, Mapping):
             return data
@@ -1157,6 +1164,26 @@ def _decide(
     )
     ledger.record(run_stream(run_id), [record], workflow_id=run_id, expected_version=version)
     return record
+
+
+def _unusable_report(pipeline: Pipeline, reported: list[Finding]) -> str | None:
+    """Why a step's ``ctx.report()`` calls cannot be recorded, or None when they can."""
+    names = {spec.name for spec in pipeline.steps}
+    for f in reported:
+        # Typed as object: report() is called by user code, which may pass anything.
+        step: object = f.step
+        reason: object = f.reason
+        harmful: object = f.harmful
+        origin: object = f.origin
+        if not isinstance(step, str) or step not in names:
+            return f"report() names step {step!r}, which pipeline {pipeline.name!r} does not have"
+        if not isinstance(reason, str):
+            return f"report(): the reason must be text, not {type(reason).__name__}"
+        if not isinstance(harmful, bool):
+            return f"report(): harmful must be True or False, not {type(harmful).__name__}"
+        if origin is not None and not isinstance(origin, str):
+            return f"report(): origin must be a step name or None, not {type(origin).__name__}"
+    return None
 
 
 def _validated(data: Mapping[str, Any], role: str) -> TPCArtifact:

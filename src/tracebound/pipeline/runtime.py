@@ -118,6 +118,8 @@ class StepContext:
         ``unresolved=True`` when the cause cannot be told; the failure then counts towards
         ``unresolved_origin`` and is not repaired. ``harmful`` marks outputs that break a
         constraint or introduce a regression (they count towards ``harm_rate``).
+        Reports are read once the step returns; one the runner cannot use (a step the
+        pipeline does not have, a reason that is not text) is this step's own error.
         """
         target = step or self.parent_name
         if target is None:
