@@ -247,6 +247,36 @@ def test_a_critic_report_the_runner_cannot_use_fails_the_critic_and_the_run_ends
     assert recorded[-2:] == [("review", "error"), ("review~r1", "error")]
 
 
+@pytest.mark.parametrize(
+    ("choice", "said"),
+    [
+        (("fast", ["fast", "slow"], 123), "a reason in words, not int"),
+        ((1, [1, 2], "cheaper"), "chosen must be text, not int"),
+        (("fast", "fast", "cheaper"), "alternatives must be a list of names, not str"),
+        (("fast", ["fast", None], "cheaper"), "alternatives must be names (text), not NoneType"),
+    ],
+)
+def test_a_router_choice_the_runner_cannot_record_fails_the_router_and_the_run_ends(
+    kit: Kit, choice: tuple[object, object, object], said: str
+) -> None:
+    """`ctx.choose()` checked only that the choice was among the alternatives: a reason or
+    alternative that was not text raised ValidationFailed out of `run()` when the route was
+    recorded, after the step returned and before its record, so the run never ended; a
+    string as the alternatives was recorded as its letters."""
+    pipe = Pipeline("routing")
+
+    @pipe.router()
+    def route(ctx: StepContext) -> dict[str, object]:
+        ctx.choose(*choice)  # type: ignore[arg-type]
+        return tpc("Router")
+
+    result = kit.runner().run(pipe, {})
+    assert (result.status, result.failed_step) == ("failed", "route")
+    assert said in (result.reason or "")
+    stream = events(kit, result)
+    assert isinstance(stream[-1], RunFinished) and stream[-1].status == "failed"
+
+
 # -- gates: path spellings and gates that name no path ----------------------------------
 
 

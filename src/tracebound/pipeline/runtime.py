@@ -129,7 +129,12 @@ class StepContext:
         )
 
     def choose(self, chosen: str, alternatives: Sequence[str], reason: str) -> str:
-        """(Router) Record which alternative was chosen and why; returns ``chosen``."""
+        """(Router) Record which alternative was chosen and why; returns ``chosen``.
+
+        Checked here, in the step, so that a choice the ledger cannot hold fails the step
+        (recorded and blamed like any step error) rather than the run once it returned.
+        """
+        _check_choice(chosen, alternatives, reason)
         if chosen not in alternatives:
             raise ConfigError(f"{chosen!r} is not one of the alternatives {list(alternatives)}")
         self.route = (chosen, tuple(alternatives), reason)
@@ -140,6 +145,21 @@ class StepContext:
         if self.metrics_source is None:
             raise ConfigError("metrics are not available to this step")
         return self.metrics_source()
+
+
+def _check_choice(chosen: object, alternatives: object, reason: object) -> None:
+    """Typed as objects: :meth:`StepContext.choose` is called by user code."""
+    if not isinstance(chosen, str):
+        raise ConfigError(f"chosen must be text, not {type(chosen).__name__}")
+    if isinstance(alternatives, str | bytes) or not isinstance(alternatives, Sequence):
+        raise ConfigError(
+            f"alternatives must be a list of names, not {type(alternatives).__name__}"
+        )
+    for item in alternatives:
+        if not isinstance(item, str):
+            raise ConfigError(f"alternatives must be names (text), not {type(item).__name__}")
+    if not isinstance(reason, str):
+        raise ConfigError(f"choose() needs a reason in words, not {type(reason).__name__}")
 
 
 class Pipeline:
