@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 
 from tests.integration.pipeline_kit import CODEOWNERS, POLICY, SECRET, Kit, diff, tpc
-from tracebound.errors import ValidationFailed
+from tracebound.errors import ConfigError, ValidationFailed
 from tracebound.events.catalog import (
     BlameAssigned,
     GateRequested,
@@ -275,6 +275,28 @@ def test_a_router_choice_the_runner_cannot_record_fails_the_router_and_the_run_e
     assert said in (result.reason or "")
     stream = events(kit, result)
     assert isinstance(stream[-1], RunFinished) and stream[-1].status == "failed"
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "said"),
+    [
+        (("",), {}, "a pipeline's name is non-empty text"),
+        ((123,), {}, "a pipeline's name is non-empty text"),
+        (("p",), {"pipeline_type": ""}, "pipeline_type is non-empty text"),
+        (("p",), {"critical": "yes"}, "critical is True or False"),
+        (("p",), {"max_repairs": "1"}, "max_repairs is an int"),
+        (("p",), {"ref": "remediate.py"}, "ref is 'module:attribute'"),
+    ],
+)
+def test_a_pipeline_the_ledger_cannot_record_is_refused_when_declared(
+    kit: Kit, args: tuple[object, ...], kwargs: dict[str, object], said: str
+) -> None:
+    """Pipeline() took anything: an empty or non-text name or type, or a critical that was
+    not a bool, escaped `run()` as pydantic's own ValidationError (RunStarted), a
+    max_repairs that was not an int as a TypeError, and a ref without a colon was recorded
+    and refused only by a `resume` days later."""
+    with pytest.raises(ConfigError, match=said):
+        Pipeline(*args, **kwargs)  # type: ignore[arg-type]
 
 
 # -- gates: path spellings and gates that name no path ----------------------------------

@@ -147,6 +147,27 @@ class StepContext:
         return self.metrics_source()
 
 
+def _check_declaration(
+    name: object, pipeline_type: object, critical: object, ref: object, max_repairs: object
+) -> None:
+    """What every run of the pipeline records (``run_started``), checked when it is declared,
+    not when a run fails to record it. Typed as objects: called with user values."""
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"a pipeline's name is non-empty text, not {name!r}")
+    if not isinstance(pipeline_type, str) or not pipeline_type.strip():
+        raise ConfigError(f"pipeline_type is non-empty text, not {pipeline_type!r}")
+    if not isinstance(critical, bool):
+        raise ConfigError(f"critical is True or False, not {critical!r}")
+    if ref is not None:
+        module, sep, attr = ref.partition(":") if isinstance(ref, str) else ("", "", "")
+        if not (module and sep and attr):
+            raise ConfigError(f"ref is 'module:attribute' (where resume imports it), not {ref!r}")
+    if isinstance(max_repairs, bool) or not isinstance(max_repairs, int):
+        raise ConfigError(f"max_repairs is an int, not {max_repairs!r}")
+    if max_repairs < 0:
+        raise ConfigError("max_repairs cannot be negative")
+
+
 def _check_choice(chosen: object, alternatives: object, reason: object) -> None:
     """Typed as objects: :meth:`StepContext.choose` is called by user code."""
     if not isinstance(chosen, str):
@@ -183,8 +204,7 @@ class Pipeline:
         ref: str | None = None,
         max_repairs: int = 1,
     ) -> None:
-        if max_repairs < 0:
-            raise ConfigError("max_repairs cannot be negative")
+        _check_declaration(name, pipeline_type, critical, ref, max_repairs)
         self.name = name
         self.pipeline_type = pipeline_type
         self.critical = critical
