@@ -206,11 +206,12 @@ def test_invalid_artifact_aborts_with_field_and_reason(kit: Kit) -> None:
         artifact["handoff_envelope"] = {**artifact["handoff_envelope"], "constraints": []}
         return artifact
 
+    bad_run = "0b6c2f8e-3f1a-4c2e-9d7b-5a1e2c3d4f5a"
     with pytest.raises(ValidationFailed) as info:
-        kit.runner().run(pipe, {}, run_id="bad-run")
+        kit.runner().run(pipe, {}, run_id=bad_run)
     assert info.value.field == "handoff_envelope.constraints"
     assert "empty" in info.value.reason
-    run = RunResult(RunId("bad-run"), "failed")
+    run = RunResult(RunId(bad_run), "failed")
     (entry,) = steps(kit, run)
     assert (entry.status, entry.error_origin) == ("error", "plan")
     finished = payloads(kit, run, RunFinished)[-1]

@@ -299,6 +299,31 @@ def test_a_pipeline_the_ledger_cannot_record_is_refused_when_declared(
         Pipeline(*args, **kwargs)  # type: ignore[arg-type]
 
 
+def test_a_step_name_that_is_no_arl_step_id_is_refused_when_declared() -> None:
+    """The ARL's step ids have no whitespace: a step named `"my plan"` ran and recorded
+    step_recorded entries that fail the ARL contract (validate_arl, arl.schema.json)."""
+    pipe = Pipeline("spaced")
+    with pytest.raises(ConfigError, match="whitespace"):
+        pipe.planner(name="my plan")(lambda ctx: tpc("Planner"))
+
+
+@pytest.mark.parametrize(
+    "run_id",
+    ["bad-run", "0B6C2F8E-3F1A-4C2E-9D7B-5A1E2C3D4F5A", "{0b6c2f8e-3f1a-4c2e-9d7b-5a1e2c3d4f5a}"],
+)
+def test_a_run_id_that_is_no_arl_run_id_is_refused_before_anything_is_written(
+    kit: Kit, run_id: str
+) -> None:
+    """The ARL's run_id is a lower-case UUID: `run(..., run_id="bad-run")` recorded a run
+    whose step_recorded entries fail the ARL contract."""
+    pipe = Pipeline("named")
+    pipe.planner(name="plan")(lambda ctx: tpc("Planner"))
+    with pytest.raises(ConfigError, match="lower-case UUID"):
+        kit.runner().run(pipe, {}, run_id=run_id)
+    with kit.ledger() as ledger:
+        assert list(ledger.store.read_log()) == []
+
+
 # -- gates: path spellings and gates that name no path ----------------------------------
 
 

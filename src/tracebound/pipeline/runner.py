@@ -36,6 +36,7 @@ from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final, Literal, NamedTuple
+from uuid import UUID
 
 import orjson
 
@@ -228,7 +229,17 @@ class Runner:
     async def arun(
         self, pipeline: Pipeline, inputs: Mapping[str, Any], *, run_id: str | None = None
     ) -> RunResult:
-        """The async form of :meth:`run`; async steps are awaited."""
+        """The async form of :meth:`run`; async steps are awaited.
+
+        Raises:
+            ConfigError: ``run_id`` is not a lower-case UUID (the ARL's run id), or is a
+                run already in the ledger.
+        """
+        if run_id is not None and not _is_arl_run_id(run_id):
+            raise ConfigError(
+                f"run_id {run_id!r} is not a lower-case UUID, as an ARL run id is "
+                "(str(uuid.uuid4()), or leave it out)"
+            )
         rid = RunId(run_id or str(self.ledger.ids.new_id()))
         redacted = self.redactor.redact(dict(inputs)).value
         ref = self.blobs.put(canonical_bytes(redacted))
@@ -1164,6 +1175,16 @@ def _decide(
     )
     ledger.record(run_stream(run_id), [record], workflow_id=run_id, expected_version=version)
     return record
+
+
+def _is_arl_run_id(run_id: object) -> bool:
+    """A UUID in its one lower-case, hyphenated spelling (``str(UUID(...))``)."""
+    if not isinstance(run_id, str):
+        return False
+    try:
+        return str(UUID(run_id)) == run_id
+    except ValueError:
+        return False
 
 
 def _unusable_report(pipeline: Pipeline, reported: list[Finding]) -> str | None:

@@ -25,6 +25,7 @@ parent links are what blame follows and what the ARL records as ``parent_step_id
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -237,6 +238,9 @@ class Pipeline:
             step_name = name or getattr(fn, "__name__", None)
             if not step_name or "~" in step_name:
                 raise ConfigError(f"invalid step name {step_name!r}")
+            if not re.fullmatch(r"\S+", step_name):
+                # It is the ARL's step_id, which has no whitespace (docs/contracts.md).
+                raise ConfigError(f"invalid step name {step_name!r}: a step id has no whitespace")
             if any(s.name == step_name for s in self._steps):
                 raise ConfigError(f"step {step_name!r} is declared twice")
             parent: str | None
