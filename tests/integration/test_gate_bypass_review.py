@@ -183,6 +183,36 @@ def test_a_path_that_climbs_out_of_the_root_is_gated_whatever_the_rules_say(kit:
         assert any(r.startswith("path_outside_root") for r in gate.reasons)
 
 
+@pytest.mark.parametrize(
+    "path",
+    [
+        pytest.param(".github/workflows/Xy7Qz9Lm3Np5Rt8Vw2Bc4Df6Gh.yml", id="file-name"),
+        pytest.param(".github/workflows/gen/Xy7Qz9Lm3Np5Rt8Vw2Bc4Df6Gh/ci.yml", id="folder"),
+    ],
+)
+def test_a_path_the_redactor_swallowed_is_gated_and_is_a_default_owners_call(
+    kit: Kit, path: str
+) -> None:
+    """The artifact is redacted before the policy reads its paths. A random-looking name in
+    a path reads as a base64 secret, and the marker swallowed the path around it
+    (`.github/workflows/Xy7Q...` became `.[REDACTED:high-entropy-base64:...].yml`): a change
+    under .github/** was not gated, and its apply hook ran with the write scope."""
+    applied: list[Any] = []
+    runner = runner_on(kit)
+    pipe = touching(path, applied=applied)
+    with runner.ledger:
+        run = runner.run(pipe, {})
+        assert (run.status, applied) == ("gated", [])
+        (gate,) = gates(runner, run.run_id)
+        assert gate.repository_wide  # nobody can tell whose file it is
+        assert any(r.startswith("redacted_path") for r in gate.reasons)
+        with pytest.raises(NotAnOwner):
+            decide(runner, run.run_id, "execute", "@secops")
+        decide(runner, run.run_id, "execute", "@team-platform")
+        assert runner.resume(pipe, run.run_id).status == "completed"
+    assert len(applied) == 1
+
+
 def test_a_case_variant_of_a_sensitive_folder_needs_its_owner_too(kit: Kit) -> None:
     """`.GITHUB/workflows/ci.yml` *is* `.github/workflows/ci.yml` on macOS and Windows, and
     the policy gates it for that reason; CODEOWNERS matched it case-sensitively, so only

@@ -41,6 +41,7 @@ from typing import Any, Final, Protocol
 
 from tracebound.contract import TPCArtifact
 from tracebound.errors import PolicyUnusable
+from tracebound.pipeline._redaction_detectors import MARKER_RE
 
 __all__ = [
     "AllOf",
@@ -70,6 +71,7 @@ _GIT_HEADER: Final = re.compile(
 )
 _QUOTED_ESCAPES: Final = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13}
 OUTSIDE_ROOT: Final = "path_outside_root"
+REDACTED_PATH: Final = "redacted_path"
 
 
 def glob_match(pattern: str, path: str) -> bool:
@@ -302,6 +304,17 @@ class Policy:
         climbing = tuple(p for p in request.paths if p == ".." or p.startswith("../"))
         if climbing:  # whatever the rules say: a write outside the root waits for a human
             reasons.append(GateReason(OUTSIDE_ROOT, "touches paths outside the root", climbing))
+        if any(MARKER_RE.search(p) for p in request.paths):
+            # The runner redacts an artifact before the policy reads it, and a marker can
+            # swallow a path around what looked like a secret (a random-looking name reads
+            # as base64: `.github/workflows/<it>.yml` becomes `.[REDACTED:...].yml`). No rule
+            # and no CODEOWNERS line can tell whose file that is, so it names no path: the
+            # gate is the repository's (a default owner decides).
+            reasons.append(
+                GateReason(
+                    REDACTED_PATH, "touches a path that was redacted, so it cannot be judged"
+                )
+            )
         outside = sorted(set(request.scopes) - set(self.allowed_scopes))
         if outside:
             reasons.append(GateReason("allowed_scopes", f"asks for scopes not allowed: {outside}"))
