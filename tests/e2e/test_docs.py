@@ -136,3 +136,14 @@ def test_the_remediation_readme_runs_as_written(tmp_path: Path) -> None:
     assert (tmp_path / "remediation-run" / "project" / "requirements.txt").read_text() == (
         "tinytemplate==2.0.0\n"
     )
+
+
+def test_the_exit_code_table_says_what_1_and_3_mean_for_the_run_commands() -> None:
+    """The table said 1 meant a damaged ledger or a bad proof and 3 an incomplete `verify`,
+    but `resume` exits 1 for a run that ended failed or rejected and 3 for one still at its
+    gate, `replay --rerun` 1 for a divergence, `metrics --check` 1 for an SLO violation
+    (tracebound/cli/runs.py)."""
+    rows = {line.split("|")[1].strip(): line for line in TEXT.splitlines() if line.startswith("| ")}
+    for command in ("`resume`", "`replay --rerun`", "`metrics --check`"):
+        assert command in rows["1"], rows["1"]
+    assert "`resume`" in rows["3"], rows["3"]
