@@ -6,7 +6,14 @@ the Runner. Every test here failed before its fix.
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.console import Console
@@ -20,12 +27,15 @@ from tracebound.events.catalog import (
     StepRecorded,
     ValidationRecorded,
 )
+from tracebound.events.envelope import Payload
 from tracebound.ids import RunId, StepId
 from tracebound.pipeline.codeowners import CodeOwners, NotAnOwner
 from tracebound.pipeline.policy import Policy
-from tracebound.pipeline.runner import RunResult, approve, run_stream
+from tracebound.pipeline.runner import Runner, RunResult, approve, run_stream
 from tracebound.pipeline.runtime import Pipeline, StepContext
 from tracebound.pipeline.validations import ValidationInput, ValidationRegistry
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -322,6 +332,141 @@ def test_a_run_id_that_is_no_arl_run_id_is_refused_before_anything_is_written(
         kit.runner().run(pipe, {}, run_id=run_id)
     with kit.ledger() as ledger:
         assert list(ledger.store.read_log()) == []
+
+
+# -- interrupted runs -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit])
+def test_a_run_interrupted_before_any_gate_ends_failed_and_the_interrupt_goes_on(
+    kit: Kit, interrupt: type[BaseException]
+) -> None:
+    """Ctrl-C in a step left the run without a run_finished: `tracebound runs` showed it
+    `running` for good, and nothing could end it (`resume` refuses a run that is not at a
+    gate; a take-over needs a claim)."""
+    pipe = Pipeline("interrupted")
+    pipe.planner(name="plan")(lambda ctx: tpc("Planner"))
+
+    @pipe.executor()
+    def execute(ctx: StepContext) -> dict[str, object]:
+        raise interrupt
+
+    runner = kit.runner()
+    with runner.ledger, pytest.raises(interrupt):
+        runner.run(pipe, {})
+    with kit.ledger() as ledger:
+        (started,) = [e for e in ledger.store.read_log() if e.event_type == "run_started"]
+        stream = [e.payload for e in ledger.store.read_stream(f"run/{started.workflow_id}")]
+    end = stream[-1]
+    assert isinstance(end, RunFinished) and (end.status, end.failed_step) == ("failed", "execute")
+    assert end.reason == f"interrupted ({interrupt.__name__}) during step execute"
+
+
+def test_a_cancelled_run_ends_failed_and_the_cancellation_goes_on(kit: Kit) -> None:
+    """What a real Ctrl-C is inside asyncio.run(): the main task is cancelled, so the step
+    being awaited sees CancelledError."""
+    pipe = Pipeline("cancelled")
+
+    @pipe.planner()
+    async def plan(ctx: StepContext) -> dict[str, object]:
+        await asyncio.sleep(3600)
+        return tpc("Planner")
+
+    async def cancel_soon() -> None:
+        task = asyncio.ensure_future(kit.runner().arun(pipe, {}))
+        await asyncio.sleep(0.2)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancel_soon())
+    with kit.ledger() as ledger:
+        end = list(ledger.store.read_log())[-1].payload
+    assert isinstance(end, RunFinished) and end.status == "failed"
+    assert end.reason == "interrupted (CancelledError) during step plan"
+
+
+CTRL_C_SCRIPT = """
+import sys, time
+from pathlib import Path
+from tests.integration.pipeline_kit import Kit, tpc
+from tracebound.pipeline.runtime import Pipeline
+
+root = Path(sys.argv[1])
+pipe = Pipeline("ctrl-c")
+
+@pipe.planner()
+def plan(ctx):
+    (root / "planning").touch()
+    while not (root / "interrupted").exists():  # a sync step: a model call, say
+        time.sleep(0.01)
+    time.sleep(0.2)
+    return tpc("Planner")
+
+@pipe.executor(apply=lambda ctx, artifact: (root / "applied").touch())
+def execute(ctx):
+    return tpc("Executor")
+
+runner = Kit(root).runner()
+with runner.ledger:
+    runner.run(pipe, {})
+"""
+
+
+def test_ctrl_c_in_a_sync_step_stops_the_run_at_the_next_step(kit: Kit) -> None:
+    """A real SIGINT: asyncio.run() only cancels the task, and a run of sync steps never
+    awaited, so it went on through every later step (the Executor's apply hook included),
+    recorded `completed`, and only then raised KeyboardInterrupt."""
+    script = kit.root / "ctrl_c.py"
+    script.write_text(CTRL_C_SCRIPT)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(kit.root)],
+        env=env,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # noqa: PLW1509
+    )
+    deadline = time.monotonic() + 60
+    while not (kit.root / "planning").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    (kit.root / "interrupted").touch()
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode != 0 and b"KeyboardInterrupt" in stderr
+    assert not (kit.root / "applied").exists()
+    with kit.ledger() as ledger:
+        payloads = [e.payload for e in ledger.store.read_log()]
+    assert [p.step_id for p in payloads if isinstance(p, StepRecorded)] == ["plan"]
+    end = payloads[-1]
+    assert isinstance(end, RunFinished) and end.status == "failed"
+    assert end.reason == "interrupted (CancelledError) after step plan"
+
+
+def test_a_run_interrupted_between_its_gate_and_its_pause_is_left_for_a_take_over(
+    kit: Kit,
+) -> None:
+    """Once a gate is requested the run is the take-over's to finish (docs/pipeline.md,
+    section 4): an interrupt there records no end of its own."""
+
+    class Interrupted(Runner):
+        def _emit(self, run: Any, payload: Payload, **kw: Any) -> Any:
+            recorded = super()._emit(run, payload, **kw)
+            if isinstance(payload, GateRequested):
+                raise KeyboardInterrupt
+            return recorded
+
+    pipe = Pipeline("gated")
+    pipe.planner(name="plan")(lambda ctx: tpc("Planner"))
+    pipe.executor(name="execute")(lambda ctx: tpc("Executor", diffs=[diff("requirements.txt")]))
+    base = kit.runner()
+    runner = Interrupted(
+        base.ledger, blobs=base.blobs, policy=base.policy, redactor=base.redactor,
+        codeowners=base.codeowners,
+    )  # fmt: skip
+    with runner.ledger, pytest.raises(KeyboardInterrupt):
+        runner.run(pipe, {})
+    with kit.ledger() as ledger:
+        assert isinstance(list(ledger.store.read_log())[-1].payload, GateRequested)
 
 
 # -- gates: path spellings and gates that name no path ----------------------------------

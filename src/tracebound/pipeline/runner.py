@@ -138,6 +138,9 @@ class _Run:
     # ids of artifacts validate_tpc accepted in this process (envelope included); kept alive
     # by the outcomes that hold them, so an id is never reused within the run
     contract_checked: set[int] = field(default_factory=set)
+    current: StepId | None = None  # the execution this process is at (_begin)
+    gate_requested: bool = False  # past this, an interrupted run is a take-over's to end
+    finishing: bool = False  # its run_finished is being written: that end stands
 
     def artifacts(self) -> dict[str, TPCArtifact]:
         return {k: v.artifact for k, v in self.accepted.items() if v.artifact is not None}
@@ -257,7 +260,29 @@ class Runner:
             self._emit(run, started, read_past_decisions=False)
         except ConcurrencyConflict:
             raise ConfigError(f"run {rid} is already in this ledger; run ids are unique") from None
-        return await self._drive(run, 0)
+        try:
+            return await self._drive(run, 0)
+        except (KeyboardInterrupt, SystemExit, asyncio.CancelledError) as exc:
+            self._end_interrupted(run, exc)
+            raise
+
+    def _end_interrupted(self, run: _Run, exc: BaseException) -> None:
+        """End a fresh run that was interrupted (Ctrl-C, SystemExit, a cancelled task) on
+        the record, failed, before the interrupt goes on: nothing else could end it, since
+        ``resume`` needs a gate and a take-over a claim. Once a gate was requested the run
+        is left as it stands, for a take-over (docs/pipeline.md, section 4); once its end is
+        being written, that end stands. An end that cannot be written is noted on ``exc``.
+        """
+        if run.gate_requested or run.finishing:
+            return
+        where = ""
+        if run.current is not None:
+            done = any(o.step_id == run.current for o in run.result.steps)
+            where = f" {'after' if done else 'during'} step {run.current}"
+        try:
+            self._finish(run, "failed", run.current, f"interrupted ({type(exc).__name__}){where}")
+        except Exception as failed:  # noqa: BLE001 - the interrupt is what surfaces
+            exc.add_note(f"the run's end could not be recorded: {type(failed).__name__}")
 
     def resume(
         self, pipeline: Pipeline, run_id: str, *, take_over_by: str | None = None
@@ -467,6 +492,10 @@ class Runner:
     async def _execute(
         self, run: _Run, spec: StepSpec, *, attempt: int = 0, notes: tuple[str, ...] = ()
     ) -> StepOutcome:
+        # A step boundary: under asyncio.run a Ctrl-C only cancels the task, which a step
+        # that never awaits would not see, so without this a run of sync steps went on to
+        # its end (apply hooks included) and only then stopped.
+        await asyncio.sleep(0)
         sr = self._begin(run, spec, attempt)
         self._check_incoming(sr)  # 1
         findings = self._critic_checks(sr)  # 5, the runtime's half
@@ -522,6 +551,7 @@ class Runner:
             step_id = gated.step_id
         else:
             step_id = StepId(spec.name if attempt == 0 else _rerun_id(run, spec.name))
+        run.current = step_id
         parent = run.accepted.get(spec.after) if spec.after else None
         return _StepRun(
             run=run,
@@ -681,6 +711,7 @@ class Runner:
             owners=owners,
             repository_wide=wide,
         )
+        sr.run.gate_requested = True
         self._emit(sr.run, gate)
         sr.outcome.status = "gated"
         self._record_step(sr, redaction_reason=redaction_reason)
@@ -882,6 +913,7 @@ class Runner:
         step: StepId | None = None,
         reason: str | None = None,
     ) -> None:
+        run.finishing = True
         run.result.status = status
         run.result.gated_step = step if status == "gated" else None
         run.result.failed_step = step if status in {"failed", "rejected"} else None
