@@ -362,6 +362,33 @@ def test_a_run_interrupted_before_any_gate_ends_failed_and_the_interrupt_goes_on
     assert end.reason == f"interrupted ({interrupt.__name__}) during step execute"
 
 
+def test_a_run_stopped_by_its_on_event_hook_ends_failed_and_the_error_goes_on(kit: Kit) -> None:
+    """A Runner's on_event hook (live metrics) that raised stopped the run mid-way, without
+    a run_finished: `running` for good."""
+    seen: list[str] = []
+
+    def exporter_down(event: Any) -> None:
+        seen.append(event.event_type)
+        if event.event_type in {"step_recorded", "run_finished"}:
+            raise RuntimeError("the metrics exporter is down")
+
+    pipe = Pipeline("observed")
+    pipe.planner(name="plan")(lambda ctx: tpc("Planner"))
+    pipe.executor(name="execute")(lambda ctx: tpc("Executor"))
+    runner = kit.runner()
+    runner.on_event = exporter_down
+    with runner.ledger, pytest.raises(RuntimeError, match="exporter is down") as info:
+        runner.run(pipe, {})
+    assert info.value.__notes__ == ["the run's end was recorded, then: RuntimeError"]
+    with kit.ledger() as ledger:
+        payloads = [e.payload for e in ledger.store.read_log()]
+    assert [p.step_id for p in payloads if isinstance(p, StepRecorded)] == ["plan"]
+    end = payloads[-1]
+    assert isinstance(end, RunFinished) and end.status == "failed"
+    assert end.reason == "error (RuntimeError) after step plan"
+    assert seen[-1] == "run_finished"
+
+
 def test_a_cancelled_run_ends_failed_and_the_cancellation_goes_on(kit: Kit) -> None:
     """What a real Ctrl-C is inside asyncio.run(): the main task is cancelled, so the step
     being awaited sees CancelledError."""

@@ -193,7 +193,8 @@ class Runner:
             ``tracebound.export.evidence.EvidenceWriter(dir)``. Injected rather than a
             directory because the writer lives in ``export/``, a layer above this one.
         on_event: called with every event this runner records, right after it is durable
-            (live metrics, e.g. ``tracebound.export.otel.OtelRunHook``).
+            (live metrics, e.g. ``tracebound.export.otel.OtelRunHook``). A hook that raises
+            stops the run; a run not yet at a gate then ends failed (``error (<type>)``).
     """
 
     def __init__(
@@ -262,27 +263,32 @@ class Runner:
             raise ConfigError(f"run {rid} is already in this ledger; run ids are unique") from None
         try:
             return await self._drive(run, 0)
-        except (KeyboardInterrupt, SystemExit, asyncio.CancelledError) as exc:
-            self._end_interrupted(run, exc)
+        except BaseException as exc:
+            self._end_stopped(run, exc)
             raise
 
-    def _end_interrupted(self, run: _Run, exc: BaseException) -> None:
-        """End a fresh run that was interrupted (Ctrl-C, SystemExit, a cancelled task) on
-        the record, failed, before the interrupt goes on: nothing else could end it, since
-        ``resume`` needs a gate and a take-over a claim. Once a gate was requested the run
-        is left as it stands, for a take-over (docs/pipeline.md, section 4); once its end is
-        being written, that end stands. An end that cannot be written is noted on ``exc``.
+    def _end_stopped(self, run: _Run, exc: BaseException) -> None:
+        """End a fresh run that an interrupt (Ctrl-C, SystemExit, a cancelled task) or an
+        error stopped (an ``on_event`` hook that raised, a blob store that failed) on the
+        record, failed, before ``exc`` goes on: nothing else could end it, since ``resume``
+        needs a gate and a take-over a claim. Once a gate was requested the run is left as
+        it stands, for a take-over (docs/pipeline.md, section 4); once its end is being
+        written, that end stands. Only the type of ``exc`` is recorded: its message may
+        quote anything. What goes wrong meanwhile is noted on ``exc``.
         """
         if run.gate_requested or run.finishing:
             return
+        stopped = "interrupted" if not isinstance(exc, Exception) else "error"
         where = ""
         if run.current is not None:
             done = any(o.step_id == run.current for o in run.result.steps)
             where = f" {'after' if done else 'during'} step {run.current}"
+        version = run.version
         try:
-            self._finish(run, "failed", run.current, f"interrupted ({type(exc).__name__}){where}")
-        except Exception as failed:  # noqa: BLE001 - the interrupt is what surfaces
-            exc.add_note(f"the run's end could not be recorded: {type(failed).__name__}")
+            self._finish(run, "failed", run.current, f"{stopped} ({type(exc).__name__}){where}")
+        except Exception as failed:  # noqa: BLE001 - exc is what surfaces
+            said = "could not be recorded" if run.version == version else "was recorded, then"
+            exc.add_note(f"the run's end {said}: {type(failed).__name__}")
 
     def resume(
         self, pipeline: Pipeline, run_id: str, *, take_over_by: str | None = None
