@@ -213,6 +213,30 @@ def test_a_path_the_redactor_swallowed_is_gated_and_is_a_default_owners_call(
     assert len(applied) == 1
 
 
+@pytest.mark.parametrize(
+    ("action", "rule"),
+    [
+        pytest.param("Write: .github/workflows/ci.yml", "sensitive_paths", id="Write"),
+        pytest.param("WRITE:.github/workflows/ci.yml", "sensitive_paths", id="WRITE"),
+        pytest.param("Exec: make deploy", "untrusted_code_execution", id="Exec"),
+    ],
+)
+def test_an_action_written_in_capitals_is_read_as_the_same_action(
+    kit: Kit, action: str, rule: str
+) -> None:
+    """Only `write:` and `exec:` in lower case were read as actions: an artifact (often a
+    model's words) that said `Write: .github/workflows/ci.yml` or `Exec: make deploy` was
+    not gated, and its apply hook ran with the write scope."""
+    applied: list[Any] = []
+    policy = {**POLICY, "gate": {"sensitive_paths": SENSITIVE, "untrusted_code_execution": True}}
+    runner = runner_on(kit, policy=policy)
+    with runner.ledger:
+        run = runner.run(touching(applied=applied, actions=[action]), {})
+        assert (run.status, applied) == ("gated", [])
+        (gate,) = gates(runner, run.run_id)
+        assert any(r.startswith(rule) for r in gate.reasons), gate.reasons
+
+
 def test_a_case_variant_of_a_sensitive_folder_needs_its_owner_too(kit: Kit) -> None:
     """`.GITHUB/workflows/ci.yml` *is* `.github/workflows/ci.yml` on macOS and Windows, and
     the policy gates it for that reason; CODEOWNERS matched it case-sensitively, so only

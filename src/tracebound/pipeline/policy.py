@@ -197,9 +197,12 @@ def request_from_artifact(
         paths += _diff_paths(diff)
     for action in artifact.actions:
         kind, _, rest = action.partition(":")
-        if kind.strip() == "write" and rest.strip():
+        # In any case: an artifact is often a model's words, and `Write:` or `EXEC:` said
+        # the same thing (a spelling the policy did not read was a step it did not gate).
+        kind = kind.strip().casefold()
+        if kind == "write" and rest.strip():
             paths.append(normalise_path(rest.strip()) or rest.strip())
-        elif kind.strip() == "exec" and rest.strip():
+        elif kind == "exec" and rest.strip():
             commands.append(rest.strip())
     requested = set(scopes)
     if paths:
