@@ -219,7 +219,8 @@ def test_two_resumes_at_once_apply_once_and_the_other_exits_typed(
         )
         assert third.returncode == 2 and "already resumed" in third.stderr, third.stderr
         (row,) = sh.tb_json("runs")["runs"]  # claimed: running, waiting for nobody
-        assert (row["status"], row["waiting_at"]) == ("running", None)
+        # (its reason was the gate's "waiting for approval", which no longer held)
+        assert (row["status"], row["waiting_at"], row["reason"]) == ("running", None, None)
     finally:
         (hold / "release").touch()
         out, err = first.communicate(timeout=180)

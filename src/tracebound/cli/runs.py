@@ -214,7 +214,7 @@ def _run_rows(events: Iterable[RecordedEvent]) -> list[dict[str, Any]]:
         elif isinstance(p, ApprovalRecorded):
             row["decision"] = f"{p.decision} by {p.approver}"
         elif isinstance(p, RunResumed):  # a process claimed it: no longer waiting for anyone
-            row["status"] = "running"
+            row["status"], row["reason"] = "running", None  # the pause's reason is over
         elif isinstance(p, RunFinished):
             row["status"], row["reason"] = p.status, p.reason
     for row in rows.values():
