@@ -54,7 +54,7 @@ from tracebound.events.catalog import GateRequested
 from tracebound.export.evidence import EvidenceWriter
 from tracebound.ids import RunId, StepId
 from tracebound.integrations.llm import OpenAICompatibleLeaf, ReplayServer, load_exchanges
-from tracebound.pipeline.codeowners import CodeOwners
+from tracebound.pipeline.codeowners import CodeOwners, NotAnOwner
 from tracebound.pipeline.config import load_redaction_key
 from tracebound.pipeline.fallback import (
     Advisory,
@@ -352,17 +352,25 @@ def run(
             )
         else:
             result = demo.runner.resume(pipeline, resume)
+        refused: NotAnOwner | None = None
         if result.status == "gated" and approve_as is not None:
             assert result.gated_step is not None
-            approve(demo.ledger, RunId(result.run_id), StepId(result.gated_step), approve_as,
-                    codeowners=demo.runner.codeowners)  # fmt: skip
-            result = demo.runner.resume(pipeline, result.run_id)
+            try:
+                approve(demo.ledger, RunId(result.run_id), StepId(result.gated_step),
+                        approve_as, codeowners=demo.runner.codeowners)  # fmt: skip
+            except NotAnOwner as exc:  # the run waits at its gate: say so, and for whom
+                refused = exc
+            else:
+                result = demo.runner.resume(pipeline, result.run_id)
     with demo.ledger:
         demo.ledger.checkpoint()
         report = demo.ledger.verify()
         metrics = compute_metrics(demo.ledger.store.read_log())
         waiting = _waiting(demo, result) if result.status == "gated" else None
     summary = _summary(demo, result, report.as_dict(), metrics.as_dict(), waiting)
+    if refused is not None:
+        summary["ok"] = False
+        summary["error"] = {"kind": type(refused).__name__, "message": str(refused)}
     if console is not None:
         _show(console, summary)
     return summary
@@ -584,6 +592,10 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(exc, as_json=args.json)
     if args.json:
         sys.stdout.write(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    if "error" in summary:  # --approve-as named someone who may not approve: usage
+        if not args.json:
+            sys.stderr.write(f"error: {summary['error']['message']}\n")
+        return 2
     return 0 if summary["ok"] or summary["status"] == "gated" else 1
 
 

@@ -288,6 +288,30 @@ def test_a_dir_that_is_not_empty_is_refused_clearly(
     )
 
 
+@pytest.mark.parametrize("as_json", [False, True])
+def test_approving_as_someone_who_is_not_an_owner_is_refused_and_the_run_waits(
+    tmp_path: Path, as_json: bool
+) -> None:
+    """`--approve-as mallory` escaped as a NotAnOwner traceback (exit 1, and with --json no
+    JSON at all), before the ledger was signed or the waiting run was described."""
+    proc = run_human(tmp_path, "--dir", "ws", "--approve-as", "mallory",
+                     *(["--json"] if as_json else []))  # fmt: skip
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    if as_json:
+        summary = json.loads(proc.stdout)
+        assert (summary["ok"], summary["status"]) == (False, "gated")
+        assert summary["error"]["kind"] == "NotAnOwner"
+        assert "mallory is not a CODEOWNER" in summary["error"]["message"]
+        assert summary["waiting_for_approval"]["owners"] == ["@security-lead"]
+        assert summary["verify"]["ok"]
+    else:
+        assert "error: mallory is not a CODEOWNER of requirements.txt" in proc.stderr
+        assert "@security-lead may approve it" in proc.stdout
+    project = tmp_path / "ws" / "project"
+    assert (project / "requirements.txt").read_text() == "tinytemplate==1.4.0\n"
+
+
 def test_resume_needs_the_workspace_of_a_gated_run(tmp_path: Path) -> None:
     proc = run_human(tmp_path, "--resume", "some-run")
     assert (proc.returncode, proc.stderr) == (
