@@ -116,3 +116,29 @@ def test_a_ledger_gone_from_a_place_bound_to_a_log_is_damage(cli: CLI, gone: str
     # a place nothing was ever bound to is only missing: run init
     missing = cli.json("verify", "--store", str(cli.cwd / "elsewhere"), code=2)
     assert missing["error"]["kind"] == "StoreNotFound"
+
+
+@pytest.mark.parametrize("as_json", [True, False])
+def test_ctrl_c_is_reported_as_an_interrupt(
+    cli: CLI, monkeypatch: pytest.MonkeyPatch, as_json: bool
+) -> None:
+    """Ctrl-C ended every command but `copy` with exit 130 and nothing said: with --json,
+    no JSON document (README: errors too are one document on stdout)."""
+    from typer.testing import CliRunner
+
+    from tracebound.cli import runs as runs_cli
+    from tracebound.cli.app import app
+
+    def interrupted(*args: object) -> object:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runs_cli, "_run_rows", interrupted)
+    store = str(cli.cwd / ".tracebound")
+    args = ["runs", "--store", store, *(["--json"] if as_json else [])]
+    result = CliRunner().invoke(app, args, env={"HOME": cli.env["HOME"]})
+    assert result.exit_code == 130, result.output
+    if as_json:
+        error = json.loads(result.stdout)["error"]
+        assert (error["kind"], error["message"]) == ("Interrupted", "interrupted (Ctrl-C)")
+    else:
+        assert "error: interrupted (Ctrl-C)" in result.output

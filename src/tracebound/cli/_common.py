@@ -44,6 +44,8 @@ EXIT_OK = 0
 EXIT_DAMAGED = 1
 EXIT_USAGE = 2
 EXIT_INCOMPLETE = 3
+EXIT_INTERRUPTED = 130
+"""Ctrl-C, as a shell reports a process SIGINT ended (128 + 2)."""
 
 console = Console()
 err_console = Console(stderr=True)
@@ -174,6 +176,16 @@ def handled(as_json: bool, *, one_line: bool = False) -> Iterator[None]:
         )
     except TraceboundError as exc:
         fail(str(exc), code=EXIT_USAGE, as_json=as_json, one_line=one_line, kind=type(exc).__name__)
+    except KeyboardInterrupt:
+        # Said, as every other way a command ends: with --json, one document on stdout.
+        # (`copy` says more: how far it got; the runner has recorded what a run did.)
+        fail(
+            "interrupted (Ctrl-C)",
+            code=EXIT_INTERRUPTED,
+            as_json=as_json,
+            one_line=one_line,
+            kind="Interrupted",
+        )
     except OSError as exc:  # a file named on the command line: missing, a folder, no access
         where = f": {exc.filename}" if exc.filename else ""
         fail(

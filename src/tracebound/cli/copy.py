@@ -14,6 +14,7 @@ import typer
 from tracebound.cli._common import (
     EXIT_DAMAGED,
     EXIT_INCOMPLETE,
+    EXIT_INTERRUPTED,
     JsonOpt,
     KeyOpt,
     VerifierOpt,
@@ -32,9 +33,6 @@ from tracebound.store.port import LedgerStore
 from tracebound.store.url import open_store
 
 __all__ = ["copy"]
-
-EXIT_INTERRUPTED = 130
-"""Ctrl-C, as a shell reports a process SIGINT ended (128 + 2)."""
 
 
 def copy(
