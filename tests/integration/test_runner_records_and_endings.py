@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -307,6 +308,27 @@ def test_a_pipeline_the_ledger_cannot_record_is_refused_when_declared(
     and refused only by a `resume` days later."""
     with pytest.raises(ConfigError, match=said):
         Pipeline(*args, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("declare", "said"),
+    [
+        (lambda pipe: pipe.step("Hacker", name="x"), "role 'Hacker' is not one of"),
+        (lambda pipe: pipe.executor(name="x", scopes="write"), "scopes are a list of names"),
+        (lambda pipe: pipe.executor(name="x", apply="push"), "apply is a function"),
+    ],
+)
+def test_a_step_the_runner_could_not_run_is_refused_when_declared(
+    declare: Callable[[Pipeline], Callable[[Any], Any]], said: str
+) -> None:
+    """A role outside the five was accepted, and its step's record then failed with
+    pydantic's own ValidationError; `scopes="write"` became the scopes w, r, i, t, e; an
+    apply hook that was not a function failed only once a human had approved the step."""
+    pipe = Pipeline("declared")
+    with pytest.raises(ConfigError, match=said):
+        declare(pipe)(lambda ctx: tpc("Executor"))
+    with pytest.raises(ConfigError, match="a step is a function"):
+        pipe.executor(name="y")("not a function")  # type: ignore[arg-type]
 
 
 def test_a_step_name_that_is_no_arl_step_id_is_refused_when_declared() -> None:

@@ -29,7 +29,7 @@ import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, get_args
 
 from tracebound.contract import HandoffEnvelope, TPCArtifact
 from tracebound.errors import ConfigError
@@ -169,6 +169,21 @@ def _check_declaration(
         raise ConfigError("max_repairs cannot be negative")
 
 
+def _check_step(role: object, apply: object, scopes: object) -> None:
+    """What the runner relies on for every execution of a step, checked when it is declared
+    (a bad apply hook would otherwise fail only once a human had approved the step)."""
+    if role not in get_args(RoleName):
+        raise ConfigError(f"role {role!r} is not one of {list(get_args(RoleName))}")
+    if apply is not None and not callable(apply):
+        raise ConfigError(f"apply is a function (ctx, artifact), not {apply!r}")
+    if (
+        isinstance(scopes, str | bytes)
+        or not isinstance(scopes, Sequence)
+        or not all(isinstance(s, str) and s for s in scopes)
+    ):
+        raise ConfigError(f"scopes are a list of names, not {scopes!r}")
+
+
 def _check_choice(chosen: object, alternatives: object, reason: object) -> None:
     """Typed as objects: :meth:`StepContext.choose` is called by user code."""
     if not isinstance(chosen, str):
@@ -234,7 +249,11 @@ class Pipeline:
     ) -> Callable[[StepFn], StepFn]:
         """Declare a step played by ``role``; its parent is the previous step by default."""
 
+        _check_step(role, apply, scopes)
+
         def decorate(fn: StepFn) -> StepFn:
+            if not callable(fn):
+                raise ConfigError(f"a step is a function of its StepContext, not {fn!r}")
             step_name = name or getattr(fn, "__name__", None)
             if not step_name or "~" in step_name:
                 raise ConfigError(f"invalid step name {step_name!r}")
