@@ -153,6 +153,18 @@ def test_the_next_command_of_a_run_without_a_pipeline_reference_asks_for_one(sh:
     assert done["status"] == "completed"
 
 
+def test_inspect_of_a_pipeline_run_id_names_the_runs_stream(sh: Shell) -> None:
+    """`tracebound runs` lists run ids, and `inspect RUN-ID` said only "no stream": a
+    pipeline run's events are the stream run/RUN-ID (the README's RUN-ID is a remediation
+    run's)."""
+    run = sh.start("gated")
+    error = sh.tb_json("inspect", run, code=2)["error"]
+    assert f"tracebound inspect run/{run}" in error["message"]
+    assert sh.tb_json("inspect", f"run/{run}")["ok"]
+    other = sh.tb_json("inspect", "nothing-here", code=2)["error"]["message"]
+    assert other == "no stream 'nothing-here' in this ledger"
+
+
 def test_reject_ends_the_run(sh: Shell) -> None:
     run = sh.start("gated")
     assert sh.tb_json("reject", run, "execute", "--as", "@platform", code=2)["error"]

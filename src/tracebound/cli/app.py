@@ -767,10 +767,16 @@ def inspect(
                     break
                 version, head = raw.stream_version, raw.hash
                 rows.append(_raw_row(raw))
+            hint = ""
+            if not rows and damage is None and backend.stream_head(f"run/{stream}") is not None:
+                # `tracebound runs` lists run ids; a pipeline run's events are run/<id>.
+                hint = (
+                    f" (a pipeline run's stream is run/{stream}: tracebound inspect run/{stream})"
+                )
         finally:
             backend.close()
         if not rows and damage is None:
-            raise ConfigError(f"no stream {stream!r} in this ledger")
+            raise ConfigError(f"no stream {stream!r} in this ledger{hint}")
     if as_json:
         emit_json(
             {
