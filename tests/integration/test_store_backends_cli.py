@@ -267,6 +267,19 @@ def test_another_applications_database_is_refused_and_left_alone(
     assert Path("app.db").read_bytes() == before
 
 
+def test_a_refused_sqlite_open_closes_what_it_opened(tmp_path: Path) -> None:
+    with sqlite3.connect(tmp_path / "app.db") as conn:
+        conn.execute("CREATE TABLE users (id, name)")
+    with pytest.raises(ConfigError) as caught:
+        SQLiteStore(tmp_path / "app.db", create=False)
+    tb = caught.tb
+    while tb.tb_next is not None and "self" not in tb.tb_frame.f_locals:
+        tb = tb.tb_next
+    store = tb.tb_frame.f_locals["self"]  # the half-made store the traceback still holds
+    assert isinstance(store, SQLiteStore) and store.closed
+    assert store._connections == []  # close() closes each one as it lets it go
+
+
 # -- JSONL repair -----------------------------------------------------------------------------
 
 

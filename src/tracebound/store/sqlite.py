@@ -464,7 +464,15 @@ class SQLiteStore(ChainedAppends):
         self._closed = False
         self._connections: list[sqlite3.Connection] = []
         self._connections_lock = threading.Lock()
-        with _translated("open", p):
+        try:
+            self._open(create=create)
+        except BaseException:
+            self.close()  # a refused open keeps no connection until the collector runs
+            raise
+
+    def _open(self, *, create: bool) -> None:
+        """Check the file is a ledger (or may become one), then set it up."""
+        with _translated("open", self.path):
             conn = self._conn()
             # Before anything writes: a read command must not turn a file into a ledger.
             self._check_is_ledger(conn, create=create)
