@@ -10,7 +10,12 @@ Pipelines: ``gated`` (an Executor bumps requirements.txt, a sensitive path), ``h
 nothing goes wrong), ``mixed`` (``gated``, plus an ``exec:`` action: a scope the CLI tests'
 policy does not allow, a reason that names no path) and ``held`` (``gated`` with an apply
 hook that notes each process that runs it in ``$TB_HOLD_DIR`` and holds the first one inside
-until ``$TB_HOLD_DIR/release`` exists).
+until ``$TB_HOLD_DIR/release`` exists), ``two_gates`` (``gated``, then a ``deploy`` step that
+bumps requirements-lock.txt, gated again, whose apply hook notes itself in ``$TB_HOLD_DIR``).
+
+``python cli_runs_pipelines.py resume-held-at-gate RUN`` resumes RUN as `tracebound resume`
+does, and holds right after the next ``gate_requested`` is durable (``at-gate`` in
+``$TB_HOLD_DIR`` says so), before the gated step is recorded: a process for a test to kill.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ if TYPE_CHECKING:  # the same file, by the name mypy knows it under
 else:
     from pipeline_kit import tpc as kit_tpc  # this file's folder is on sys.path (see above)
 
+from tracebound.events.envelope import RecordedEvent
 from tracebound.pipeline.config import RunnerConfig
 from tracebound.pipeline.runtime import Pipeline, StepContext
 
@@ -99,6 +105,40 @@ mixed = _pipeline(
     "mixed", path="requirements.txt", critical=False, harmful=False, actions=("exec:make deploy",)
 )
 held = _pipeline("held", path="requirements.txt", critical=False, harmful=False, apply=_hold)
+two_gates = _pipeline("two_gates", path="requirements.txt", critical=False, harmful=False)
+
+
+def _deployed(ctx: StepContext, artifact: object) -> None:
+    """``deploy``'s apply hook: a file per process that ran it."""
+    (Path(os.environ["TB_HOLD_DIR"]) / f"deployed-{os.getpid()}").touch()
+
+
+@two_gates.executor(apply=_deployed)
+def deploy(ctx: StepContext) -> dict[str, object]:
+    diff = "--- a/requirements-lock.txt\n+++ b/requirements-lock.txt\n-a==1\n+a==2\n"
+    return tpc("Executor", diffs=[diff])
+
+
+def _hold_at_gate(event: RecordedEvent) -> None:
+    """An ``on_event`` hook: once a gate is recorded, wait there (to be killed)."""
+    if event.event_type != "gate_requested":
+        return
+    folder = Path(os.environ["TB_HOLD_DIR"])
+    (folder / "at-gate").touch()
+    deadline = time.monotonic() + 300  # a test that died must not leave this process behind
+    while time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def resume_held_at_gate(run_id: str) -> None:
+    from tracebound.export.evidence import EvidenceWriter
+
+    config = RunnerConfig()
+    with config.open_ledger() as ledger:
+        runner = config.build_runner(ledger, evidence=EvidenceWriter(), on_event=_hold_at_gate)
+        runner.resume(two_gates, run_id)
+
+
 unreferenced = _pipeline(
     "unreferenced", path="requirements.txt", critical=False, harmful=False, referenced=False
 )
@@ -107,12 +147,16 @@ unreferenced = _pipeline(
 def main(argv: list[str]) -> None:
     from tracebound.export.evidence import EvidenceWriter
 
+    if argv[0] == "resume-held-at-gate":
+        resume_held_at_gate(argv[1])
+        return
     pipe = {
         "gated": gated,
         "harmful": harmful,
         "clean": clean,
         "mixed": mixed,
         "held": held,
+        "two_gates": two_gates,
         "unreferenced": unreferenced,
     }[argv[0]]
     inputs = {"ticket": "SEC-1", "token": argv[1] if len(argv) > 1 else ""}

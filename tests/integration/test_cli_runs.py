@@ -275,6 +275,51 @@ def test_a_resume_killed_inside_the_apply_hook_is_taken_over_by_name(
     assert claims == [None, "@oncall"]
 
 
+def test_an_approved_gate_whose_resume_was_killed_before_its_artifact_is_ended_by_a_take_over(
+    sh: Shell, tmp_path: Path
+) -> None:
+    """The resume of the first gate reaches a second one (deploy) and is killed with SIGKILL
+    between its gate_requested and the gated step's record; an owner approves deploy
+    meanwhile (approve reads the gate, not the artifact). The approval covers no artifact, a
+    gate is decided once, and only a take-over continues a gate its process never settled:
+    the take-over ends the run, and nothing nobody saw is applied."""
+    hold = tmp_path / "hold"
+    hold.mkdir()
+    env = {**sh.env, "TB_HOLD_DIR": str(hold)}
+    run = sh.start("two_gates")
+    sh.tb_json("approve", run, "execute", "--as", "@alice")
+    process = subprocess.Popen(
+        [sys.executable, str(HERE / "cli_runs_pipelines.py"), "resume-held-at-gate", run],
+        cwd=sh.cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    while not (hold / "at-gate").exists() and process.poll() is None:
+        time.sleep(0.01)  # polling, not a timing assertion: wait for the gate's record
+    process.kill()  # SIGKILL after gate_requested(deploy), before the gated step_recorded
+    out, err = process.communicate(timeout=180)
+    assert (hold / "at-gate").exists(), (out, err)
+    log = sh.tb_json("log", "--stream", f"run/{run}")["events"]
+    assert (log[-1]["event_type"], log[-1]["payload"]["step_id"]) == ("gate_requested", "deploy")
+
+    sh.tb_json("approve", run, "deploy", "--as", "@platform")
+    refused = sh.tb_json("reject", run, "deploy", "--as", "@platform", code=2)["error"]
+    assert "already approved" in refused["message"]
+    assert "still writing, or died" in sh.tb_json("resume", run, code=2)["error"]["message"]
+    ended = sh.tb_json("resume", run, "--take-over", "--as", "@oncall", code=1)
+    assert (ended["status"], ended["failed_step"]) == ("failed", "deploy"), ended
+    assert "never recorded" in ended["reason"] and "nothing was applied" in ended["reason"]
+    assert not list(hold.glob("deployed-*"))  # deploy's artifact was never applied
+    (row,) = sh.tb_json("runs")["runs"]
+    assert (row["status"], row["waiting_at"]) == ("failed", None)
+    log = sh.tb_json("log", "--stream", f"run/{run}")["events"]
+    assert [(e["event_type"], e["payload"].get("taken_over_by")) for e in log[-2:]] == [
+        ("run_resumed", "@oncall"),
+        ("run_finished", None),
+    ]
+    again = sh.tb_json("resume", run, "--take-over", "--as", "@oncall", code=2)["error"]
+    assert "not waiting at a gate" in again["message"]
+    assert sh.tb_json("replay", run)["ok"]
+
+
 def test_take_over_is_refused_without_a_claim_or_a_name_and_writes_nothing(sh: Shell) -> None:
     run = sh.start("gated")
     sh.tb_json("approve", run, "execute", "--as", "@alice")

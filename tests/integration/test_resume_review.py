@@ -80,14 +80,16 @@ def stream_of(kit: Kit, run_id: str) -> list[Payload]:
 # -- 1. an approved gate whose artifact was never recorded ------------------------------
 
 
-def test_a_later_gate_whose_artifact_was_never_recorded_is_not_applied_on_approval(
+def test_a_later_gate_whose_artifact_was_never_recorded_is_not_applied_but_ended(
     kit: Kit,
 ) -> None:
     """A resumed run reaches a second gate (deploy) and its process dies between
     ``gate_requested`` and the gated ``step_recorded``: the ledger holds a gate but no
     artifact for it. The earlier ``run_finished(gated)`` makes the run look paused, so the
     gate can be approved and resumed; the resume then called deploy again and applied the
-    fresh artifact, which no human ever saw, with the lifted scopes."""
+    fresh artifact, which no human ever saw, with the lifted scopes. Refusing that left the
+    run waiting forever (approved, so not rejectable; no artifact, so not applicable): a
+    take-over now ends it, applying nothing."""
     applied: list[str] = []
     deploys: list[str] = []
 
@@ -119,12 +121,21 @@ def test_a_later_gate_whose_artifact_was_never_recorded_is_not_applied_on_approv
     # No run_finished after the gate: a plain resume takes the process for still writing.
     with pytest.raises(ConfigError, match="still writing, or died"):
         resume(kit, 3, pipe, first.run_id)
-    # Known dead, taken over: still no artifact the approval could cover.
-    with pytest.raises(ConfigError, match="never recorded"):
-        resume(kit, 4, pipe, first.run_id, take_over_by="@oncall")
+    # A gate is decided once: the approval stands, so no reject can end the run either.
+    with pytest.raises(ConfigError, match="already approved"):
+        decide(kit, first.run_id, "deploy", "@team-platform", decision="rejected")
+    # Known dead, taken over: still no artifact the approval could cover, so the take-over
+    # ends the run there (ADR 0015) rather than leave it waiting for nothing.
+    ended = resume(kit, 4, pipe, first.run_id, take_over_by="@oncall")
+    assert (ended.status, ended.failed_step) == ("failed", "deploy")
+    assert ended.reason is not None and "never recorded" in ended.reason
     assert applied == ["execute"], "an artifact nobody approved was applied"
     assert deploys == ["deploy"]
-    assert not [p for p in stream_of(kit, first.run_id)[-1:] if isinstance(p, RunResumed)]
+    claim, end = stream_of(kit, first.run_id)[-2:]
+    assert isinstance(claim, RunResumed) and claim.taken_over_by == "@oncall"
+    assert isinstance(end, RunFinished) and (end.status, end.failed_step) == ("failed", "deploy")
+    with pytest.raises(ConfigError, match="not waiting at a gate"):
+        resume(kit, 5, pipe, first.run_id, take_over_by="@oncall")
 
 
 # -- 2. take-over of a run paused at a repair's gate -------------------------------------

@@ -318,7 +318,8 @@ class Runner:
                 a gate its process has not finished recording (still writing, or dead:
                 then only a take-over continues it); a take-over of a run nobody claimed,
                 or without a name; an approved gate whose gated artifact was never
-                recorded (the process died in between).
+                recorded (the process died in between), unless taken over: the take-over
+                then ends the run ``failed`` at that gate, applying nothing.
         """
         if take_over_by is not None and not take_over_by.strip():
             raise ConfigError("a take-over names the human who takes the run over")
@@ -356,10 +357,20 @@ class Runner:
             if gated is None or gated.status != "gated" or gated.step_id != gate.step_id:
                 # The process died (or is still writing) between gate_requested and the
                 # gated step_recorded: there is no artifact the approval could cover.
-                raise ConfigError(
-                    f"run {run_id} waits at {gate.step_id}, but the artifact that gate was "
-                    "requested for was never recorded: an approval cannot apply it"
+                missing = (
+                    "the artifact that gate was requested for was never recorded: an approval "
+                    "cannot apply it"
                 )
+                if take_over_by is None:
+                    raise ConfigError(f"run {run_id} waits at {gate.step_id}, but {missing}")
+                # Known dead, by name: the approval (read past while the gate was being
+                # recorded, ADR 0013) covers nothing and a gate is decided once, so a reject
+                # is refused too; ending the run is the only way out (ADR 0015).
+                self._claim(run, gate, decision, loaded.version, taken_over_by=take_over_by)
+                self._finish(run, "failed", gate.step_id,
+                             f"approved by {decision.approver}, but {missing}; nothing was "
+                             f"applied, and the run was ended by {take_over_by}")  # fmt: skip
+                return run.result
             paused = _paused_repair(run_id, gate, loaded.repair)
         self._claim(run, gate, decision, loaded.version, taken_over_by=take_over_by)
         if decision.decision == "rejected":
