@@ -363,9 +363,9 @@ class Runner:
                 )
                 if take_over_by is None:
                     raise ConfigError(f"run {run_id} waits at {gate.step_id}, but {missing}")
-                # Known dead, by name: the approval (read past while the gate was being
-                # recorded, ADR 0013) covers nothing and a gate is decided once, so a reject
-                # is refused too; ending the run is the only way out (ADR 0015).
+                # Known dead, by name: the approval (approve judges the gate, not its
+                # artifact) covers nothing, and a gate is decided once, so a reject is
+                # refused too; ending the run is the only way out left (ADR 0015).
                 self._claim(run, gate, decision, loaded.version, taken_over_by=take_over_by)
                 self._finish(run, "failed", gate.step_id,
                              f"approved by {decision.approver}, but {missing}; nothing was "
