@@ -434,7 +434,8 @@ def resume(
             "--take-over",
             help="Claim a run another resume claimed and never finished because its process "
             "died (a live one would stop at its next write, RunTakenOver, but finish what it "
-            "was doing). Needs --as NAME. The gated step's apply hook runs again.",
+            "was doing). Needs --as NAME. The gated step's apply hook runs again; a gate "
+            "approved whose artifact was never recorded ends the run failed instead.",
         ),
     ] = False,
     name: Annotated[
@@ -455,7 +456,9 @@ def resume(
     resume got there first, this one runs nothing and exits 2 (RunAlreadyResumed). If that
     resume's process is known to be dead (killed, its machine lost) and the run never
     finished, `--take-over --as NAME` claims it again in NAME's name and runs the gated
-    step's apply hook again, so side effects the dead process made may repeat. The run's
+    step's apply hook again, so side effects the dead process made may repeat (if the dead
+    process never recorded the gated artifact an owner then approved, the take-over ends the
+    run failed at that gate and applies nothing: docs/adr/0015). The run's
     evidence is written to <evidence-dir>/<run>.json, signed when a signing key exists.
     Exit 0 completed, 1 failed or rejected, 2 not resumable (not gated or finished, claimed
     by another resume, nothing to take over, --take-over without --as), 3 still waiting at
