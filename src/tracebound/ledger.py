@@ -77,6 +77,7 @@ __all__ = ["CHUNK", "CheckpointRun", "InclusionBundle", "Ledger", "VerifyReport"
 CHUNK: Final = 1 << 16  # positions per verify chunk: aligned, so chunk roots merge exactly
 ORIGIN_KEY: Final = "origin"
 MERKLE_NOT_COMPARED: Final = "root computed, not compared: no checked checkpoint or witness"
+NO_VERIFIER_KEY: Final = "no verifier key given"  # the status of a check that needs one
 
 Progress = Callable[[int, int], None]
 
@@ -984,7 +985,7 @@ class Ledger:
             report.checks["signature"] = "no checkpoint yet"
             return []
         if self.verifier is None:
-            report.checks["signature"] = "no verifier key given"
+            report.checks["signature"] = NO_VERIFIER_KEY
             return None
         out: list[Checkpoint] = []
         for size, note in notes:
@@ -1015,7 +1016,7 @@ class Ledger:
             report.checks["witness"] = "no witness configured"
             return None
         if self.verifier is None:
-            report.checks["witness"] = "no verifier key given"
+            report.checks["witness"] = NO_VERIFIER_KEY
             return None
         try:
             held = self.witness.latest(self.verifier)

@@ -17,6 +17,7 @@ import stat
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -191,25 +192,35 @@ def test_a_gate_with_a_path_and_a_pathless_reason_needs_a_default_owner_too(sh: 
     assert (approved["decision"], approved["paths"]) == ("approved", ["requirements.txt"])
 
 
+def held_resume(
+    sh: Shell, tmp_path: Path, pipeline: str, command: Callable[[str], list[str]], marker: str
+) -> tuple[str, Path, dict[str, str], subprocess.Popen[str]]:
+    """A run of ``pipeline``, its first gate approved, and ``python <command(run)>`` resuming
+    it, held once it has written ``<hold>/<marker>``: the run, the hold folder, the
+    environment that holds, and the process."""
+    hold = tmp_path / "hold"
+    hold.mkdir()
+    env = {**sh.env, "TB_HOLD_DIR": str(hold)}
+    run = sh.start(pipeline)
+    sh.tb_json("approve", run, "execute", "--as", "@alice")
+    process = subprocess.Popen(
+        [sys.executable, *command(run)], cwd=sh.cwd, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    while not (hold / marker).exists() and process.poll() is None:
+        time.sleep(0.01)  # polling, not a timing assertion: wait for the process to get there
+    assert (hold / marker).exists(), process.communicate()
+    return run, hold, env, process
+
+
 def resume_held_in_its_hook(
     sh: Shell, tmp_path: Path
 ) -> tuple[str, Path, dict[str, str], subprocess.Popen[str]]:
     """A run of the `held` pipeline, approved, and a `resume --json` process of it that is
-    inside the apply hook, held there until `<hold>/release` exists: the run, the hold
-    folder, the environment that holds, and the process."""
-    hold = tmp_path / "hold"
-    hold.mkdir()
-    env = {**sh.env, "TB_HOLD_DIR": str(hold)}
-    run = sh.start("held")
-    sh.tb_json("approve", run, "execute", "--as", "@alice")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tracebound", "resume", run, "--json"], cwd=sh.cwd, env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    while not (hold / "inside").exists() and process.poll() is None:
-        time.sleep(0.01)  # polling, not a timing assertion: wait for the apply hook
-    assert (hold / "inside").exists(), process.communicate()
-    return run, hold, env, process
+    inside the apply hook, held there until `<hold>/release` exists."""
+    return held_resume(
+        sh, tmp_path, "held", lambda run: ["-m", "tracebound", "resume", run, "--json"], "inside"
+    )
 
 
 def test_two_resumes_at_once_apply_once_and_the_other_exits_typed(
@@ -283,17 +294,13 @@ def test_an_approved_gate_whose_resume_was_killed_before_its_artifact_is_ended_b
     meanwhile (approve reads the gate, not the artifact). The approval covers no artifact, a
     gate is decided once, and only a take-over continues a gate its process never settled:
     the take-over ends the run, and nothing nobody saw is applied."""
-    hold = tmp_path / "hold"
-    hold.mkdir()
-    env = {**sh.env, "TB_HOLD_DIR": str(hold)}
-    run = sh.start("two_gates")
-    sh.tb_json("approve", run, "execute", "--as", "@alice")
-    process = subprocess.Popen(
-        [sys.executable, str(HERE / "cli_runs_pipelines.py"), "resume-held-at-gate", run],
-        cwd=sh.cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    while not (hold / "at-gate").exists() and process.poll() is None:
-        time.sleep(0.01)  # polling, not a timing assertion: wait for the gate's record
+    run, hold, _, process = held_resume(
+        sh,
+        tmp_path,
+        "two_gates",
+        lambda run: [str(HERE / "cli_runs_pipelines.py"), "resume-held-at-gate", run],
+        "at-gate",  # written right after the gate's record
+    )
     process.kill()  # SIGKILL after gate_requested(deploy), before the gated step_recorded
     out, err = process.communicate(timeout=180)
     assert (hold / "at-gate").exists(), (out, err)

@@ -147,54 +147,35 @@ def fail(
 def handled(as_json: bool, *, one_line: bool = False) -> Iterator[None]:
     """Turn tracebound errors into a clean message and the documented exit code (as one
     JSON line with ``one_line``: see :func:`fail`)."""
+
+    def out(message: str, code: int, kind: str, **extra: Any) -> NoReturn:
+        fail(message, code=code, as_json=as_json, one_line=one_line, kind=kind, **extra)
+
     try:
         yield
     except (StoreNotFound, ConfigError, SigningKeyError) as exc:
-        fail(str(exc), code=EXIT_USAGE, as_json=as_json, one_line=one_line, kind=type(exc).__name__)
+        out(str(exc), EXIT_USAGE, type(exc).__name__)
     except SignatureInvalid as exc:
         # Forged, or checked with the wrong key: only the caller can tell which.
-        fail(
+        out(
             f"{exc} (checked with the verifier key from --verifier-key, or --key's .pub; if the "
             "ledger was signed with another key, pass that one)",
-            code=EXIT_DAMAGED,
-            as_json=as_json,
-            one_line=one_line,
-            kind=type(exc).__name__,
+            EXIT_DAMAGED,
+            type(exc).__name__,
         )
     except LedgerDamaged as exc:  # met before verify could report it (a file SQLite refuses)
-        fail(
-            str(exc),
-            code=EXIT_DAMAGED,
-            as_json=as_json,
-            one_line=one_line,
-            kind="LedgerDamaged",
-            damage=exc.as_dict(),
-        )
+        out(str(exc), EXIT_DAMAGED, "LedgerDamaged", damage=exc.as_dict())
     except IntegrityError as exc:
-        fail(
-            str(exc), code=EXIT_DAMAGED, as_json=as_json, one_line=one_line, kind=type(exc).__name__
-        )
+        out(str(exc), EXIT_DAMAGED, type(exc).__name__)
     except TraceboundError as exc:
-        fail(str(exc), code=EXIT_USAGE, as_json=as_json, one_line=one_line, kind=type(exc).__name__)
+        out(str(exc), EXIT_USAGE, type(exc).__name__)
     except KeyboardInterrupt:
         # Said, as every other way a command ends: with --json, one document on stdout.
         # (`copy` says more: how far it got; the runner has recorded what a run did.)
-        fail(
-            "interrupted (Ctrl-C)",
-            code=EXIT_INTERRUPTED,
-            as_json=as_json,
-            one_line=one_line,
-            kind="Interrupted",
-        )
+        out("interrupted (Ctrl-C)", EXIT_INTERRUPTED, "Interrupted")
     except OSError as exc:  # a file named on the command line: missing, a folder, no access
         where = f": {exc.filename}" if exc.filename else ""
-        fail(
-            f"{exc.strerror or exc}{where}",
-            code=EXIT_USAGE,
-            as_json=as_json,
-            one_line=one_line,
-            kind=type(exc).__name__,
-        )
+        out(f"{exc.strerror or exc}{where}", EXIT_USAGE, type(exc).__name__)
 
 
 DEFAULT_KEY_NAME = "tracebound"

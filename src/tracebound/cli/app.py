@@ -74,6 +74,7 @@ from tracebound.integrity.merkle import EMPTY_ROOT
 from tracebound.integrity.note import Checkpoint
 from tracebound.integrity.verify import link_damage
 from tracebound.ledger import (
+    NO_VERIFIER_KEY,
     ORIGIN_KEY,
     InclusionBundle,
     VerifyReport,
@@ -870,7 +871,7 @@ def _verify_table(report: VerifyReport) -> Table:
         table.add_row("events", f"{before:,} checked before the damage")
     else:
         table.add_row("events", f"{report.size:,} in {report.streams:,} stream(s)")
-    unchecked = report.checks.get("signature") == "no verifier key given"
+    unchecked = report.checks.get("signature") == NO_VERIFIER_KEY
     signed_up_to = "-" if report.checkpoint_size is None else f"{report.checkpoint_size:,}"
     if unchecked and newest_stored is not None:
         # The checkpoints are there; only their signatures could not be checked.
@@ -932,7 +933,7 @@ def verify(
         emit_json(report.as_dict())
         raise typer.Exit(code)
     console.print(_verify_table(report))
-    unchecked = report.checks.get("signature") == "no verifier key given"
+    unchecked = report.checks.get("signature") == NO_VERIFIER_KEY
     if unchecked and report.damage is None:
         console.print(
             "The checkpoints were not checked: there is no verifier key here. Pass the "

@@ -94,11 +94,11 @@ def export_anchors(
             if out is None:
                 raise ConfigError("--format parquet needs --out FILE")
             require_parquet()  # before a checkpoint is signed for an export that cannot happen
-        if out is not None and not out.parent.is_dir():
-            raise ConfigError(f"--out {out}: there is no folder {out.parent}")
-        if out is not None and out.is_dir():
-            raise ConfigError(f"--out {out} is a folder; name the file to write in it")
         if out is not None:
+            if not out.parent.is_dir():
+                raise ConfigError(f"--out {out}: there is no folder {out.parent}")
+            if out.is_dir():
+                raise ConfigError(f"--out {out} is a folder; name the file to write in it")
             refuse_inside_store(out, store, "--out")
         ledger = open_ledger(store, key=key, verifier_key=verifier_key)
         try:

@@ -46,7 +46,7 @@ from tracebound.pipeline.codeowners import CodeOwners
 from tracebound.pipeline.policy import Policy
 from tracebound.pipeline.redaction import RedactionStats, Redactor
 from tracebound.pipeline.runner import Runner
-from tracebound.pipeline.runtime import Pipeline
+from tracebound.pipeline.runtime import Pipeline, split_ref
 from tracebound.store.blobs import BlobStore, FileBlobStore
 from tracebound.store.files import make_private_dir, write_file_atomic
 from tracebound.store.keyfile import (
@@ -139,9 +139,7 @@ def load_pipeline(ref: str) -> Pipeline:
         ConfigError: the reference is malformed, cannot be imported (the module raised
             while it was imported, too), or is not a pipeline (a factory that raised, too).
     """
-    module_name, sep, attr = ref.partition(":")
-    if not sep or not module_name or not attr:
-        raise ConfigError(f"a pipeline reference is 'module:attribute', not {ref!r}")
+    module_name, attr = split_ref(ref)
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:

@@ -148,6 +148,21 @@ class StepContext:
         return self.metrics_source()
 
 
+def split_ref(ref: object) -> tuple[str, str]:
+    """A pipeline reference, ``"package.module:attribute"``, as (module, attribute): the
+    form ``Pipeline(ref=...)`` records and ``resume`` imports.
+
+    Raises:
+        ConfigError: ``ref`` is not of that form.
+    """
+    module, sep, attr = ref.partition(":") if isinstance(ref, str) else ("", "", "")
+    if not (module and sep and attr):
+        raise ConfigError(
+            f"a pipeline's ref is 'module:attribute' (where resume imports it), not {ref!r}"
+        )
+    return module, attr
+
+
 def _check_declaration(
     name: object, pipeline_type: object, critical: object, ref: object, max_repairs: object
 ) -> None:
@@ -160,9 +175,7 @@ def _check_declaration(
     if not isinstance(critical, bool):
         raise ConfigError(f"critical is True or False, not {critical!r}")
     if ref is not None:
-        module, sep, attr = ref.partition(":") if isinstance(ref, str) else ("", "", "")
-        if not (module and sep and attr):
-            raise ConfigError(f"ref is 'module:attribute' (where resume imports it), not {ref!r}")
+        split_ref(ref)
     if isinstance(max_repairs, bool) or not isinstance(max_repairs, int):
         raise ConfigError(f"max_repairs is an int, not {max_repairs!r}")
     if max_repairs < 0:

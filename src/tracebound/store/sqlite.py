@@ -142,17 +142,23 @@ def _foreign(path: Path, why: str) -> ConfigError:
     )
 
 
+def _table_columns(conn: sqlite3.Connection) -> dict[str, frozenset[str]]:
+    """Each table of a database and its columns, in one query."""
+    found: dict[str, set[str]] = {}
+    for table, column in conn.execute(
+        "SELECT m.name, c.name FROM sqlite_master AS m, pragma_table_info(m.name) AS c "
+        "WHERE m.type = 'table'"
+    ):
+        found.setdefault(table, set()).add(column)
+    return {table: frozenset(columns) for table, columns in found.items()}
+
+
 @functools.cache
 def _ledger_columns() -> dict[str, frozenset[str]]:
-    """Each table of the schema and its columns, read from the schema itself."""
+    """Each table of the ledger's schema and its columns, read from the schema itself."""
     with contextlib.closing(sqlite3.connect(":memory:")) as conn:
         conn.executescript(_SCHEMA)
-        return {
-            table: frozenset(
-                c for (c,) in conn.execute("SELECT name FROM pragma_table_info(?)", (table,))
-            )
-            for (table,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-        }
+        return _table_columns(conn)
 
 
 def _bind_kernel_reader() -> type[Any] | None:
@@ -498,10 +504,7 @@ class SQLiteStore(ChainedAppends):
             StoreNotFound: an empty database and not ``create``.
             ConfigError: tables of another application (naming the first that differs).
         """
-        tables = {
-            name: {c for (c,) in conn.execute("SELECT name FROM pragma_table_info(?)", (name,))}
-            for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-        }
+        tables = _table_columns(conn)
         if not tables:
             if not create:
                 raise StoreNotFound(
