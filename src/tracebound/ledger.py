@@ -26,6 +26,8 @@ from multiprocessing import get_context
 from typing import Any, Final, TypeVar, overload
 from uuid import UUID
 
+from pydantic import ValidationError as PydanticValidationError
+
 from tracebound.errors import (
     BundleFieldMismatch,
     CheckpointError,
@@ -35,6 +37,7 @@ from tracebound.errors import (
     ProofError,
     SignatureInvalid,
     TraceboundError,
+    ValidationFailed,
     short_repr,
 )
 from tracebound.events.envelope import Event, Payload, RecordedEvent
@@ -482,7 +485,7 @@ _EVENT_FAST: Final = _event_fast_applies()
 
 
 def _event_fast(
-    payload: Payload,
+    payload: object,
     event_id: UUID,
     timestamp: datetime,
     workflow_id: str | None,
@@ -498,13 +501,14 @@ def _event_fast(
     construction. Anything else returns None and takes the validated path. A test checks
     that both paths build equal events with equal bytes.
     """
+    if not isinstance(payload, Payload):
+        return None
     kind = payload.kind
     version = type(payload).SCHEMA_VERSION
     if (
         type(event_id) is not UUID
         or type(timestamp) is not datetime
         or timestamp.utcoffset() is None
-        or not isinstance(payload, Payload)
         or type(kind) is not str
         or type(version) is not int
         or (workflow_id is not None and type(workflow_id) is not str)
@@ -530,6 +534,46 @@ def _event_fast(
     _set(event, "__pydantic_extra__", None)
     _set(event, "__pydantic_private__", None)
     return event
+
+
+def _check_arguments(payloads: object, workflow_id: object, correlation_id: object) -> None:
+    """Typed as objects: :meth:`Ledger.record` is called by user code."""
+    if isinstance(payloads, Payload | str | bytes) or not isinstance(payloads, Sequence):
+        raise ValidationFailed(
+            "payloads", f"must be a list of payload models, not {type(payloads).__name__}"
+        )
+    for name, value in (("workflow_id", workflow_id), ("correlation_id", correlation_id)):
+        if value is not None and not isinstance(value, str):
+            raise ValidationFailed(name, f"must be text or None, not {type(value).__name__}")
+
+
+def _event_checked(
+    index: int,
+    payload: object,
+    *,
+    event_id: UUID,
+    timestamp: datetime,
+    workflow_id: str | None,
+    correlation_id: str | None,
+) -> Event:
+    """``Event.create`` for what the fast path left, its errors as :class:`ValidationFailed`
+    (a payload that is not a model, an id or a time from a caller's clock or id source)."""
+    if not isinstance(payload, Payload):
+        raise ValidationFailed(
+            f"payloads[{index}]", f"must be a payload model, not {type(payload).__name__}"
+        )
+    try:
+        return Event.create(
+            payload,
+            event_id=event_id,
+            timestamp=timestamp,
+            workflow_id=workflow_id,
+            correlation_id=correlation_id,
+        )
+    except PydanticValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"]) or "event"
+        raise ValidationFailed(f"payloads[{index}].{where}", error["msg"]) from exc
 
 
 _WORKER_STORES: dict[str, LedgerStore] = {}
@@ -632,10 +676,18 @@ class Ledger:
         correlation_id: str | None = None,
         expected_version: int | None = ANY_VERSION,
     ) -> list[RecordedEvent]:
-        """Append payloads to a stream as events; durable when this returns."""
+        """Append payloads to a stream as events; durable when this returns.
+
+        Raises:
+            ValidationFailed: an argument the ledger cannot write (a payload that is not a
+                payload model, an id that is not text, a bad ``expected_version``); its
+                ``field`` names the argument, and nothing is written.
+            ConcurrencyConflict: the stream is not at ``expected_version``.
+        """
+        _check_arguments(payloads, workflow_id, correlation_id)
         new_id, now = self.ids.new_id, self.clock.now
         events: list[Event] = []
-        for p in payloads:
+        for i, p in enumerate(payloads):
             event_id, timestamp = new_id(), now()
             fast = (
                 _event_fast(p, event_id, timestamp, workflow_id, correlation_id)
@@ -645,7 +697,8 @@ class Ledger:
             events.append(
                 fast
                 if fast is not None
-                else Event.create(
+                else _event_checked(
+                    i,
                     p,
                     event_id=event_id,
                     timestamp=timestamp,

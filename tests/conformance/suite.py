@@ -18,7 +18,12 @@ from uuid import UUID
 import pytest
 
 from tracebound.canonical import canonical_bytes
-from tracebound.errors import ConcurrencyConflict, StoreClosed, TraceboundError
+from tracebound.errors import (
+    ConcurrencyConflict,
+    StoreClosed,
+    TraceboundError,
+    ValidationFailed,
+)
 from tracebound.events import Event, Payload, default_registry
 from tracebound.events.record import record_dict
 from tracebound.integrity.chain import GENESIS, chain_hash
@@ -140,6 +145,27 @@ class LedgerStoreSuite:
         with pytest.raises(ConcurrencyConflict):
             store.append("s", [note(3)], expected_version=5)
         assert store.size() == 2
+
+    @pytest.mark.parametrize(
+        ("stream_id", "expected", "field"),
+        [
+            ("", None, "stream_id"),
+            (7, None, "stream_id"),
+            ("a\ud800b", None, "stream_id"),
+            ("s", "0", "expected_version"),
+            ("s", -1, "expected_version"),
+            ("s", True, "expected_version"),
+        ],
+    )
+    def test_a_bad_stream_id_or_expected_version_is_typed_and_writes_nothing(
+        self, store: LedgerStore, stream_id: Any, expected: Any, field: str
+    ) -> None:
+        with pytest.raises(ValidationFailed) as info:
+            store.append(stream_id, [note(1)], expected_version=expected)
+        assert info.value.field == field
+        with pytest.raises(ValidationFailed):  # a large batch takes its own path on SQLite
+            store.append_batch([AppendRequest(stream_id, [note(i) for i in range(1500)], expected)])
+        assert store.size() == 0
 
     def test_batch_is_atomic(self, store: LedgerStore) -> None:
         store.append("b", [note(1)])

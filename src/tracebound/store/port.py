@@ -20,7 +20,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol, Self, runtime_checkable
 
-from tracebound.errors import ConcurrencyError, ProofError, short_repr
+from tracebound.errors import ConcurrencyError, ProofError, ValidationFailed, short_repr
 from tracebound.events.envelope import Event, RecordedEvent
 from tracebound.events.record import RawRecord
 from tracebound.ids import ChainHead, StreamId, StreamVersion
@@ -45,6 +45,7 @@ __all__ = [
     "SubscriptionStore",
     "TrackingStore",
     "TrackingTransaction",
+    "check_append",
     "check_import",
     "contiguous_nodes",
     "node_count",
@@ -64,6 +65,30 @@ class AppendRequest:
     stream_id: StreamId
     events: Sequence[Event]
     expected_version: int | None = ANY_VERSION
+
+    def __post_init__(self) -> None:
+        check_append(self.stream_id, self.expected_version)
+
+
+def check_append(stream_id: object, expected_version: object) -> None:
+    """What every append asks of its stream id and expected version, checked before any
+    work: the store's own code would otherwise fail on them with an untyped error, or, for
+    an expected version that is not a count, report a conflict with a writer that is not
+    there. Typed as objects: ids come from user code."""
+    if not isinstance(stream_id, str) or not stream_id:
+        raise ValidationFailed(
+            "stream_id", f"must be a non-empty string, not {short_repr(stream_id)}"
+        )
+    try:
+        stream_id.encode("utf-8")  # hashed data: a lone surrogate has no UTF-8 form
+    except UnicodeEncodeError as exc:
+        raise ValidationFailed("stream_id", f"is not valid Unicode text: {exc.reason}") from None
+    if expected_version is not None and (type(expected_version) is not int or expected_version < 0):
+        raise ValidationFailed(
+            "expected_version",
+            "must be the stream's version, an int from 0 (NO_STREAM), or None (ANY_VERSION); "
+            f"not {short_repr(expected_version)}",
+        )
 
 
 class StreamHead(NamedTuple):
