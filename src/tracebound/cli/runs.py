@@ -701,7 +701,7 @@ def replay(
                         redactor=config.redactor(),
                         validations=_validations(validations),
                         codeowners=config.load_codeowners(),
-                        workspace=config.workspace,
+                        workspace=None if config.workspace is None else Path(config.workspace),
                     )
         finally:
             ledger.close()

@@ -31,12 +31,13 @@ redaction digest.
 from __future__ import annotations
 
 import importlib
+import os
 import secrets
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 from urllib.parse import urlsplit
 
 from tracebound.errors import ConfigError, PolicyUnusable, SigningKeyError
@@ -176,31 +177,58 @@ def _described(exc: Exception) -> str:
     return f"{type(exc).__name__}: {message}"
 
 
+StrPath: TypeAlias = str | os.PathLike[str]
+"""A path as a ``str`` or a ``Path`` (any ``os.PathLike``): whichever the caller has."""
+
+_PATH_FIELDS: Final = (
+    "policy", "codeowners", "blobs", "redaction_key", "key", "witness", "workspace", "base"
+)  # fmt: skip
+
+
 @dataclass(frozen=True)
 class RunnerConfig:
     """Where a Runner's parts live; ``None`` means the documented default.
 
     Relative defaults resolve against ``base`` (the working directory when omitted), so a
-    config built in one directory means the same files wherever it is used later.
+    config built in one directory means the same files wherever it is used later. Paths
+    may be given as ``str`` or ``Path``; they are kept as ``Path`` (``store`` and
+    ``verifier_key``, which may be a URL or key text, as ``str``).
+
+    Raises:
+        ConfigError: a field that is neither text nor a path.
     """
 
-    store: str | None = None
-    policy: Path | None = None
-    codeowners: Path | None = None
-    blobs: Path | None = None
-    redaction_key: Path | None = None
-    key: Path | None = None
-    verifier_key: str | None = None
-    witness: Path | None = None
-    workspace: Path | None = None
-    base: Path | None = None
+    store: StrPath | None = None
+    policy: StrPath | None = None
+    codeowners: StrPath | None = None
+    blobs: StrPath | None = None
+    redaction_key: StrPath | None = None
+    key: StrPath | None = None
+    verifier_key: StrPath | None = None
+    witness: StrPath | None = None
+    workspace: StrPath | None = None
+    base: StrPath | None = None
     stats: RedactionStats = field(default_factory=RedactionStats, compare=False)
 
-    def _base(self) -> Path:
-        return self.base if self.base is not None else Path.cwd()
+    def __post_init__(self) -> None:
+        # One spelling whatever the caller had: the methods below rely on it, and two
+        # configs of the same files compare equal.
+        for name in ("store", "verifier_key", *_PATH_FIELDS):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if not isinstance(value, str | os.PathLike):
+                raise ConfigError(f"{name} is a path (str or Path), not {type(value).__name__}")
+            text = os.fspath(value)
+            if not isinstance(text, str):
+                raise ConfigError(f"{name} is a path as text, not {type(text).__name__}")
+            object.__setattr__(self, name, Path(text) if name in _PATH_FIELDS else text)
 
-    def _rel(self, path: Path) -> Path:
-        path = path.expanduser()
+    def _base(self) -> Path:
+        return Path(self.base) if self.base is not None else Path.cwd()
+
+    def _rel(self, path: StrPath) -> Path:
+        path = Path(path).expanduser()
         return path if path.is_absolute() else self._base() / path
 
     # -- where things are ----------------------------------------------------------------
@@ -208,9 +236,10 @@ class RunnerConfig:
     @property
     def store_url(self) -> str:
         """The store as a URL or an absolute directory (``./.tracebound`` by default)."""
-        if self.store is not None and "://" in self.store:
-            return self.store
-        return str(self._rel(Path(self.store or ".tracebound")))
+        store = os.fspath(self.store) if self.store is not None else ".tracebound"
+        if "://" in store:
+            return store
+        return str(self._rel(store))
 
     def store_dir(self) -> Path | None:
         """The directory of a local store; None for a database server."""
@@ -245,7 +274,7 @@ class RunnerConfig:
 
     def redaction_key_path(self) -> Path:
         if self.redaction_key is not None:
-            return self.redaction_key.expanduser()
+            return Path(self.redaction_key).expanduser()
         return default_key_dir() / "redaction.key"
 
     # -- loading -------------------------------------------------------------------------
@@ -318,7 +347,7 @@ class RunnerConfig:
         return SQLiteBlobStore(ledger_file, fallback=fallback)
 
     def _signer(self) -> NoteSigner | None:
-        path = self.key.expanduser() if self.key is not None else None
+        path = Path(self.key).expanduser() if self.key is not None else None
         path = path or default_key_path(_SIGNING_KEY_NAME)
         if not path.exists():
             if self.key is not None:
@@ -328,10 +357,10 @@ class RunnerConfig:
 
     def _verifier(self, signer: NoteSigner | None) -> NoteVerifier | None:
         if self.verifier_key is not None:
-            return load_verifier(self.verifier_key)
+            return load_verifier(os.fspath(self.verifier_key))
         if signer is not None:
             return signer.verifier
-        pub = (self.key or default_key_path(_SIGNING_KEY_NAME)).expanduser().with_suffix(".pub")
+        pub = Path(self.key or default_key_path(_SIGNING_KEY_NAME)).expanduser().with_suffix(".pub")
         return load_verifier(pub) if pub.exists() else None
 
     def open_ledger(self, *, need_signer: bool = False) -> Ledger:
@@ -355,7 +384,7 @@ class RunnerConfig:
             backend, clock=SystemClock(), ids=RandomIds(), signer=signer, verifier=verifier
         )
         try:
-            explicit = self.witness.expanduser() if self.witness else None
+            explicit = Path(self.witness).expanduser() if self.witness else None
             ledger.witness, mismatch = choose_witness(
                 backend, ledger.origin, self.store_dir(), explicit=explicit, binding=need_signer
             )
