@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 README = Path(__file__).resolve().parents[2] / "README.md"
 TEXT = README.read_text(encoding="utf-8")
 
@@ -147,3 +149,21 @@ def test_the_exit_code_table_says_what_1_and_3_mean_for_the_run_commands() -> No
     for command in ("`resume`", "`replay --rerun`", "`metrics --check`"):
         assert command in rows["1"], rows["1"]
     assert "`resume`" in rows["3"], rows["3"]
+
+
+# -- the README's Python, as a user's own code -----------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_python_examples_type_check_as_a_users_code_would(tmp_path: Path) -> None:
+    """The library is typed (py.typed) and says mypy --strict; a user who copies the README's
+    Python into a checked project must not get errors for following it. It ran, but its
+    `CostIncurred(source="openai")` was an arg-type error: `source` is a `CostSource`."""
+    api = pytest.importorskip("mypy.api")
+    script = tmp_path / "readme_example.py"
+    script.write_text("\n\n".join(_blocks("python")), encoding="utf-8")
+    stdout, stderr, status = api.run(
+        ["--strict", "--no-error-summary", "--show-error-codes", "--config-file", os.devnull,
+         "--cache-dir", str(tmp_path / "cache"), str(script)]
+    )  # fmt: skip
+    assert status == 0, stdout + stderr
