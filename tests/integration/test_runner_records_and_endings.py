@@ -590,3 +590,30 @@ def test_cli_steps_table_prints_a_markup_like_reason_literally(kit: Kit) -> None
     console = Console(record=True, width=200)
     console.print(cli_runs._steps_table(result))
     assert "[/bold] closes nothing" in console.export_text()  # was: MarkupError
+
+
+# -- the blocking forms called from inside an event loop ------------------------------
+
+
+def test_run_and_resume_inside_a_running_loop_say_to_await_the_async_forms(kit: Kit) -> None:
+    pipe = Pipeline("in-a-loop")
+
+    @pipe.planner()
+    def plan(ctx: StepContext) -> dict[str, object]:
+        return {"plan": "x"}
+
+    runner = kit.runner()
+
+    async def inside() -> None:
+        with pytest.raises(ConfigError, match=r"await runner\.arun"):
+            runner.run(pipe, {})
+        with pytest.raises(ConfigError, match=r"await runner\.aresume"):
+            runner.resume(pipe, "00000000-0000-4000-8000-000000000000")
+
+    import warnings
+
+    with warnings.catch_warnings():
+        # Was: asyncio's RuntimeError, and a coroutine left never awaited.
+        warnings.simplefilter("error", RuntimeWarning)
+        asyncio.run(inside())
+    assert runner.ledger.store.size() == 0  # nothing was recorded

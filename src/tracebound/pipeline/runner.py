@@ -227,7 +227,12 @@ class Runner:
     def run(
         self, pipeline: Pipeline, inputs: Mapping[str, Any], *, run_id: str | None = None
     ) -> RunResult:
-        """Run a pipeline to completion, failure, or its first gate (blocking)."""
+        """Run a pipeline to completion, failure, or its first gate (blocking).
+
+        Raises:
+            ConfigError: called inside a running event loop (``await`` :meth:`arun` there).
+        """
+        _outside_a_loop("run", "arun")
         return asyncio.run(self.arun(pipeline, inputs, run_id=run_id))
 
     async def arun(
@@ -303,7 +308,11 @@ class Runner:
         before it finished: the run is claimed again (the claim records the name) and the
         gated step's apply hook runs again. Only for a claimant known to be dead: nothing
         stops a live one (docs/pipeline.md).
+
+        Raises:
+            ConfigError: called inside a running event loop (``await`` :meth:`aresume` there).
         """
+        _outside_a_loop("resume", "aresume")
         return asyncio.run(self.aresume(pipeline, run_id, take_over_by=take_over_by))
 
     async def aresume(
@@ -1058,6 +1067,19 @@ class Runner:
             run.result.steps.append(outcome)
             if s.status in {"success", "gated"}:
                 run.accepted[outcome.name] = outcome
+
+
+def _outside_a_loop(name: str, async_name: str) -> None:
+    """Checked before the coroutine is made: asyncio.run inside a loop raises its own
+    RuntimeError and leaves that coroutine never awaited (a second warning)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise ConfigError(
+        f"runner.{name}() blocks, so it cannot run inside a running event loop; "
+        f"use `await runner.{async_name}(...)` there"
+    )
 
 
 class _Loaded(NamedTuple):
