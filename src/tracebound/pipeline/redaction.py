@@ -39,6 +39,7 @@ import unicodedata
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, Final, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict
@@ -357,7 +358,7 @@ class Redactor:
                 for index, item in enumerate(value)
             ]
             return tuple(items) if isinstance(value, tuple) else items
-        raise ValidationFailed(path, f"cannot redact a value of type {type(value).__name__}")
+        raise ValidationFailed(path, _not_json(value))
 
     def _redact_string(
         self, text: str, path: str | None, key_hint: str | None, found: list[Redaction]
@@ -779,3 +780,15 @@ def _merge(hits: list[_Hit]) -> list[tuple[int, int, list[_Hit]]]:
         else:
             groups.append((hit.start, hit.end, [hit]))
     return groups
+
+
+def _not_json(value: object) -> str:
+    """Why a value cannot be redacted, and what to write instead: artifacts are JSON, and
+    money in this ledger is a decimal string (floats and Decimals are not hashed)."""
+    name = type(value).__name__
+    if isinstance(value, Decimal):
+        return f'cannot redact a Decimal; write {value} as a decimal string, e.g. "{value}"'
+    return (
+        f"cannot redact a value of type {name}: artifacts hold JSON values only "
+        "(text, integers, booleans, null, lists and objects)"
+    )

@@ -378,3 +378,20 @@ def test_arbitrary_text_never_raises(text: str) -> None:
     assert isinstance(result.value, str)
     for record in result.redactions:
         assert 0 <= record.start < record.end <= len(text)
+
+
+@pytest.mark.parametrize(
+    ("value", "hint"),
+    [
+        (__import__("decimal").Decimal("0.25"), 'as a decimal string, e.g. "0.25"'),
+        (b"raw", "JSON values"),
+        ({1, 2}, "JSON values"),
+    ],
+)
+def test_a_value_json_cannot_hold_is_named_with_what_to_write_instead(
+    redactor: Redactor, value: object, hint: str
+) -> None:
+    with pytest.raises(ValidationFailed) as info:
+        redactor.redact({"compute_usd_est": value})
+    assert info.value.field == "$.compute_usd_est"
+    assert hint in str(info.value)  # was only "cannot redact a value of type Decimal"
