@@ -2,7 +2,9 @@
 
 Every error a caller can see derives from :class:`TraceboundError`. Backend errors
 (``sqlite3.Error``, ``psycopg.Error``, ``OSError``) and validation errors are translated
-at the boundary that catches them, so ``except TraceboundError`` is always enough.
+at the boundary that catches them, so ``except TraceboundError`` is always enough for a
+call into tracebound. Building a payload model yourself (``CostIncurred(amount_usd=0.1)``)
+is pydantic's constructor running in your code, and raises pydantic's ``ValidationError``.
 
 The five branches answer "what went wrong" for an operator:
 
