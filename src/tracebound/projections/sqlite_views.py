@@ -33,6 +33,7 @@ import orjson
 from tracebound.errors import ConcurrencyConflict, ConfigError, StorageError
 from tracebound.projections.base import Column, Key, Projection, Row, Table
 from tracebound.projections.trail import ENGINE_HISTORY
+from tracebound.store.sqlite import rollback_open
 
 __all__ = ["VIEWS_FILENAME", "PositionRecord", "SQLiteViews", "TableWrite"]
 
@@ -267,7 +268,7 @@ class SQLiteViews:
                     )
                     self._conn.execute("COMMIT")
                 except BaseException:
-                    self._conn.execute("ROLLBACK")
+                    rollback_open(self._conn)
                     raise
                 return PositionRecord(projection.name, projection.version, 0, None, None)
             for table in projection.tables:
@@ -291,7 +292,7 @@ class SQLiteViews:
                 )
                 self._conn.execute("COMMIT")
             except BaseException:
-                self._conn.execute("ROLLBACK")
+                rollback_open(self._conn)
                 raise
 
     # -- positions -----------------------------------------------------------------------
@@ -402,7 +403,7 @@ class SQLiteViews:
                     )
                 conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                rollback_open(conn)
                 raise
 
     def _check_position(self, w: TableWrite) -> None:
@@ -428,7 +429,7 @@ class SQLiteViews:
                 self._upsert(ENGINE_HISTORY, rows)
                 self._conn.execute("COMMIT")
             except BaseException:
-                self._conn.execute("ROLLBACK")
+                rollback_open(self._conn)
                 raise
         return len(rows)
 

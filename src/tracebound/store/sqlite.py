@@ -405,6 +405,17 @@ class _WriterState:
             self.db.exec("ROLLBACK")
 
 
+def rollback_open(conn: sqlite3.Connection) -> None:
+    """Roll back the connection's transaction, if SQLite has not already.
+
+    After some errors (an I/O error, a full disk) SQLite rolls back by itself; a ROLLBACK
+    then raises "no transaction is active", and that error would replace the one that
+    says what went wrong.
+    """
+    if conn.in_transaction:
+        conn.execute("ROLLBACK")
+
+
 def _create_private(path: Path) -> None:
     """Create the empty database file owner-only (0600), before SQLite opens it.
 
@@ -1036,7 +1047,7 @@ class SQLiteStore(ChainedAppends):
                 )
                 conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                rollback_open(conn)
                 raise
 
     def drop_merkle_nodes(self) -> None:
@@ -1078,7 +1089,7 @@ class SQLiteStore(ChainedAppends):
                 conn.executemany(_INSERT, [tuple(r) for r in records])
                 conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                rollback_open(conn)
                 raise
             finally:
                 if self._writer_conn is not None:

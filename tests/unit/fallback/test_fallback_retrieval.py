@@ -10,6 +10,7 @@ from uuid import UUID
 import pytest
 from blake3 import blake3
 from tests.fence.fallback_kit import advisory, context, make_repo
+from tests.file_limit_harness import run_limited
 
 from tracebound.errors import AuditChainCorrupted, StorageError, ValidationFailed
 from tracebound.events.anchor import AttemptAnchor
@@ -225,3 +226,26 @@ def test_a_store_path_that_cannot_be_made_is_a_storage_error(tmp_path: Path) -> 
     (tmp_path / "a-file").write_text("x")
     with pytest.raises(StorageError, match="solved-example store"):
         SolvedExampleStore(tmp_path / "a-file" / "ex.db")  # used to raise NotADirectoryError
+
+
+def test_a_harvest_the_disk_refuses_says_why_not_that_its_rollback_failed(tmp_path: Path) -> None:
+    # SQLite rolls back by itself after an I/O error; the second ROLLBACK's "no transaction
+    # is active" used to be the error raised, hiding the cause.
+    SolvedExampleStore(tmp_path / "ex.db").close()
+    result = run_limited(
+        f"""
+        from pathlib import Path
+        from tests.unit.fallback.test_fallback_retrieval import _ctx, _plan
+        from tracebound.errors import StorageError
+        from tracebound.pipeline.fallback import SolvedExampleStore
+        store = SolvedExampleStore({str(tmp_path / "ex.db")!r})
+        ctx = _ctx(Path({str(tmp_path)!r}))
+        limit_files(64 * 1024)
+        try:
+            store.on_validated(ctx, _plan("+" + "x" * 300_000 + "\\n"))
+        except StorageError as exc:
+            report(error=str(exc))
+        """
+    )
+    assert "disk I/O error" in result["error"]
+    assert "rollback" not in result["error"]

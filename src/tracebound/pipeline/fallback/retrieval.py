@@ -35,6 +35,7 @@ from tracebound.errors import AuditChainCorrupted, StorageError, ValidationFaile
 from tracebound.ids import ChainHead, RagRecordId
 from tracebound.integrity.chain import GENESIS, chain_hash
 from tracebound.pipeline.fallback.models import ApplyContext, PlanOutcome, normalise_name
+from tracebound.store.sqlite import rollback_open
 
 __all__ = ["Retrieval", "SolvedExample", "SolvedExampleStore"]
 
@@ -331,7 +332,7 @@ class SolvedExampleStore:
                     assert seq is not None
                     self._links[seq] = (bytes(prev), head)
                 except BaseException:
-                    self._db.execute("ROLLBACK")
+                    rollback_open(self._db)
                     raise
             except sqlite3.Error as exc:
                 raise StorageError(f"solved-example store: {exc}") from exc

@@ -1,0 +1,79 @@
+"""Writes that fail for want of room: the error says why, and nothing acknowledged is lost.
+
+Each child (``tests/file_limit_harness.py``) writes under a file-size limit, so its writes
+past it fail with ``EFBIG`` as on a full disk. Afterwards, without the limit, the store must
+verify, hold every acknowledged event, and take the next write.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from pathlib import Path
+
+from tests.file_limit_harness import run_limited
+from tracebound.events.catalog import CostIncurred, CostSource
+from tracebound.integrity.keys import NoteSigner
+from tracebound.ledger import Ledger
+from tracebound.projections.sqlite_views import SQLiteViews
+from tracebound.store.sqlite import SQLiteStore
+from tracebound.system import RandomIds, SystemClock
+
+_ROOM = 64 * 1024  # past SQLite's 32 KiB -shm file, so the open itself succeeds
+
+
+def _ledger(store: SQLiteStore) -> Ledger:
+    return Ledger(
+        store, clock=SystemClock(), ids=RandomIds(), signer=NoteSigner("o", bytes(32)), origin="o"
+    )
+
+
+def _cost() -> CostIncurred:
+    return CostIncurred(tier="direct", amount_usd=Decimal("0.01"), source=CostSource("openai"))
+
+
+def test_a_failed_sqlite_node_write_says_why_not_that_its_rollback_failed(tmp_path: Path) -> None:
+    # SQLite rolls a transaction back itself after an I/O error; a second ROLLBACK then
+    # failed ("no transaction is active") and its error replaced the cause.
+    with _ledger(SQLiteStore(tmp_path / "store")) as ledger:
+        ledger.record("s", [_cost()] * 3, workflow_id="wf")
+    result = run_limited(
+        f"""
+        from tracebound.errors import StorageError
+        from tracebound.store.sqlite import SQLiteStore
+        store = SQLiteStore({str(tmp_path / "store")!r})
+        limit_files({_ROOM})
+        try:
+            store.add_merkle_nodes(0, 0, [bytes(32)] * 20000)
+        except StorageError as exc:
+            report(error=str(exc))
+        """
+    )
+    assert "disk I/O error" in result["error"]
+    assert "rollback" not in result["error"]
+    with _ledger(SQLiteStore(tmp_path / "store")) as ledger:
+        assert ledger.verify().damage is None
+        assert ledger.store.size() == 3
+        ledger.checkpoint()  # the next write works
+
+
+def test_a_failed_views_write_says_why_not_that_its_rollback_failed(tmp_path: Path) -> None:
+    SQLiteViews(tmp_path / "views").close()
+    result = run_limited(
+        f"""
+        from tracebound.errors import StorageError
+        from tracebound.projections.sqlite_views import SQLiteViews
+        views = SQLiteViews({str(tmp_path / "views")!r})
+        rows = [
+            {{"workflow_id": "wf", "source": "ci", "seq": i, "timestamp": "2025-01-01T00:00:00Z",
+             "event_type": "x" * 100, "detail": None}}
+            for i in range(5000)
+        ]
+        limit_files({_ROOM})
+        try:
+            views.import_engine_history(rows)
+        except StorageError as exc:
+            report(error=str(exc))
+        """
+    )
+    assert "disk I/O error" in result["error"]
+    assert "rollback" not in result["error"]
