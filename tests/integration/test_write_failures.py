@@ -15,13 +15,14 @@ from tracebound.events.catalog import CostIncurred, CostSource
 from tracebound.integrity.keys import NoteSigner
 from tracebound.ledger import Ledger
 from tracebound.projections.sqlite_views import SQLiteViews
+from tracebound.store.jsonl import JsonlStore
 from tracebound.store.sqlite import SQLiteStore
 from tracebound.system import RandomIds, SystemClock
 
 _ROOM = 64 * 1024  # past SQLite's 32 KiB -shm file, so the open itself succeeds
 
 
-def _ledger(store: SQLiteStore) -> Ledger:
+def _ledger(store: SQLiteStore | JsonlStore) -> Ledger:
     return Ledger(
         store, clock=SystemClock(), ids=RandomIds(), signer=NoteSigner("o", bytes(32)), origin="o"
     )
@@ -77,3 +78,50 @@ def test_a_failed_views_write_says_why_not_that_its_rollback_failed(tmp_path: Pa
     )
     assert "disk I/O error" in result["error"]
     assert "rollback" not in result["error"]
+
+
+def test_a_jsonl_checkpoint_the_disk_refuses_leaves_no_torn_line(tmp_path: Path) -> None:
+    # The failed write's bytes stayed, so the store then read as damaged (torn-tail) though
+    # the caller had been told the checkpoint failed.
+    with _ledger(JsonlStore(tmp_path / "store")) as ledger:
+        ledger.record("s", [_cost()] * 3, workflow_id="wf")
+        ledger.checkpoint()
+        ledger.record("s", [_cost()], workflow_id="wf")
+    room = (tmp_path / "store" / "checkpoints.jsonl").stat().st_size + 20
+    result = run_limited(
+        f"""
+        from tracebound.errors import StorageError
+        from tracebound.store.jsonl import JsonlStore
+        store = JsonlStore({str(tmp_path / "store")!r})
+        limit_files({room})
+        try:
+            store.save_checkpoint(4, "a note that does not fit in twenty bytes")
+        except StorageError as exc:
+            report(error=str(exc))
+        """
+    )
+    assert "File too large" in result["error"]
+    with _ledger(JsonlStore(tmp_path / "store")) as ledger:
+        assert ledger.verify().damage is None
+        assert ledger.checkpoint().size == 4
+
+
+def test_jsonl_merkle_nodes_the_disk_refuses_leave_no_part_of_a_node(tmp_path: Path) -> None:
+    # A part of a node left behind made every later checkpoint fail with a ProofError.
+    with JsonlStore(tmp_path / "store") as store:
+        store.add_merkle_nodes(1, 0, [bytes(32)] * 2)
+    result = run_limited(
+        f"""
+        from tracebound.errors import StorageError
+        from tracebound.store.jsonl import JsonlStore
+        store = JsonlStore({str(tmp_path / "store")!r})
+        limit_files(100)
+        try:
+            store.add_merkle_nodes(1, 2, [bytes(32)] * 5)
+        except StorageError as exc:
+            report(error=str(exc))
+        """
+    )
+    assert "File too large" in result["error"]
+    with JsonlStore(tmp_path / "store") as store:
+        assert store.merkle_node_count(1) == 2

@@ -237,6 +237,23 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
+def _write_undone_on_failure(fd: int, data: bytes, end: int) -> None:
+    """Write and fsync ``data``; if that fails (a full disk), cut the file back to ``end``.
+
+    The caller is told the write failed, so none of it may stay: a part of a line or of a
+    node left behind would read as damage (a torn tail) the next time the file is read.
+    The caller holds the write lock.
+    """
+    try:
+        _write_all(fd, data)
+        os.fsync(fd)
+    except OSError:
+        with suppress(OSError):  # then the reader reports the leftover bytes
+            os.ftruncate(fd, end)
+            os.fsync(fd)
+        raise
+
+
 def _split(line: bytes) -> tuple[int, int, bytes, bytes] | None:
     """(first, last, hash, record bytes) of a log line, or None if it is not one."""
     m = _FRAME.match(line)
@@ -735,14 +752,8 @@ class JsonlStore(ChainedAppends):
             self._log_fd = os.open(self._log_path, os.O_WRONLY | os.O_APPEND)
             self._log_fd_ident = _fd_ident(self._log_fd)
         try:
-            _write_all(self._log_fd, data)
-            os.fsync(self._log_fd)
+            _write_undone_on_failure(self._log_fd, data, self._end)
         except OSError as exc:
-            try:
-                os.ftruncate(self._log_fd, self._end)
-                os.fsync(self._log_fd)
-            except OSError:
-                pass  # the next reader reports the leftover bytes as a torn tail
             raise StorageError(
                 f"append to {self._log_path} failed and was rolled back: {exc}"
             ) from exc
@@ -1097,8 +1108,7 @@ class JsonlStore(ChainedAppends):
                     data = b"".join(hashes[have - start :])
                     if data:
                         os.lseek(fd, 32 * have, os.SEEK_SET)
-                        _write_all(fd, data)
-                        os.fsync(fd)
+                        _write_undone_on_failure(fd, data, 32 * have)
                 finally:
                     os.close(fd)
                 if created:
@@ -1119,8 +1129,7 @@ class JsonlStore(ChainedAppends):
         created = not path.exists()
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
-            _write_all(fd, line)
-            os.fsync(fd)
+            _write_undone_on_failure(fd, line, os.fstat(fd).st_size)
         finally:
             os.close(fd)
         if created:
