@@ -177,13 +177,17 @@ class FileBlobStore:
         tmp = shard / f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         try:
-            view = memoryview(data)
-            while view:  # os.write may write less than it was given
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        tmp.replace(path)
+            try:
+                view = memoryview(data)
+                while view:  # os.write may write less than it was given
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            tmp.replace(path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)  # on a full disk, its part would hold space for ever
+            raise
         fsync_dir(shard)
 
     def _use_folders(self, shard: Path) -> None:

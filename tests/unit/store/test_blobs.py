@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from tests.file_limit_harness import run_limited
 
 from tracebound.errors import IntegrityError, StorageError
 from tracebound.store import blobs as blobs_module
@@ -155,3 +156,23 @@ def test_threads_putting_the_same_blob_do_not_collide(tmp_path: Path) -> None:
     for thread in threads:
         thread.join()
     assert errors == []
+
+
+def test_a_blob_the_disk_refuses_leaves_no_temporary_file(tmp_path: Path) -> None:
+    # Its partial temporary file stayed in the shard: on a full disk, space nobody frees.
+    FileBlobStore(tmp_path / "blobs").put(b"first")
+    result = run_limited(
+        f"""
+        from tracebound.errors import StorageError
+        from tracebound.store.blobs import FileBlobStore
+        limit_files(1000)
+        try:
+            FileBlobStore({str(tmp_path / "blobs")!r}).put(bytes(5000))
+        except StorageError as exc:
+            report(error=str(exc))
+        """
+    )
+    assert "File too large" in result["error"]
+    assert [p.name for p in (tmp_path / "blobs").rglob("*") if p.is_file()] == [
+        sha256_digest(b"first")[len("sha256:") + 2 :]
+    ]
