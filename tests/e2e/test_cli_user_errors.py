@@ -142,3 +142,9 @@ def test_ctrl_c_is_reported_as_an_interrupt(
         assert (error["kind"], error["message"]) == ("Interrupted", "interrupted (Ctrl-C)")
     else:
         assert "error: interrupted (Ctrl-C)" in result.output
+
+
+def test_a_proof_the_disk_refuses_names_the_file(cli: CLI) -> None:
+    # "No space left on device" alone read as if the ledger's disk were full.
+    error = cli.json("prove", "1", "-o", "/dev/full", code=2)["error"]
+    assert error["message"] == "cannot write --output /dev/full: No space left on device"

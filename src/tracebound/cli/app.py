@@ -977,7 +977,10 @@ def prove(
             ledger.close()
         text = json.dumps(bundle.as_dict(), indent=2, sort_keys=True) + "\n"
         if output is not None:
-            output.write_text(text, encoding="utf-8")
+            try:
+                output.write_text(text, encoding="utf-8")
+            except OSError as exc:  # a failed write's error names no file: say which
+                raise ConfigError(f"cannot write --output {output}: {exc.strerror or exc}") from exc
     if as_json or output is None:
         sys.stdout.write(text)
     else:
