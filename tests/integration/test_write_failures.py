@@ -7,8 +7,16 @@ verify, hold every acknowledged event, and take the next write.
 
 from __future__ import annotations
 
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import tempfile
 from decimal import Decimal
 from pathlib import Path
+
+import pytest
 
 from tests.file_limit_harness import run_limited
 from tracebound.events.catalog import CostIncurred, CostSource
@@ -78,6 +86,7 @@ def test_a_failed_views_write_says_why_not_that_its_rollback_failed(tmp_path: Pa
     )
     assert "disk I/O error" in result["error"]
     assert "rollback" not in result["error"]
+    assert f"may not write past {_ROOM} bytes in a file (ulimit -f)" in result["error"]
 
 
 def test_a_jsonl_checkpoint_the_disk_refuses_leaves_no_torn_line(tmp_path: Path) -> None:
@@ -125,3 +134,81 @@ def test_jsonl_merkle_nodes_the_disk_refuses_leave_no_part_of_a_node(tmp_path: P
     assert "File too large" in result["error"]
     with JsonlStore(tmp_path / "store") as store:
         assert store.merkle_node_count(1) == 2
+
+
+def test_an_append_past_the_file_size_limit_says_so_and_loses_nothing(tmp_path: Path) -> None:
+    # SQLite says only "disk I/O error" for EFBIG (and for a disk quota): the error now says
+    # what this process can see of why: here, the file size limit it runs under.
+    with _ledger(SQLiteStore(tmp_path / "store")) as ledger:
+        ledger.record("s", [_cost()], workflow_id="wf")
+    result = run_limited(
+        f"""
+        from tests.integration.test_write_failures import _cost, _ledger
+        from tracebound.errors import StorageError
+        from tracebound.store.sqlite import SQLiteStore
+        ledger = _ledger(SQLiteStore({str(tmp_path / "store")!r}))
+        event = _cost().model_copy(update={{"source": "x" * 2000}})
+        limit_files({_ROOM})
+        acknowledged = 1
+        try:
+            while True:
+                ledger.record("s", [event], workflow_id="wf")
+                acknowledged += 1
+        except StorageError as exc:
+            report(error=str(exc), acknowledged=acknowledged)
+        """
+    )
+    assert result["error"].startswith("sqlite append failed: ")
+    assert f"may not write past {_ROOM} bytes in a file (ulimit -f)" in result["error"]
+    assert str(tmp_path / "store" / "ledger.db") in result["error"]
+    with _ledger(SQLiteStore(tmp_path / "store")) as ledger:
+        assert ledger.verify().damage is None
+        assert ledger.store.size() == result["acknowledged"] > 1
+        ledger.record("s", [_cost()], workflow_id="wf")  # the next append works
+
+
+def test_a_read_only_file_beside_the_ledger_is_named(tmp_path: Path) -> None:
+    # "attempt to write a readonly database" named no file: a -shm file an earlier run left
+    # read-only kept every command failing after the ledger file's own mode was put right.
+    home = Path(tempfile.mkdtemp())  # not under tmp_path: the child's user must reach it
+    try:
+        SQLiteStore(home / "store").close()
+        shm = home / "store" / "ledger.db-shm"
+        shm.write_bytes(bytes(32768))  # as SQLite leaves it (an empty one, it repairs)
+        shm.chmod(0o444)
+        child = subprocess.run(
+            [*_as_nobody(home), sys.executable, "-c", _OPEN_AND_SAY, str(home / "store")],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert child.stdout.strip().endswith(f"; {shm} is read-only for this user"), child
+    finally:
+        shutil.rmtree(home)
+
+
+def _as_nobody(home: Path) -> list[str]:
+    """The command prefix that runs a child as nobody, owner of ``home``, when the tests run
+    as root (root writes read-only files); none otherwise. setpriv, not ``subprocess``'s
+    ``user=``: the interpreter may live where only root can reach it (/root/.pyenv), and
+    setpriv keeps root's reach until the exec."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("running as root without setpriv: no way to be a user files refuse")
+    nobody = pwd.getpwnam("nobody")
+    for path in (home, *home.rglob("*")):
+        os.chown(path, nobody.pw_uid, nobody.pw_gid)
+    return [setpriv, f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups"]
+
+
+_OPEN_AND_SAY = """
+import sys
+from tracebound.errors import StorageError
+from tracebound.store.sqlite import SQLiteStore
+try:
+    SQLiteStore(sys.argv[1], create=False)
+except StorageError as exc:
+    print(exc)
+"""

@@ -33,7 +33,7 @@ import orjson
 from tracebound.errors import ConcurrencyConflict, ConfigError, StorageError
 from tracebound.projections.base import Column, Key, Projection, Row, Table
 from tracebound.projections.trail import ENGINE_HISTORY
-from tracebound.store.sqlite import rollback_open
+from tracebound.store.sqlite import io_cause, rollback_open
 
 __all__ = ["VIEWS_FILENAME", "PositionRecord", "SQLiteViews", "TableWrite"]
 
@@ -60,12 +60,12 @@ CREATE TABLE IF NOT EXISTS projection_positions (
 
 
 @contextmanager
-def _translated(what: str) -> Iterator[None]:
+def _translated(what: str, path: Path) -> Iterator[None]:
     """No sqlite3 error escapes: they become StorageError, like the ledger store's."""
     try:
         yield
     except sqlite3.Error as exc:
-        raise StorageError(f"views {what} failed: {exc}") from exc
+        raise StorageError(f"views {what} failed: {exc}{io_cause(exc, path)}") from exc
 
 
 def _json_default(value: Any) -> Any:
@@ -159,7 +159,7 @@ class SQLiteViews:
         self._unindexed: set[str] = set()  # fresh tables whose indexes wait for catch-up
         self._indexed: set[str] = set()
         self._writers: dict[Table, tuple[str, Callable[[Row], Sequence[Any]]]] = {}
-        with _translated("open"):
+        with _translated("open", self.path):
             p.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             self._conn = sqlite3.connect(p, isolation_level=None, check_same_thread=False)
             self._refuse_a_ledger(p)
@@ -242,7 +242,7 @@ class SQLiteViews:
         todo = [t for p in projections for t in p.tables if t.name in self._unindexed]
         if not todo:
             return
-        with self._lock, _translated("index"):
+        with self._lock, _translated("index", self.path):
             for table in todo:
                 self._create_indexes(table)
 
@@ -251,7 +251,7 @@ class SQLiteViews:
 
         Returns the stored position record (position 0 for a new or rebuilt projection).
         """
-        with self._lock, _translated("prepare"):
+        with self._lock, _translated("prepare", self.path):
             stored = self.position_record(projection.name)
             if stored is not None and stored.version != projection.version:
                 self.reset(projection)
@@ -282,7 +282,7 @@ class SQLiteViews:
 
     def reset(self, projection: Projection) -> None:
         """Drop the projection's tables and position: the next run replays from position 0."""
-        with self._lock, _translated("reset"):
+        with self._lock, _translated("reset", self.path):
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 for table in projection.tables:
@@ -298,7 +298,7 @@ class SQLiteViews:
     # -- positions -----------------------------------------------------------------------
 
     def position_record(self, name: str) -> PositionRecord | None:
-        with self._lock, _translated("read"):
+        with self._lock, _translated("read", self.path):
             row = self._conn.execute(
                 "SELECT name, version, position, failed_position, error "
                 "FROM projection_positions WHERE name = ?",
@@ -307,7 +307,7 @@ class SQLiteViews:
         return None if row is None else PositionRecord(*row)
 
     def positions(self) -> list[PositionRecord]:
-        with self._lock, _translated("read"):
+        with self._lock, _translated("read", self.path):
             rows = self._conn.execute(
                 "SELECT name, version, position, failed_position, error "
                 "FROM projection_positions ORDER BY name"
@@ -320,7 +320,7 @@ class SQLiteViews:
         """One row by primary key (the projections' read-through on a cache miss)."""
         where = " AND ".join(f"{_quote(k)} = ?" for k in table.key)
         cols = ", ".join(_quote(c) for c in table.column_names)
-        with self._lock, _translated("read"):
+        with self._lock, _translated("read", self.path):
             found = self._conn.execute(
                 f"SELECT {cols} FROM {_quote(table.name)} WHERE {where}",  # noqa: S608 - quoted names
                 key,
@@ -387,7 +387,7 @@ class SQLiteViews:
             ConcurrencyConflict: another runner moved a position since this one read it.
             StorageError: SQLite failed; nothing was written.
         """
-        with self._lock, _translated("commit"):
+        with self._lock, _translated("commit", self.path):
             conn = self._conn
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -423,7 +423,7 @@ class SQLiteViews:
 
     def import_engine_history(self, rows: Sequence[Row]) -> int:
         """Store engine-history rows (see :mod:`.trail`); re-importing replaces, by key."""
-        with self._lock, _translated("import"):
+        with self._lock, _translated("import", self.path):
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 self._upsert(ENGINE_HISTORY, rows)
@@ -453,7 +453,7 @@ class SQLiteViews:
             sql += " WHERE " + " AND ".join(f"{_quote(k)} = ?" for k in where)
             params = list(where.values())
         sql += " ORDER BY " + ", ".join(_quote(c) for c in (order_by or table.key))
-        with self._lock, _translated("read"):
+        with self._lock, _translated("read", self.path):
             try:
                 found = self._conn.execute(sql, params).fetchall()
             except sqlite3.OperationalError as exc:

@@ -11,10 +11,18 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import resource
 import secrets
+from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["append_durably", "fsync_dir", "make_private_dir", "write_file_atomic"]
+__all__ = [
+    "append_durably",
+    "fsync_dir",
+    "make_private_dir",
+    "why_unwritable",
+    "write_file_atomic",
+]
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
@@ -112,3 +120,25 @@ def append_durably(path: Path, data: bytes) -> None:
         os.close(fd)
     if created:
         fsync_dir(path.parent)
+
+
+def why_unwritable(path: Path, suffixes: Sequence[str] = ()) -> str | None:
+    """What this process can see of why writing ``path`` (or ``path`` + a suffix: SQLite's
+    ``-wal`` and ``-shm``) failed, naming the file or folder at fault; or None.
+
+    SQLite says "disk I/O error" for a write past the file size limit and "attempt to write
+    a readonly database" for any file it could not write, naming neither; the operator needs
+    to know which file, and what to change.
+    """
+    for file in (path, *(path.with_name(path.name + s) for s in suffixes)):
+        if file.exists() and not os.access(file, os.W_OK):
+            return f"{file} is read-only for this user"
+    if not os.access(path.parent, os.W_OK):
+        return f"the folder {path.parent} is read-only for this user"
+    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    if soft != resource.RLIM_INFINITY:
+        return f"{path}: this process may not write past {soft} bytes in a file (ulimit -f)"
+    with contextlib.suppress(OSError):
+        if os.statvfs(path.parent).f_bavail == 0:
+            return f"the file system holding {path.parent} is full"
+    return None

@@ -51,6 +51,7 @@ from tracebound.store._chaining import (
     stream_json,
     stream_page_events,
 )
+from tracebound.store.files import why_unwritable
 from tracebound.store.port import (
     AppendRequest,
     RawRecord,
@@ -305,7 +306,24 @@ def _translated(what: str, path: Path | None = None) -> Iterator[None]:
                 f"{where}SQLite cannot read the ledger file ({exc}); it is damaged, not "
                 "repaired (restore it from a copy; `tracebound copy` makes verified copies)",
             ) from exc
-        raise StorageError(f"sqlite {what} failed: {exc}") from exc
+        raise StorageError(f"sqlite {what} failed: {exc}{io_cause(exc, path)}") from exc
+
+
+_IO_CODES: Final = frozenset({3, 8, 10, 13, 14})  # PERM, READONLY, IOERR, FULL, CANTOPEN
+_IO_TEXTS: Final = ("disk I/O error", "readonly database", "unable to open", "disk is full")
+
+
+def io_cause(exc: BaseException, path: Path | None) -> str:
+    """For an error of writing or opening the file, what can be seen of why (see
+    :func:`why_unwritable`): ``"; <why>"``, or nothing."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if path is None or not (
+        (isinstance(code, int) and code & 0xFF in _IO_CODES)
+        or any(text in str(exc) for text in _IO_TEXTS)  # the kernel's errors: text only
+    ):
+        return ""
+    why = why_unwritable(path, ("-wal", "-shm"))
+    return f"; {why}" if why else f" ({path})"
 
 
 def _chunked(requests: Sequence[AppendRequest]) -> Iterator[PreparedRequest]:
@@ -567,6 +585,10 @@ class SQLiteStore(ChainedAppends):
             "PRAGMA foreign_keys=ON;"
         )
 
+    def _failed(self, what: str, exc: BaseException) -> StorageError:
+        """The error of a statement that failed, with what can be seen of why."""
+        return StorageError(f"sqlite {what} failed: {exc}{io_cause(exc, self.path)}")
+
     def _writer(self) -> _WriterState:
         """The connection every append writes through and what it knows of the log's head
         (caller holds the write lock): the C kernel's ``Writer`` when built, which binds
@@ -642,7 +664,7 @@ class SQLiteStore(ChainedAppends):
                 if not self._append_solo(batches, chained):
                     self._append_locked(batches, chained)
             except _WRITE_ERRORS as exc:
-                raise StorageError(f"sqlite append failed: {exc}") from exc
+                raise self._failed("append", exc) from exc
         # Built after the commit: nothing here needs the lock.
         return [
             done if isinstance(done, ConcurrencyConflict) else recorded_events(batch, done.rows)
@@ -717,7 +739,7 @@ class SQLiteStore(ChainedAppends):
                     state.abort()
                     raise
             except _WRITE_ERRORS as exc:
-                raise StorageError(f"sqlite append failed: {exc}") from exc
+                raise self._failed("append", exc) from exc
             return out
 
     @staticmethod
@@ -825,16 +847,16 @@ class SQLiteStore(ChainedAppends):
     # -- reads ---------------------------------------------------------------------------
 
     def stream_head(self, stream_id: str) -> StreamHead | None:
-        with _translated("read"):
+        with _translated("read", self.path):
             return self._head(self._conn(), stream_id)
 
     def size(self) -> int:
-        with _translated("read"):
+        with _translated("read", self.path):
             (last,) = self._conn().execute(_LAST_SQL).fetchone()
             return int(last)
 
     def log_extent(self) -> tuple[int, int, int]:
-        with _translated("read"):
+        with _translated("read", self.path):
             count, lowest, highest = self._conn().execute(_EXTENT_SQL).fetchone()
             return int(count), int(lowest), int(highest)
 
@@ -844,7 +866,7 @@ class SQLiteStore(ChainedAppends):
         upper = stop if stop is not None else (1 << 62)
         cursor = start
         while cursor <= upper:
-            with _translated("read"):
+            with _translated("read", self.path):
                 page = (
                     self._conn()
                     .execute(
@@ -870,7 +892,7 @@ class SQLiteStore(ChainedAppends):
         upper = stop if stop is not None else (1 << 62)
         cursor = start
         while cursor <= upper:
-            with _translated("read"):
+            with _translated("read", self.path):
                 page = self._conn().execute(_SELECT_RAW, (cursor, upper, page_size)).fetchall()
             if not page:
                 return
@@ -903,21 +925,21 @@ class SQLiteStore(ChainedAppends):
             return
         upper = stop if stop is not None else (1 << 62)
         cursor = start
-        with _translated("read"):
+        with _translated("read", self.path):
             self._conn()  # raises StoreClosed once closed
         try:
             busy_ms = int(min(self._busy_timeout * 1000, 2**31 - 1))
             reader = reader_type(str(self.path), busy_ms)
         except _KernelError as exc:
-            raise StorageError(f"sqlite read failed: {exc}") from exc
+            raise self._failed("read", exc) from exc
         try:
             while cursor <= upper:
                 try:
                     page: Sequence[Sequence[Any]] | None = reader.page(cursor, upper, _VERIFY_PAGE)
                 except _KernelError as exc:
-                    raise StorageError(f"sqlite read failed: {exc}") from exc
+                    raise self._failed("read", exc) from exc
                 if page is None:  # something unusual in this page: read it the usual way
-                    with _translated("read"):
+                    with _translated("read", self.path):
                         page = (
                             self._conn()
                             .execute(_SELECT_RAW, (cursor, upper, _VERIFY_PAGE))
@@ -947,7 +969,7 @@ class SQLiteStore(ChainedAppends):
         upper = to_version if to_version is not None else (1 << 62)
         cursor = from_version
         while cursor <= upper:
-            with _translated("read"):
+            with _translated("read", self.path):
                 page = (
                     self._conn()
                     .execute(
@@ -967,13 +989,13 @@ class SQLiteStore(ChainedAppends):
     # -- checkpoints ---------------------------------------------------------------------
 
     def save_checkpoint(self, size: int, note: str) -> None:
-        with self._write_lock, _translated("checkpoint"):
+        with self._write_lock, _translated("checkpoint", self.path):
             self._conn().execute(
                 "INSERT OR REPLACE INTO checkpoints (size, note) VALUES (?, ?)", (size, note)
             )
 
     def latest_checkpoint(self) -> str | None:
-        with _translated("read"):
+        with _translated("read", self.path):
             row = (
                 self._conn()
                 .execute("SELECT note FROM checkpoints ORDER BY size DESC LIMIT 1")
@@ -982,7 +1004,7 @@ class SQLiteStore(ChainedAppends):
         return None if row is None else str(row[0])
 
     def checkpoints(self) -> list[tuple[int, str]]:
-        with _translated("read"):
+        with _translated("read", self.path):
             rows = (
                 self._conn().execute("SELECT size, note FROM checkpoints ORDER BY size").fetchall()
             )
@@ -991,7 +1013,7 @@ class SQLiteStore(ChainedAppends):
     # -- Merkle nodes (MerkleNodeStore) -------------------------------------------------
 
     def read_hashes(self, start: int, stop: int) -> list[bytes]:
-        with _translated("read"):
+        with _translated("read", self.path):
             rows = (
                 self._conn()
                 .execute(
@@ -1004,7 +1026,7 @@ class SQLiteStore(ChainedAppends):
         return [h for (h,) in rows]
 
     def merkle_nodes(self, level: int, start: int, stop: int) -> list[bytes]:
-        with _translated("read"):
+        with _translated("read", self.path):
             rows = (
                 self._conn()
                 .execute(
@@ -1019,7 +1041,7 @@ class SQLiteStore(ChainedAppends):
     def merkle_node_count(self, level: int) -> int:
         # Not MAX(idx) + 1 alone: one forged row at 2**40 made that the count. The column
         # is not STRICT, so an index edited by hand may be text or real: it is named.
-        with _translated("read"):
+        with _translated("read", self.path):
             conn = self._conn()
             rows, lowest, highest, odd = conn.execute(
                 "SELECT COUNT(*), MIN(idx), MAX(idx), "
@@ -1037,7 +1059,7 @@ class SQLiteStore(ChainedAppends):
             return node_count(level, int(rows), lowest, highest, first_gap)
 
     def add_merkle_nodes(self, level: int, start: int, hashes: Sequence[bytes]) -> None:
-        with self._write_lock, _translated("write"):
+        with self._write_lock, _translated("write", self.path):
             conn = self._conn()
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -1051,18 +1073,18 @@ class SQLiteStore(ChainedAppends):
                 raise
 
     def drop_merkle_nodes(self) -> None:
-        with self._write_lock, _translated("write"):
+        with self._write_lock, _translated("write", self.path):
             self._conn().execute("DELETE FROM merkle_nodes")
 
     # -- metadata ------------------------------------------------------------------------
 
     def get_meta(self, key: str) -> str | None:
-        with _translated("read"):
+        with _translated("read", self.path):
             row = self._conn().execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return None if row is None else str(row[0])
 
     def set_meta(self, key: str, value: str) -> None:
-        with self._write_lock, _translated("write"):
+        with self._write_lock, _translated("write", self.path):
             self._conn().execute(
                 "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value)
             )
@@ -1080,7 +1102,7 @@ class SQLiteStore(ChainedAppends):
         """
         if not records:
             return
-        with self._write_lock, _translated("import"):
+        with self._write_lock, _translated("import", self.path):
             conn = self._conn()
             conn.execute("BEGIN IMMEDIATE")
             try:
