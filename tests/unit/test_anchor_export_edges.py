@@ -103,3 +103,24 @@ def test_an_out_path_that_is_a_folder_names_that_path_not_a_temporary_file(
         "exports",
         "store",
     ]
+
+
+def test_an_out_path_that_is_a_pipe_is_written_into_not_replaced(tmp_path: Path) -> None:
+    # `--out /dev/stdout` or a named pipe: the rows go into it. Before, the export wrote a
+    # temporary file beside it and renamed it over the pipe (as root, over /dev/stdout).
+    import os
+    import stat
+
+    store = _store(tmp_path)
+    fifo = tmp_path / "rows.fifo"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # so the export's open finds a reader
+    try:
+        code, output = _export(tmp_path, store, "--no-proofs", "--out", str(fifo), "--json")
+        assert code == 0, output
+        assert stat.S_ISFIFO(fifo.stat().st_mode)
+        received = os.read(reader, 1 << 16)
+    finally:
+        os.close(reader)
+    assert len(received.splitlines()) == 2 and json.loads(output)["rows"] == 2
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []

@@ -30,7 +30,9 @@ from tracebound.cli._common import (
 )
 from tracebound.errors import ConfigError
 from tracebound.pipeline.retry.anchors import (
+    AnchorDatasetRow,
     AnchorWriter,
+    DatasetFormat,
     anchor_dataset,
     require_parquet,
     write_dataset,
@@ -125,16 +127,28 @@ def export_anchors(
             write_dataset(rows, "jsonl", sys.stdout.buffer)
             sys.stdout.flush()
             return
-        tmp = out.with_name(f".{out.name}.tmp")
-        try:
-            with tmp.open("wb") as fh:
-                write_dataset(rows, "parquet" if fmt is Format.parquet else "jsonl", fh)
-            tmp.replace(out)
-        except OSError as exc:  # name the file asked for, not its temporary twin
-            raise ConfigError(f"cannot write --out {out}: {exc.strerror or exc}") from exc
-        finally:
-            tmp.unlink(missing_ok=True)  # only left there when the export failed
+        _write_out(out, rows, "parquet" if fmt is Format.parquet else "jsonl")
     if as_json:
         emit_json({"ok": True, "rows": len(rows), "format": fmt.value, "out": str(out)})
     else:
         console.print(f"Exported {len(rows)} anchor(s) as {fmt.value} to [bold]{out}[/]")
+
+
+def _write_out(out: Path, rows: list[AnchorDatasetRow], fmt: DatasetFormat) -> None:
+    """A file is written whole or not at all (a temporary twin, renamed over it); a pipe or
+    a device (``/dev/stdout``, ``>(gzip)``) is written into: renaming over it would replace
+    the pipe, and as root replace ``/dev/stdout`` itself with a regular file."""
+    try:
+        if out.exists() and not out.is_file():
+            with out.open("wb") as fh:
+                write_dataset(rows, fmt, fh)
+            return
+        tmp = out.with_name(f".{out.name}.tmp")
+        try:
+            with tmp.open("wb") as fh:
+                write_dataset(rows, fmt, fh)
+            tmp.replace(out)
+        finally:
+            tmp.unlink(missing_ok=True)  # only left there when the export failed
+    except OSError as exc:  # name the file asked for, not its temporary twin
+        raise ConfigError(f"cannot write --out {out}: {exc.strerror or exc}") from exc
