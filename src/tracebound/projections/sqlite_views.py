@@ -33,6 +33,7 @@ import orjson
 from tracebound.errors import ConcurrencyConflict, ConfigError, StorageError
 from tracebound.projections.base import Column, Key, Projection, Row, Table
 from tracebound.projections.trail import ENGINE_HISTORY
+from tracebound.store.files import create_private_file
 from tracebound.store.sqlite import io_cause, rollback_open
 
 __all__ = ["VIEWS_FILENAME", "PositionRecord", "SQLiteViews", "TableWrite"]
@@ -161,6 +162,7 @@ class SQLiteViews:
         self._writers: dict[Table, tuple[str, Callable[[Row], Sequence[Any]]]] = {}
         with _translated("open", self.path):
             p.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            create_private_file(p)  # what the views hold is the ledger's: owner-only too
             self._conn = sqlite3.connect(p, isolation_level=None, check_same_thread=False)
             self._refuse_a_ledger(p)
             self._conn.execute("PRAGMA journal_mode=WAL")

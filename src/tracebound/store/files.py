@@ -18,6 +18,7 @@ from pathlib import Path
 
 __all__ = [
     "append_durably",
+    "create_private_file",
     "fsync_dir",
     "make_private_dir",
     "why_unwritable",
@@ -142,3 +143,21 @@ def why_unwritable(path: Path, suffixes: Sequence[str] = ()) -> str | None:
         if os.statvfs(path.parent).f_bavail == 0:
             return f"the file system holding {path.parent} is full"
     return None
+
+
+def create_private_file(path: Path) -> None:
+    """Create an empty database file owner-only (0600), before SQLite opens it.
+
+    SQLite would create it 0644 (less the umask), world-readable in any directory that is
+    not tracebound's own 0700 one; its -wal and -shm files copy the database file's mode.
+    """
+    try:
+        fd = os.open(
+            path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600
+        )
+    except FileExistsError:  # another process is creating it: it sets the mode
+        return
+    try:
+        os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
-import os
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
@@ -51,7 +50,7 @@ from tracebound.store._chaining import (
     stream_json,
     stream_page_events,
 )
-from tracebound.store.files import why_unwritable
+from tracebound.store.files import create_private_file, why_unwritable
 from tracebound.store.port import (
     AppendRequest,
     RawRecord,
@@ -434,24 +433,6 @@ def rollback_open(conn: sqlite3.Connection) -> None:
         conn.execute("ROLLBACK")
 
 
-def _create_private(path: Path) -> None:
-    """Create the empty database file owner-only (0600), before SQLite opens it.
-
-    SQLite would create it 0644 (less the umask), world-readable in any directory that is
-    not tracebound's own 0700 one; its -wal and -shm files copy the database file's mode.
-    """
-    try:
-        fd = os.open(
-            path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600
-        )
-    except FileExistsError:  # another process is creating it: it sets the mode
-        return
-    try:
-        os.fchmod(fd, 0o600)
-    finally:
-        os.close(fd)
-
-
 class SQLiteStore(ChainedAppends):
     """A ledger in one SQLite file. Safe to share between threads and processes.
 
@@ -487,7 +468,7 @@ class SQLiteStore(ChainedAppends):
                     f"no ledger at {p}; run `tracebound init` first", place=("sqlite", str(p))
                 )
             p.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            _create_private(p)
+            create_private_file(p)
         self.path = p
         self.url = f"sqlite:///{p}"
         self._synchronous = synchronous.upper()

@@ -480,3 +480,21 @@ def test_a_follower_goes_on_when_another_runner_applied_events_first(
     assert errors == []
     assert [s.position for s in follower.status()] == [3] * len(default_projections())
     assert views_snapshot(follower.views, all_tables())["cost_ledger"][0]["events"] == 3
+
+
+def test_a_new_views_file_is_owner_only_like_the_ledger(tmp_path: Path) -> None:
+    # Views hold what the ledger holds (costs, approvers, reasons). Before: 0644 less the
+    # umask, world-readable wherever --views put it; the ledger file is 0600.
+    import os
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        views = SQLiteViews(tmp_path / "shared-folder" / "views.db")
+        views.close()
+    finally:
+        os.umask(old)
+    for name in ("views.db", "views.db-wal", "views.db-shm"):
+        path = tmp_path / "shared-folder" / name
+        if path.exists():
+            assert stat.S_IMODE(path.stat().st_mode) == 0o600, name
