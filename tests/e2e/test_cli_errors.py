@@ -150,7 +150,7 @@ class TestFilesNamedOnTheCommandLine:
         cli.json("checkpoint")
         proc = cli.run("prove", "1", "-o", "missing/dir/p.json")
         assert proc.returncode == 2, proc.stderr
-        assert "No such file or directory: missing/dir/p.json" in proc.stderr
+        assert "cannot write --output missing/dir/p.json: No such file or directory" in proc.stderr
         assert "Traceback" not in proc.stderr
 
     def test_an_export_is_never_written_over_the_store(self, cli: CLI) -> None:

@@ -124,3 +124,36 @@ def test_an_out_path_that_is_a_pipe_is_written_into_not_replaced(tmp_path: Path)
         os.close(reader)
     assert len(received.splitlines()) == 2 and json.loads(output)["rows"] == 2
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+def test_the_out_file_is_on_disk_before_it_replaces_the_old_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A power cut after the rename must not leave an empty dataset where the last one was:
+    the new file's bytes are fsynced before it takes the name, and the folder after."""
+    import os
+
+    store = _store(tmp_path)
+    out = tmp_path / "anchors.jsonl"
+    out.write_text("the previous export\n")
+    synced: set[int] = set()
+    renamed: list[bool] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        synced.add(os.fstat(fd).st_ino)
+        real_fsync(fd)
+
+    def replace(src: str | Path, dst: str | Path) -> None:
+        if Path(dst) == out:
+            renamed.append(Path(src).stat().st_ino in synced)
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    code, output = _export(tmp_path, store, "--no-proofs", "--out", str(out), "--json")
+    assert code == 0, output
+    # Before: written to a temporary file and renamed, never fsynced.
+    assert renamed == [True]
+    assert tmp_path.stat().st_ino in synced  # the new name is durable too
+    assert len(out.read_text().splitlines()) == 2

@@ -35,6 +35,7 @@ from tracebound.errors import (
 )
 from tracebound.integrity.keys import NoteSigner, NoteVerifier
 from tracebound.ledger import Ledger
+from tracebound.store.files import write_file_atomic
 from tracebound.store.keyfile import default_key_path, load_signer, load_verifier
 from tracebound.store.url import DEFAULT_STORE_DIR, open_store, store_path
 from tracebound.store.witness import OriginMismatch, choose_witness
@@ -305,6 +306,30 @@ def refuse_inside_store(path: Path, store: str | None, option: str) -> None:
 
 _SQLITE_SIDE_FILES: Final = ("-wal", "-shm", "-journal")
 """Files SQLite keeps beside a database, named after it."""
+
+
+def write_output(path: Path, data: bytes, option: str) -> None:
+    """Write an export (a proof, a dataset) to ``path``: whole, or not at all.
+
+    Through a temporary file, fsynced, then renamed over ``path``: a command killed while
+    writing (or a power cut after it) leaves the previous file as it was, never a
+    truncated one under its name that a checker would call a bad proof. A pipe or a
+    device is written into instead.
+
+    Raises:
+        ConfigError: the file cannot be written; the message names ``path``, not the
+            temporary file.
+    """
+    try:
+        if path.exists() and not path.is_file():
+            # A pipe or a device (`-o /dev/stdout`, `>(gzip)`) is written into: renaming a
+            # file over it would replace it, and as root replace /dev/stdout itself.
+            with path.open("wb") as fh:
+                fh.write(data)
+            return
+        write_file_atomic(path, data, mode=0o644, overwrite=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot write {option} {path}: {exc.strerror or exc}") from exc
 
 
 @contextmanager

@@ -44,6 +44,7 @@ from tracebound.cli._common import (
     resolve_key_path,
     store_dir,
     try_verifier,
+    write_output,
 )
 from tracebound.cli._group import RootGroup, UsageError
 from tracebound.cli._tables import fit, hoist_date
@@ -977,10 +978,7 @@ def prove(
             ledger.close()
         text = json.dumps(bundle.as_dict(), indent=2, sort_keys=True) + "\n"
         if output is not None:
-            try:
-                output.write_text(text, encoding="utf-8")
-            except OSError as exc:  # a failed write's error names no file: say which
-                raise ConfigError(f"cannot write --output {output}: {exc.strerror or exc}") from exc
+            write_output(output, text.encode("utf-8"), "--output")
     if as_json or output is None:
         sys.stdout.write(text)
     else:

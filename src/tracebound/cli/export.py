@@ -9,6 +9,7 @@ under ``<store>/fallback/anchors`` are checked against the ledger when present.
 
 from __future__ import annotations
 
+import io
 import sys
 from enum import StrEnum
 from pathlib import Path
@@ -27,12 +28,11 @@ from tracebound.cli._common import (
     open_ledger,
     refuse_inside_store,
     store_dir,
+    write_output,
 )
 from tracebound.errors import ConfigError
 from tracebound.pipeline.retry.anchors import (
-    AnchorDatasetRow,
     AnchorWriter,
-    DatasetFormat,
     anchor_dataset,
     require_parquet,
     write_dataset,
@@ -127,28 +127,10 @@ def export_anchors(
             write_dataset(rows, "jsonl", sys.stdout.buffer)
             sys.stdout.flush()
             return
-        _write_out(out, rows, "parquet" if fmt is Format.parquet else "jsonl")
+        data = io.BytesIO()
+        write_dataset(rows, "parquet" if fmt is Format.parquet else "jsonl", data)
+        write_output(out, data.getvalue(), "--out")
     if as_json:
         emit_json({"ok": True, "rows": len(rows), "format": fmt.value, "out": str(out)})
     else:
         console.print(f"Exported {len(rows)} anchor(s) as {fmt.value} to [bold]{out}[/]")
-
-
-def _write_out(out: Path, rows: list[AnchorDatasetRow], fmt: DatasetFormat) -> None:
-    """A file is written whole or not at all (a temporary twin, renamed over it); a pipe or
-    a device (``/dev/stdout``, ``>(gzip)``) is written into: renaming over it would replace
-    the pipe, and as root replace ``/dev/stdout`` itself with a regular file."""
-    try:
-        if out.exists() and not out.is_file():
-            with out.open("wb") as fh:
-                write_dataset(rows, fmt, fh)
-            return
-        tmp = out.with_name(f".{out.name}.tmp")
-        try:
-            with tmp.open("wb") as fh:
-                write_dataset(rows, fmt, fh)
-            tmp.replace(out)
-        finally:
-            tmp.unlink(missing_ok=True)  # only left there when the export failed
-    except OSError as exc:  # name the file asked for, not its temporary twin
-        raise ConfigError(f"cannot write --out {out}: {exc.strerror or exc}") from exc
