@@ -11,7 +11,7 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
-from tests.e2e.test_cli import ready_cli
+from tests.e2e.test_cli import CLI, _lines, ready_cli
 from tests.kill_at import kill_at
 
 KILLED = -signal.SIGKILL
@@ -31,3 +31,53 @@ def test_prove_killed_before_its_output_is_renamed_keeps_the_previous_proof(
     assert cli.json("verify-proof", "p.json")["position"] == 2
     assert cli.run("prove", "5", "-o", "p.json").returncode == 0
     assert cli.json("verify-proof", "p.json")["position"] == 5
+
+
+def _keys(cli: CLI) -> Path:
+    return Path(cli.env["HOME"]) / ".config" / "tracebound" / "keys"
+
+
+def test_keys_init_killed_before_the_pub_is_completed_by_the_next_keys_init(
+    tmp_path: Path,
+) -> None:
+    cli = CLI(tmp_path)
+    cli.json("init")
+    # The private key is written (write_file_atomic's first call), the .pub not yet.
+    proc = kill_at(cli, "tracebound.store.files:write_file_atomic:2", "keys", "init")
+    assert proc.returncode == KILLED, (proc.stdout, proc.stderr)
+    key = _keys(cli) / "tracebound.key"
+    pub = _keys(cli) / "tracebound.pub"
+    secret = key.read_bytes()
+    assert not pub.exists()
+    # Before: refused ("a signing key already exists ... --force"), pointing at the one
+    # option that throws the key away; the .pub was never written.
+    out = cli.json("keys", "init")
+    assert out["completed"] is True
+    assert key.read_bytes() == secret
+    assert pub.read_text().strip() == out["verifier_key"]
+    assert cli.json("keys", "show")["verifier_key"] == out["verifier_key"]
+    again = cli.json("keys", "init", code=2)  # now whole: refused as any existing key
+    assert "already exists" in again["error"]["message"]
+    cli.json("append", stdin=_lines(3))
+    cli.json("checkpoint")
+    assert cli.json("verify")["ok"] is True
+
+
+def test_keys_init_force_killed_between_key_and_pub_is_not_read_as_a_forgery(
+    tmp_path: Path,
+) -> None:
+    cli = ready_cli(tmp_path, 3, checkpoint=True)
+    old_pub = (_keys(cli) / "tracebound.pub").read_bytes()
+    proc = kill_at(cli, "tracebound.store.files:write_file_atomic:2", "keys", "init", "--force")
+    assert proc.returncode == KILLED, (proc.stdout, proc.stderr)
+    assert (_keys(cli) / "tracebound.pub").read_bytes() == old_pub  # the old key's
+    # Before: `keys show` printed the old key as this one's (an auditor given it calls
+    # every checkpoint the new key signs forged). Now it says what is wrong.
+    error = cli.json("keys", "show", code=2)["error"]
+    assert error["kind"] == "SigningKeyError", error
+    assert "is not the public key of the signing key" in error["message"]
+    assert "tracebound keys init" in error["message"]
+    out = cli.json("keys", "init")  # no --force needed: the key stays, its .pub follows
+    assert out["completed"] is True
+    assert (_keys(cli) / "tracebound.pub").read_bytes() != old_pub
+    assert cli.json("keys", "show")["verifier_key"] == out["verifier_key"]

@@ -36,7 +36,12 @@ from tracebound.errors import (
 from tracebound.integrity.keys import NoteSigner, NoteVerifier
 from tracebound.ledger import Ledger
 from tracebound.store.files import write_file_atomic
-from tracebound.store.keyfile import default_key_path, load_signer, load_verifier
+from tracebound.store.keyfile import (
+    check_key_pair,
+    default_key_path,
+    load_signer,
+    load_verifier,
+)
 from tracebound.store.url import DEFAULT_STORE_DIR, open_store, store_path
 from tracebound.store.witness import OriginMismatch, choose_witness
 from tracebound.system import RandomIds, SystemClock
@@ -198,9 +203,12 @@ def try_signer(key: Path | None) -> NoteSigner | None:
 def try_verifier(verifier_key: str | None, key: Path | None) -> NoteVerifier | None:
     if verifier_key is not None:
         return load_verifier(verifier_key)
-    pub = resolve_key_path(key).with_suffix(".pub")
+    private = resolve_key_path(key)
+    pub = private.with_suffix(".pub")
     if pub.exists():
-        return load_verifier(pub)
+        verifier = load_verifier(pub)
+        check_key_pair(private, pub, verifier)
+        return verifier
     signer = try_signer(key)
     return None if signer is None else signer.verifier
 

@@ -300,7 +300,11 @@ def keys_init(
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Create the signing key outside the store directory (mode 0600) and its .pub file."""
+    """Create the signing key outside the store directory (mode 0600) and its .pub file.
+
+    A key that is there already is kept; only its .pub is written again when it is
+    missing or another key's (a `keys init` killed between the two files).
+    """
     with handled(as_json):
         path = resolve_key_path(key)
         generated = generate_keypair(name, path=path, store_dir=store_dir(store), force=force)
@@ -312,8 +316,16 @@ def keys_init(
                 "key": str(path),
                 "public": str(generated.public_path),
                 "verifier_key": verifier,
+                "completed": generated.completed,
             }
         )
+    elif generated.completed:
+        console.print(
+            f"Signing key already at [bold]{escape(str(path))}[/] (kept); its public key "
+            f"file was missing or another key's, and is written again: "
+            f"[bold]{escape(str(generated.public_path))}[/]"
+        )
+        console.print(f"Verifier key (give this to auditors): [cyan]{verifier}[/]")
     else:
         console.print(
             f"Signing key: [bold]{escape(str(path))}[/] "

@@ -30,6 +30,7 @@ from tracebound.store.files import make_private_dir, write_file_atomic
 __all__ = [
     "KEY_DIR_ENV",
     "GeneratedKey",
+    "check_key_pair",
     "default_key_dir",
     "default_key_path",
     "file_stem",
@@ -53,6 +54,9 @@ class GeneratedKey:
     private_path: Path
     public_path: Path
     verifier: NoteVerifier
+    completed: bool = False
+    """The key was there already and only its ``.pub`` was written (see
+    :func:`generate_keypair`)."""
 
 
 def file_stem(name: str) -> str:
@@ -115,7 +119,9 @@ def generate_keypair(
         path: The private key file. Defaults to :func:`default_key_path`.
         store_dir: The store the key will sign for; the key may not be placed inside it.
         force: Replace an existing key. Without it an existing key is never overwritten,
-            because losing a signing key orphans every checkpoint it signed.
+            because losing a signing key orphans every checkpoint it signed; only its
+            ``.pub``, when that is missing or another key's (a run killed between the two
+            files), is written again from it (``completed`` in the result).
         seed: 32 bytes of key material, for deterministic tests; drawn from the OS CSPRNG
             when omitted.
 
@@ -136,11 +142,7 @@ def generate_keypair(
         )
     signer = NoteSigner(name, seed if seed is not None else secrets.token_bytes(32))
     if not force and key_path.exists():
-        raise SigningKeyError(
-            f"a signing key already exists at {key_path}; refusing to overwrite it "
-            "(replace it only if every checkpoint it signed may become unverifiable: "
-            "`tracebound keys init --force`, or force=True in Python)"
-        )
+        return _complete_pair(key_path, pub_path, store_dir)
     try:
         make_private_dir(key_path.parent)
         write_file_atomic(
@@ -154,6 +156,61 @@ def generate_keypair(
     except OSError as exc:
         raise SigningKeyError(f"could not write the signing key {key_path}: {exc}") from exc
     return GeneratedKey(private_path=key_path, public_path=pub_path, verifier=signer.verifier)
+
+
+def _complete_pair(key_path: Path, pub_path: Path, store_dir: Path | None) -> GeneratedKey:
+    """An existing key: write its ``.pub`` when that is missing or another key's, else refuse.
+
+    The key is written before its ``.pub``, so a ``keys init`` killed between the two leaves
+    the key alone (or, with ``--force``, beside the old key's ``.pub``); running it again
+    finishes the job rather than pointing at ``--force``, which would lose the key.
+
+    Raises:
+        SigningKeyError: the key and its ``.pub`` are both there and agree (refusing to
+            overwrite), or the key cannot be loaded.
+    """
+    verifier = load_signer(key_path, store_dir=store_dir).verifier
+    try:
+        held = load_verifier(pub_path) if pub_path.exists() else None
+    except SigningKeyError:
+        held = None  # unreadable: written again below
+    if held is not None and held.format() == verifier.format():
+        raise SigningKeyError(
+            f"a signing key already exists at {key_path}; refusing to overwrite it "
+            "(replace it only if every checkpoint it signed may become unverifiable: "
+            "`tracebound keys init --force`, or force=True in Python)"
+        )
+    try:
+        write_file_atomic(pub_path, (verifier.format() + "\n").encode(), mode=0o644, overwrite=True)
+    except OSError as exc:
+        raise SigningKeyError(f"could not write the public key {pub_path}: {exc}") from exc
+    return GeneratedKey(key_path, pub_path, verifier, completed=True)
+
+
+def check_key_pair(private_path: Path, public_path: Path, verifier: NoteVerifier) -> None:
+    """Refuse a ``.pub`` (read as ``verifier``) that is not the public key of the key beside it.
+
+    ``keys init --force`` killed between its two files leaves the new key beside the old
+    key's ``.pub``: checked with it, every checkpoint the new key signs reads as forged. A
+    key that is missing or cannot be loaded is not compared (the ``.pub`` is used as is).
+
+    Raises:
+        SigningKeyError: both are there and they differ; the message says how to mend it.
+    """
+    if not private_path.exists():
+        return
+    try:
+        own = load_signer(private_path).verifier
+    except SigningKeyError:
+        return
+    if own.format() != verifier.format():
+        raise SigningKeyError(
+            f"{public_path} is not the public key of the signing key {private_path} (it is "
+            f"{verifier.format()}, the key's is {own.format()}): a `tracebound keys init` was "
+            f"interrupted between the two files. Run `tracebound keys init` to write {public_path} "
+            "again from the key, or check with the key the checkpoints were signed with "
+            "(--verifier-key)"
+        )
 
 
 def _read_small(path: Path, what: str) -> str:
