@@ -8,6 +8,7 @@ what to do.
 
 from __future__ import annotations
 
+import json
 import signal
 from pathlib import Path
 
@@ -81,3 +82,25 @@ def test_keys_init_force_killed_between_key_and_pub_is_not_read_as_a_forgery(
     assert out["completed"] is True
     assert (_keys(cli) / "tracebound.pub").read_bytes() != old_pub
     assert cli.json("keys", "show")["verifier_key"] == out["verifier_key"]
+
+
+def test_a_rebuild_killed_half_way_is_finished_by_the_next_report_and_no_update_says_so(
+    tmp_path: Path,
+) -> None:
+    cli = ready_cli(tmp_path, 40)
+    whole = cli.json("report", "cost")
+    views = "tracebound.projections.sqlite_views:SQLiteViews.commit:2:after"
+    proc = kill_at(cli, views, "project", "rebuild", "--batch", "10")
+    assert proc.returncode == KILLED, (proc.stdout, proc.stderr)
+    positions = {p["position"] for p in cli.json("project", "status")["projections"]}
+    assert positions == {20}  # two batches of ten committed, rows and positions together
+    stale = cli.run("report", "cost", "--no-update", "--json")
+    assert stale.returncode == 0, stale.stderr
+    assert json.loads(stale.stdout)["rows"][0]["events"] == 20
+    # Before: nothing said these were the numbers of half the log.
+    assert "the views are behind the log" in stale.stderr
+    assert "position 20 of 40" in stale.stderr
+    assert cli.json("report", "cost") == whole  # a report catches up first
+    current = cli.run("report", "cost", "--no-update", "--json")
+    assert json.loads(current.stdout) == whole
+    assert "behind" not in current.stderr

@@ -26,7 +26,7 @@ from tracebound.cli.project import ViewsOpt, open_runner
 from tracebound.errors import ConfigError
 from tracebound.events.anchor import MONEY_CONTEXT
 from tracebound.projections import reports
-from tracebound.projections.runner import ProjectionRunner
+from tracebound.projections.runner import ProjectionRunner, ProjectionStatus
 from tracebound.projections.trail import parse_langgraph_checkpoints, parse_temporal_history
 
 __all__ = ["report_app"]
@@ -70,20 +70,35 @@ def _views(
 
     Caught up, a projection that fails on an event makes the report fail. With
     ``--no-update`` the report reads what is there, and says on stderr which projections
-    stopped at a failure: their rows end before that event.
+    stopped at a failure (their rows end before that event), and when the others are
+    behind the log (a `project rebuild` killed half-way leaves them so).
     """
     with open_runner(
         store, views, update=not no_update, existing=no_update, progress=not as_json
     ) as runner:
         if no_update:
-            for s in runner.status():
-                if s.failed_position is not None:
-                    err_console.print(
-                        f"[bold yellow]warning:[/] projection {s.name!r} stopped at position "
-                        f"{s.failed_position:,} ({escape(s.error or '')}); its views end at "
-                        f"{s.position:,}"
-                    )
+            _warn_stale(runner.status())
         yield runner
+
+
+def _warn_stale(statuses: Sequence[ProjectionStatus]) -> None:
+    """Say on stderr which views a ``--no-update`` report reads are not the whole log."""
+    for s in statuses:
+        if s.failed_position is not None:
+            err_console.print(
+                f"[bold yellow]warning:[/] projection {s.name!r} stopped at position "
+                f"{s.failed_position:,} ({escape(s.error or '')}); its views end at "
+                f"{s.position:,}"
+            )
+    behind = [s for s in statuses if s.failed_position is None and s.lag > 0]
+    if behind:
+        low = min(behind, key=lambda s: s.position)
+        err_console.print(
+            f"[bold yellow]warning:[/] the views are behind the log (down to position "
+            f"{low.position:,} of {low.head:,}, in {', '.join(s.name for s in behind)}): "
+            "this report leaves out the events after that; without --no-update it catches "
+            "up first"
+        )
 
 
 def _require_workflow(views: Any, workflow: str | None, *, no_update: bool) -> None:
