@@ -39,7 +39,7 @@ from tracebound.store.copy import copy_ledger
 from tracebound.store.jsonl import JsonlStore
 from tracebound.store.port import MerkleNodeStore
 from tracebound.store.sqlite import SQLiteStore
-from tracebound.store.url import open_store
+from tracebound.store.url import open_store, printable_url
 
 ORIGIN = "tracebound.test/review-store"
 SIGNER = NoteSigner("tb-review", bytes(range(32)))
@@ -138,6 +138,20 @@ def test_a_password_is_not_echoed_when_libpq_cannot_parse_the_url() -> None:
     assert "s3cret" not in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://app:s3cret@db:5432/l?schema=a", "postgresql://app@db:5432/l?schema=a"),
+        ("postgres://app@db/l?password=s3cret&schema=a", "postgres://app@db/l?schema=a"),
+        ("postgresql://app:s3cret@/l?host=/run/pg", "postgresql://app@/l?host=/run/pg"),
+        ("sqlite:///ledger.db", "sqlite:///ledger.db"),
+        ("./.tracebound", "./.tracebound"),
+    ],
+)
+def test_printable_url_leaves_out_the_password(url: str, shown: str) -> None:
+    assert printable_url(url) == shown
+
+
 PW_ROLE = "tb_review_pw"
 PW = "s3cret-Pw"
 
@@ -205,6 +219,20 @@ def test_verify_workers_connect_with_the_password_the_url_gives(
     assert report.damage is None, report.damage
     assert report.size == 5000
     assert report.checks["merkle"] == "ok"
+
+
+@pytest.mark.postgres
+def test_the_no_blobs_folder_message_leaves_the_password_out(password_role: str) -> None:
+    """`replay RUN --store postgresql://user:password@…` without `--blobs` said "the store
+    postgresql://user:password@… has no directory to keep blobs beside": the password, on
+    the terminal and in whatever log keeps it."""
+    sign_ledger(password_role, 3)
+    result = cli("replay", "run-1", "--store", password_role, "--json")
+    assert result.exit_code == 2, result.output
+    message = json_out(result)["error"]["message"]
+    assert "--blobs" in message
+    assert "schema=pw" in message  # the store is still named, so the user knows which
+    assert PW not in result.output
 
 
 # -- file modes -------------------------------------------------------------------------------

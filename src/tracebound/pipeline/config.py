@@ -58,7 +58,7 @@ from tracebound.store.keyfile import (
 )
 from tracebound.store.sqlite import SQLiteStore
 from tracebound.store.sqlite_blobs import SQLiteBlobStore
-from tracebound.store.url import open_store, store_path
+from tracebound.store.url import open_store, printable_url, store_path
 from tracebound.store.witness import choose_witness
 from tracebound.system import RandomIds, SystemClock
 
@@ -255,7 +255,7 @@ class RunnerConfig:
         directory = self.store_dir()
         if directory is None:
             raise ConfigError(
-                f"the store {self.store_url} has no directory to keep blobs beside; "
+                f"the store {printable_url(self.store_url)} has no directory to keep blobs beside; "
                 "pass --blobs DIR"
             )
         return directory / "blobs"

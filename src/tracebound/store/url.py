@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Final
-from urllib.parse import SplitResult, unquote, urlsplit
+from urllib.parse import SplitResult, parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 from tracebound.errors import ConfigError, StoreNotFound
 from tracebound.store.jsonl import JsonlStore
@@ -19,7 +19,7 @@ from tracebound.store.port import LedgerStore
 from tracebound.store.sqlite import SQLiteStore
 from tracebound.store.witness import missing_store
 
-__all__ = ["DEFAULT_STORE_DIR", "open_store", "store_path"]
+__all__ = ["DEFAULT_STORE_DIR", "open_store", "printable_url", "store_path"]
 
 DEFAULT_STORE_DIR: Final = Path(".tracebound")
 _POSTGRES_SCHEMES: Final = frozenset({"postgresql", "postgres"})
@@ -36,6 +36,21 @@ def _split(url: str) -> SplitResult:
     except ValueError as exc:
         scheme = url.split(":", 1)[0]
         raise ConfigError(f"invalid {scheme} URL: {exc}") from None
+
+
+def printable_url(url: str) -> str:
+    """``url`` as it may be shown to people: a password in it (``user:password@`` or
+    ``?password=``) is left out, so a message naming the store never prints it."""
+    if "://" not in url:
+        return url  # a path
+    parts = _split(url)
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    if parts.password is None and all(key != "password" for key, _ in pairs):
+        return url  # rebuilt, sqlite:///x would lose its empty host's slashes
+    userinfo, _, hosts = parts.netloc.rpartition("@")
+    netloc = f"{userinfo.split(':', 1)[0]}@{hosts}" if userinfo else hosts
+    query = urlencode([(k, v) for k, v in pairs if k != "password"], safe="/")
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
 def store_path(url: str | Path | None) -> Path:
