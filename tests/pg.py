@@ -39,6 +39,7 @@ __all__ = [
     "PgServer",
     "crash_and_restart",
     "find_bindir",
+    "login_role",
     "postgres_dsn",
     "postgres_server",
     "wait_for_lock_wait",
@@ -272,6 +273,30 @@ def postgres_dsn(postgres_server: PgServer) -> Iterator[str]:
             admin.execute(
                 sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
             )
+
+
+@contextlib.contextmanager
+def login_role(server: PgServer, dsn: str, name: str, grants: list[str]) -> Iterator[str]:
+    """A login role with only ``grants`` (SQL run as the superuser in ``dsn``'s database).
+
+    Yields the role's store URL over TCP without a schema (append ``?schema=…``); the
+    session's server trusts every role, so no password. Roles are cluster-wide: the role
+    and everything granted to it are dropped afterwards.
+    """
+    dbname = dsn.rsplit("dbname=", 1)[1]
+    role = sql.Identifier(name)
+    with psycopg.connect(server.dsn(), autocommit=True) as admin:
+        admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(role))  # an earlier run's
+        admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(role))
+    try:
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            for grant in grants:
+                admin.execute(grant)
+        yield f"postgresql://{name}@127.0.0.1:{server.port}/{dbname}"
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP OWNED BY {}").format(role))
+            admin.execute(sql.SQL("DROP ROLE {}").format(role))
 
 
 def wait_for_lock_wait(dsn: str, query_fragment: str) -> None:

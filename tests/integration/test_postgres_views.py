@@ -22,6 +22,7 @@ import orjson
 import psycopg
 import pytest
 
+from tests.pg import login_role
 from tracebound.canonical import canonical_bytes
 from tracebound.errors import ConcurrencyConflict, ContractError
 from tracebound.events.envelope import Event, RecordedEvent
@@ -262,3 +263,41 @@ def test_the_ledgers_own_schema_is_refused(views_url: Any, postgres_dsn: str) ->
     PostgresStore(postgres_dsn, schema="ledger").close()
     with pytest.raises(ConfigError, match="holds a ledger"):
         PostgresViews(views_url("ledger"))
+
+
+def test_a_read_only_role_reads_the_views_and_creates_nothing(
+    tmp_path: Path, views_url: Any, postgres_dsn: str, postgres_server: Any
+) -> None:
+    """An auditor with SELECT on the views (no CREATE anywhere) ran `project status` or
+    `report … --no-update`: "permission denied for database", because opening the views
+    ran CREATE SCHEMA/TABLE IF NOT EXISTS even for a read-only command."""
+    store = _ledger(tmp_path / "ledger", NAMES)
+    size = store.size()
+    store.close()
+    ProjectionRunner(SQLiteStore(tmp_path / "ledger"), PostgresViews(views_url("v"))).run()
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute("DROP TABLE v.engine_history")  # from before it existed: not recreated
+    grants = [
+        "GRANT USAGE ON SCHEMA v TO tb_views_reader",
+        "GRANT SELECT ON ALL TABLES IN SCHEMA v TO tb_views_reader",
+    ]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEBOUND_")}
+    env.update(HOME=str(tmp_path / "home"), TRACEBOUND_STORE=f"sqlite:///{tmp_path / 'ledger'}")
+    with login_role(postgres_server, postgres_dsn, "tb_views_reader", grants) as url:
+
+        def cli(*args: str) -> Any:
+            proc = subprocess.run(
+                [sys.executable, "-m", "tracebound", *args, "--views", f"{url}?schema=v",
+                 "--json"],
+                env=env, capture_output=True, text=True, timeout=120, check=False,
+            )  # fmt: skip
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+            return json.loads(proc.stdout)
+
+        statuses = cli("project", "status")["projections"]
+        assert {s["position"] for s in statuses} == {size}
+        assert cli("report", "cost", "--no-update")["ok"]
+        assert cli("report", "trail", "wf-successful", "--no-update")["ok"]
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        found = conn.execute("SELECT to_regclass('v.engine_history')").fetchone()
+    assert found == (None,)

@@ -89,9 +89,10 @@ class PostgresViews:
             self._conn: _Conn = psycopg.connect(dsn, autocommit=True, application_name="tracebound")
             set_json_loads(orjson.loads, self._conn)
             try:
-                if not create:
+                if create:
+                    self._set_up()
+                else:  # a read-only role may run it: no DDL, not even IF NOT EXISTS
                     self._require_existing()
-                self._set_up()
             except BaseException:
                 self._conn.close()
                 raise
@@ -106,6 +107,19 @@ class PostgresViews:
             raise ConfigError(
                 f"no views in schema {self.schema!r}; `tracebound project run` creates them "
                 "(with the same --views)"
+            )
+        self._refuse_a_ledger()
+
+    def _refuse_a_ledger(self) -> None:
+        """Refuse a schema whose ``projection_positions`` is a ledger's (no version column)."""
+        ours = self._conn.execute(
+            "SELECT count(*) FROM information_schema.columns WHERE table_schema = %s "
+            "AND table_name = 'projection_positions' AND column_name = 'version'",
+            (self.schema,),
+        ).fetchone()
+        if ours is None or ours[0] == 0:
+            raise ConfigError(
+                f"schema {self.schema!r} holds a ledger, not views; name another schema"
             )
 
     def _set_up(self) -> None:
@@ -124,15 +138,7 @@ class PostgresViews:
                     "failed_position bigint, error text)"
                 ).format(self._name("projection_positions"))
             )
-            ours = self._conn.execute(
-                "SELECT count(*) FROM information_schema.columns WHERE table_schema = %s "
-                "AND table_name = 'projection_positions' AND column_name = 'version'",
-                (schema,),
-            ).fetchone()
-            if ours is None or ours[0] == 0:  # the ledger's own table of that name
-                raise ConfigError(
-                    f"schema {schema!r} holds a ledger, not views; name another schema"
-                )
+            self._refuse_a_ledger()
             self._create(ENGINE_HISTORY)
 
     def close(self) -> None:
