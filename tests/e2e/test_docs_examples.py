@@ -43,7 +43,7 @@ import pytest
 from tests.docs_kit import COVERED, DOCUMENTS, ROOT, Block, parse
 
 RUNNABLE = {"python", "bash", "sh", "console"}
-NOT_CODE = {"text", "json", "toml", "yaml", "ini", "diff"}
+NOT_CODE = {"text", "json", "toml", "yaml", "ini", "diff", "sql"}  # sql needs a server
 TIMEOUT = 300  # a hung example fails instead of blocking the suite; not a speed assertion
 
 EXPECTED_EXIT = re.compile(r"\bexit (\d+)\b")

@@ -285,15 +285,18 @@ def test_a_read_only_role_reads_the_views_and_creates_nothing(
     env.update(HOME=str(tmp_path / "home"), TRACEBOUND_STORE=f"sqlite:///{tmp_path / 'ledger'}")
     with login_role(postgres_server, postgres_dsn, "tb_views_reader", grants) as url:
 
-        def cli(*args: str) -> Any:
+        def cli(*args: str, code: int = 0) -> Any:
             proc = subprocess.run(
                 [sys.executable, "-m", "tracebound", *args, "--views", f"{url}?schema=v",
                  "--json"],
                 env=env, capture_output=True, text=True, timeout=120, check=False,
             )  # fmt: skip
-            assert proc.returncode == 0, proc.stdout + proc.stderr
+            assert proc.returncode == code, proc.stdout + proc.stderr
             return json.loads(proc.stdout)
 
+        # Updating them is refused, and the message says how to read them instead.
+        refused = cli("report", "cost", code=2)["error"]["message"]
+        assert "permission denied" in refused and "--no-update" in refused
         statuses = cli("project", "status")["projections"]
         assert {s["position"] for s in statuses} == {size}
         assert cli("report", "cost", "--no-update")["ok"]

@@ -58,6 +58,12 @@ def _translated(what: str) -> Iterator[None]:
     """No psycopg error escapes: they become StorageError, like the SQLite views'."""
     try:
         yield
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise StorageError(
+            f"postgresql views {what} failed: {exc}: this role may not update the views "
+            "(`project run`, and `report` unless told --no-update); a read-only role reads "
+            "them with `report --no-update` and `project status`"
+        ) from exc
     except psycopg.Error as exc:
         raise StorageError(f"postgresql views {what} failed: {exc}") from exc
 

@@ -201,6 +201,12 @@ _OPTIONAL_TABLES: Final = frozenset({"merkle_nodes"})
 without CREATE), it works without them: with no stored Merkle nodes, proofs read the log."""
 
 
+_PRIVILEGES: Final = (
+    "this role lacks a privilege the command needs (docs/postgresql.md, "
+    '"Roles and privileges", lists them)'
+)
+
+
 def _translate(exc: psycopg.Error, what: str) -> TraceboundError:
     """The tracebound error for a psycopg error: the retryable ones become ConcurrencyError."""
     if isinstance(
@@ -212,6 +218,8 @@ def _translate(exc: psycopg.Error, what: str) -> TraceboundError:
         return ConcurrencyError(f"postgresql {what} lost a race, retry: {exc}")
     if isinstance(exc, psycopg.errors.InvalidSchemaName | psycopg.errors.UndefinedTable):
         return StoreNotFound(f"postgresql {what}: no ledger here ({exc}); create it first")
+    if isinstance(exc, psycopg.errors.InsufficientPrivilege):
+        return StorageError(f"postgresql {what} failed: {exc}: {_PRIVILEGES}")
     return StorageError(f"postgresql {what} failed: {exc}")
 
 
@@ -517,8 +525,24 @@ class PostgresStore(ChainedAppends):
                         "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
                         (f"tracebound:{schema}",),
                     )
-                    conn.execute(self._sql.ddl)
+                    self._create(conn)
                     self._check_tables(conn)  # before COMMIT: a refusal leaves nothing behind
+
+    def _create(self, conn: _Conn) -> None:
+        """Create the schema and the tables that are missing (``IF NOT EXISTS``).
+
+        Raises:
+            StorageError: the role may not create them, saying what it needs.
+        """
+        try:
+            conn.execute(self._sql.ddl)
+        except psycopg.errors.InsufficientPrivilege as exc:
+            raise StorageError(
+                f"postgresql open failed: {exc}: creating the ledger in schema "
+                f"{self.schema!r} needs CREATE on the database (or on the schema, if it "
+                "exists); have a role that has it run `tracebound init`, then grant this "
+                'one what docs/postgresql.md, "Roles and privileges", lists'
+            ) from exc
 
     def _check_tables(self, conn: _Conn) -> None:
         """Refuse a schema where a table of a ledger's name is another application's.
