@@ -31,6 +31,7 @@ from pydantic import ValidationError as PydanticValidationError
 from tracebound.errors import (
     BundleFieldMismatch,
     CheckpointError,
+    ConcurrencyError,
     ConfigError,
     DamageKind,
     LedgerDamaged,
@@ -81,6 +82,7 @@ CHUNK: Final = 1 << 16  # positions per verify chunk: aligned, so chunk roots me
 ORIGIN_KEY: Final = "origin"
 MERKLE_NOT_COMPARED: Final = "root computed, not compared: no checked checkpoint or witness"
 NO_VERIFIER_KEY: Final = "no verifier key given"  # the status of a check that needs one
+_WITNESS_TRIES: Final = 5  # a checkpoint's attempts at a witness that other signers move
 
 Progress = Callable[[int, int], None]
 
@@ -774,11 +776,10 @@ class Ledger:
             size, root = log.size, log.root
             self.store_nodes(size, root)
         held = None if self.witness is None else self.witness.latest(self.signer.verifier)
-        proof = [] if held is None else self._witness_proof(held, size, root)
         note = sign_checkpoint(Checkpoint(origin=self.origin, size=size, root=root), self.signer)
         self.store.save_checkpoint(size, note)
         if self.witness is not None:
-            self.witness.update(note, self.signer.verifier, proof)
+            self._hand_to_witness(note, size, root, held)
         return CheckpointRun(
             checkpoint=open_checkpoint(note, self.signer.verifier),
             verified_from=first,
@@ -834,6 +835,52 @@ class Ledger:
         except (LedgerDamaged, ProofError) as exc:
             raise _VerifyAll(f"the signed prefix cannot be read: {exc}") from exc
         return base
+
+    def _hand_to_witness(self, note: str, size: int, root: bytes, held: Checkpoint | None) -> None:
+        """Give the witness the new checkpoint ``note`` of the log of ``size`` and ``root``.
+
+        ``held`` is what the witness held before this checkpoint was verified. Another
+        process may sign into the same witness since (two checkpoints at once), and then
+        a refusal of the proof from ``held`` says nothing about this log. So a refusal
+        counts only while the witness still holds ``held``; otherwise the proof is made
+        again from what it holds now, unless that is a longer checkpoint that this one is
+        a prefix of, which leaves the witness nothing to learn.
+
+        Raises:
+            CheckpointError, ProofError: the witness refuses it (rollback, fork).
+            ConcurrencyError: the witness kept moving while this was handed to it.
+        """
+        assert self.witness is not None
+        assert self.signer is not None
+        verifier = self.signer.verifier
+        for _ in range(_WITNESS_TRIES):
+            proof = [] if held is None else self._witness_proof(held, size, root)
+            try:
+                self.witness.update(note, verifier, proof)
+            except (CheckpointError, ProofError):
+                now = self.witness.latest(verifier)
+                if now == held:
+                    raise
+                if now is not None and now.size > size and self._is_prefix(size, root, now):
+                    return
+                held = now
+            else:
+                return
+        raise ConcurrencyError(
+            f"the witness changed {_WITNESS_TRIES} times while a checkpoint of {size} events "
+            "was handed to it (other checkpoints at the same time); run it again"
+        )
+
+    def _is_prefix(self, size: int, root: bytes, longer: Checkpoint) -> bool:
+        """Whether the log of ``size`` and ``root`` is a prefix of ``longer``'s, as stored."""
+        if longer.size > self.store.size():
+            return False
+        proof = consistency_proof(size, longer.size, self.merkle_tree().subtree_root)
+        try:
+            verify_consistency(size, longer.size, root, longer.root, proof)
+        except ProofError:
+            return False
+        return True
 
     def _witness_proof(self, held: Checkpoint, size: int, root: bytes) -> list[bytes]:
         """The consistency proof from the witness's checkpoint to the new root, checked here
