@@ -277,8 +277,9 @@ def open_ledger_checked(
 def store_dir(store: str | None) -> Path:
     """The local state directory: the store itself, or ``./.tracebound`` for a remote ledger.
 
-    A PostgreSQL ledger keeps its blobs, views and remediation runs in the local directory,
-    and keys and the witness must stay out of it all the same.
+    A PostgreSQL ledger keeps its views, anchor files and remediation runs in the local
+    directory (its blobs go where ``--blobs`` says: no default is shared by every machine
+    that writes to one server), and keys and the witness must stay out of it all the same.
     """
     if store is not None and urlsplit(str(store)).scheme in {"postgresql", "postgres"}:
         return DEFAULT_STORE_DIR

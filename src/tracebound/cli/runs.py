@@ -86,7 +86,7 @@ BlobsOpt = Annotated[
         "--blobs",
         envvar="TRACEBOUND_BLOBS",
         help="Keep blobs as files in this directory. Default: inside a SQLite ledger's "
-        "own file; <store dir>/blobs for a JSONL ledger",
+        "own file; <store dir>/blobs for a JSONL ledger; required for a PostgreSQL ledger",
         show_default=False,
     ),
 ]

@@ -280,6 +280,8 @@ class ViewStore(RowSink, Protocol):
 
     def prepare(self, projection: Projection) -> PositionRecord: ...
 
+    def position_record(self, name: str) -> PositionRecord | None: ...
+
     def reset(self, projection: Projection) -> None: ...
 
     def commit(self, writes: Sequence[TableWrite]) -> None: ...
@@ -340,16 +342,30 @@ class ProjectionRunner(Generic[ViewsT]):
         return self._live
 
     def status(self) -> list[ProjectionStatus]:
-        """Position, lag and last failure of every projection."""
+        """Position, lag and last failure of every projection; reads only.
+
+        A projection never run is at position 0. One whose views were built by another
+        version of it is reported as that version, behind by the whole log, with an
+        ``error`` that says the next run rebuilds it (status itself drops nothing).
+        """
         head = self.store.size()
         out = []
         for p in self.projections:
-            rec = self.views.prepare(p)
-            out.append(
-                ProjectionStatus(
-                    p.name, rec.version, rec.position, head, rec.failed_position, rec.error
+            rec = self.views.position_record(p.name)
+            if rec is None:
+                out.append(ProjectionStatus(p.name, p.version, 0, head, None, None))
+            elif rec.version != p.version:
+                stale = (
+                    f"built by version {rec.version} of this projection, now {p.version}: "
+                    "the next `project run` rebuilds it"
                 )
-            )
+                out.append(ProjectionStatus(p.name, rec.version, 0, head, None, stale))
+            else:
+                out.append(
+                    ProjectionStatus(
+                        p.name, rec.version, rec.position, head, rec.failed_position, rec.error
+                    )
+                )
         return out
 
     # -- running -------------------------------------------------------------------------

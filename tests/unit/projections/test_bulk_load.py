@@ -69,7 +69,7 @@ def test_a_half_done_bulk_load_gets_its_indexes_on_the_next_run(tmp_path: Path) 
     views.close()  # "crash" before the catch-up ended
     assert _indexes(tmp_path / "v.db") == set()
     again = SQLiteViews(tmp_path / "v.db")
-    ProjectionRunner(store, again, batch_size=5).status()
+    ProjectionRunner(store, again, batch_size=5).run()
     assert _indexes(again.path) == _expected_indexes()
     again.close()
     store.close()

@@ -498,3 +498,27 @@ def test_a_new_views_file_is_owner_only_like_the_ledger(tmp_path: Path) -> None:
         path = tmp_path / "shared-folder" / name
         if path.exists():
             assert stat.S_IMODE(path.stat().st_mode) == 0o600, name
+
+
+def test_status_only_reads_a_projection_built_by_another_version(
+    ledger: SQLiteStore, tmp_path: Path
+) -> None:
+    # `project status` is documented as read-only. Before, it prepared each projection,
+    # which dropped the tables of one whose version had changed (and created missing ones).
+    _append(ledger, _events([("wf", CostIncurred(tier="direct", amount_usd="0.5", source="x"))]))
+    flaky = Flaky()
+    flaky.broken = False
+    ProjectionRunner(ledger, _views(tmp_path / "v.db"), [flaky]).run()
+
+    class FlakyV2(Flaky):
+        version = 2
+
+    newer = FlakyV2()
+    views = _views(tmp_path / "v.db")
+    (status,) = ProjectionRunner(ledger, views, [newer]).status()
+    assert (status.version, status.position, status.lag) == (1, 0, 1)
+    assert "next `project run` rebuilds it" in (status.error or "")
+    assert [r["position"] for r in views.select(FLAKY)] == [1]  # still there
+    fresh = ProjectionRunner(ledger, _views(tmp_path / "fresh.db"), [newer])
+    (never_run,) = fresh.status()
+    assert (never_run.version, never_run.position, never_run.error) == (2, 0, None)
