@@ -372,8 +372,14 @@ class FileWitness:
         try:
             return open_checkpoint(data, verifier, origin=self.origin)
         except CheckpointError as exc:
-            # Same class (SignatureInvalid stays SignatureInvalid), plus where it came from.
-            raise type(exc)(f"witness file {self.path}: {exc}") from exc
+            # Same class (SignatureInvalid stays SignatureInvalid), plus where it came from
+            # and what to do: the ledger may be fine, and nothing here repairs either.
+            raise type(exc)(
+                f"witness file {self.path}: {exc}. The witness file itself is damaged, not "
+                "the ledger: restore it from a backup; without one, move it aside and run "
+                "`tracebound checkpoint` to start a new witness, which then vouches only for "
+                "the ledger as it is now"
+            ) from exc
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:

@@ -191,3 +191,22 @@ def test_refusals_name_rollback_and_fork(witness: FileWitness) -> None:
         witness.update(note(30), LOG.verifier, [])
     held = witness.latest(LOG.verifier)
     assert held is not None and (held.size, held.root) == (20, root_of(LEAVES[:20]))
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "empty"])
+def test_a_damaged_witness_file_says_it_is_the_witness_and_what_to_do(
+    tmp_path: Path, damage: str
+) -> None:
+    witness = FileWitness(tmp_path / "w.note", origin=ORIGIN)
+    witness.update(note(10), LOG.verifier, [])
+    text = witness.path.read_bytes()
+    witness.path.write_bytes(
+        {"truncate": text[:20], "garbage": b"\xff\x00garbage", "empty": b""}[damage]
+    )
+    with pytest.raises(CheckpointError) as info:
+        witness.latest(LOG.verifier)
+    message = str(info.value)
+    # Before: only the parse error, and `checkpoint` exited 1 as if the ledger were damaged.
+    assert str(witness.path) in message
+    assert "The witness file itself is damaged, not the ledger" in message
+    assert "restore it from a backup" in message
