@@ -96,3 +96,27 @@ def test_a_store_behind_its_witness_is_still_refused(world: World) -> None:
         ledger.record("run-0", [cost(99)])
         with pytest.raises(LedgerDamaged, match="rollback"):
             ledger.checkpoint()
+
+
+@pytest.mark.parametrize("grown", [3, 5])  # as long as the witnessed log, and longer
+def test_a_fork_past_the_witness_is_refused_before_anything_is_signed(
+    world: World, grown: int
+) -> None:
+    """The store put back to an older copy and grown again to the witness's length or past
+    it: the checkpoint must refuse before it signs. A signed note of the forked log saved
+    in the store (and only then refused by the witness) would be a valid signature over a
+    history the witness never saw, for anyone who checks proofs with the public key alone."""
+    _signed(world, 5)
+    snapshot = world.store_dir.with_name("snapshot")
+    shutil.copytree(world.store_dir, snapshot)
+    _signed(world, 3)  # 8 events, the witness holds 8
+    shutil.rmtree(world.store_dir)
+    shutil.copytree(snapshot, world.store_dir)
+    with world.open() as ledger:
+        for i in range(grown):
+            ledger.record("run-9", [cost(100 + i)])  # 5 + grown >= 8 events, not the signed ones
+        before = ledger.store.checkpoints()
+        with pytest.raises(LedgerDamaged, match="fork") as info:
+            ledger.checkpoint()
+        assert info.value.kind == "fork"
+        assert ledger.store.checkpoints() == before  # nothing signed over the fork
