@@ -505,7 +505,12 @@ def test_status_only_reads_a_projection_built_by_another_version(
 ) -> None:
     # `project status` is documented as read-only. Before, it prepared each projection,
     # which dropped the tables of one whose version had changed (and created missing ones).
-    _append(ledger, _events([("wf", CostIncurred(tier="direct", amount_usd="0.5", source="x"))]))
+    _append(
+        ledger,
+        _events(
+            [("wf", CostIncurred(tier="direct", amount_usd=Decimal("0.5"), source=CostSource("x")))]
+        ),
+    )
     flaky = Flaky()
     flaky.broken = False
     ProjectionRunner(ledger, _views(tmp_path / "v.db"), [flaky]).run()
