@@ -662,3 +662,32 @@ def test_a_misconfigured_tier_is_refused_when_built(tmp_path: Path, bad: dict[st
     with pytest.raises(ValidationFailed, match=name):
         FallbackTier(**{**args, **bad})  # type: ignore[arg-type]
     kit.close()
+
+
+def _persisted(root: Path, *, leaving_out: Path) -> bytes:
+    """Every byte written under ``root`` (the ledger's SQLite file and its -wal, the
+    remediation folder, the example store), except the repository itself."""
+    return b"".join(
+        p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and leaving_out not in p.parents
+    )
+
+
+def test_a_repository_line_quoted_by_a_patch_that_does_not_apply_is_redacted(
+    tmp_path: Path,
+) -> None:
+    """A model's patch whose context does not match names the line the file really holds
+    (`phase4.patch_error`, in the anchor): a secret on that line went into the ledger and
+    the anchor as it is, while the prompt that showed the same file was redacted."""
+    token = "ghp_" + "R8mQ2vX9kL4nT7pW1sY6zA3bC5dE0fG2hJ4k"
+    kit = _llm_kit(tmp_path, retrieval=False)
+    (kit.repo / "requirements.txt").write_text(
+        f"# index token {token}\nrequests==2.19.1\nurllib3==1.23\n"
+    )
+    plan = kit.tier.run(kit.ctx(), workflow_id="wf")
+    assert (plan.tag, plan.refusal_reason) == ("Refused", "patch_does_not_apply")
+    error = plan.anchor.extras["phase4.patch_error"]
+    assert "does not match" in error and "[REDACTED:github-token" in error, error
+    kit.close()
+    assert token.encode() not in _persisted(tmp_path, leaving_out=kit.repo)

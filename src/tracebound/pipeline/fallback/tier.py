@@ -579,7 +579,11 @@ class FallbackTier:
         try:
             apply_patch(ctx.repo_path, patch)
         except PatchRejected as exc:
-            frame.extras["phase4.patch_error"] = _one_line(str(exc))
+            # The applier quotes the line the file really holds, and the repository may
+            # keep a secret on it: redacted before the cut, or a cut token would pass.
+            frame.extras["phase4.patch_error"] = _one_line(
+                self._redactor.redact_text(str(exc)).value
+            )
             return None, "patch_does_not_apply"
         if blake3(patch.encode()).hexdigest() in tried:
             return None, "repeats_failed_patch"
