@@ -122,6 +122,25 @@ def test_critic_findings_and_router_reasons_are_redacted(kit: Kit) -> None:
     assert leaked_files(kit.root) == []
 
 
+def test_a_critic_origin_that_names_no_ancestor_is_redacted_in_the_blame(kit: Kit) -> None:
+    """An origin that is not the failed step or an ancestor is quoted in the blame's reason
+    (which says the origin is unresolved): it is the Critic's words, like its reason, and
+    was written to the ledger as the Critic gave it."""
+    pipe = Pipeline("named-origin")
+    pipe.executor(name="execute")(lambda ctx: tpc("Executor", diffs=[diff("src/a.py")]))
+
+    @pipe.critic()
+    def review(ctx: StepContext) -> dict[str, object]:
+        ctx.report("bad output", origin=f"whoever pushed {SECRET}")
+        return tpc("Critic")
+
+    result = kit.runner().run(pipe, {})
+    assert result.status == "failed"
+    (blame,) = [e for e in events(kit, result) if isinstance(e, BlameAssigned)]
+    assert blame.origin_step_id is None and "[REDACTED:" in blame.reason, blame.reason
+    assert leaked_files(kit.root) == []
+
+
 def test_a_validator_detail_is_redacted(kit: Kit) -> None:
     registry = ValidationRegistry()
     registry.register("custom", lambda inp: (False, f"found {SECRET} in the output"))

@@ -800,7 +800,9 @@ class Runner:
                 origin_id = src.step_id if src else StepId(f.origin)
                 origin_role = run.pipeline.steps[run.pipeline.index(f.origin)].role
             elif f.origin is not None:
-                reason += f" (named origin {f.origin!r} is not {f.step!r} or an ancestor of it)"
+                # The origin is the Critic's words too (no step, so no step name).
+                named = self._scrub(f.origin)
+                reason += f" (named origin {named!r} is not {f.step!r} or an ancestor of it)"
             out.append(
                 BlameAssigned(
                     run_id=run.run_id,
