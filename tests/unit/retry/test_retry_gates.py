@@ -22,7 +22,7 @@ from tracebound.pipeline.retry.gates import (
     secret_scan_gate,
 )
 from tracebound.pipeline.retry.ledger import RetryLedger
-from tracebound.pipeline.retry.models import TrustOutcome
+from tracebound.pipeline.retry.models import FailingSignal, TrustOutcome
 from tracebound.pipeline.retry.sandbox import _TAIL_BYTES, NetworkIsolation
 
 GATES = (pytest_gate(), ruff_gate(), secret_scan_gate())
@@ -287,3 +287,27 @@ def test_runner_configuration_errors(kit: Kit, project: Path) -> None:
     with pytest.raises(ConfigError, match="not a directory"):
         kit.runner([pytest_gate()]).verify(plan(0), target=project / "calc.py")
     assert plan(0).workflow_id == WF
+
+
+def test_what_the_caller_hands_the_runner_is_redacted_before_it_is_recorded(
+    kit: Kit, project: Path
+) -> None:
+    """``refuse``'s reason is free text, and a verdict may come from a hook other than this
+    runner's (``FallbackTier`` takes any ``AnchorHook``): both went to the ledger and the
+    attempts log as given, while the runner's own signals were redacted."""
+    runner = kit.runner([pytest_gate()])
+    kit.begin(0)
+    leaked = FailingSignal(
+        gate="ci", kind="test_failure", subject=f"tests/test_api.py::test_login[{SECRET}]"
+    )
+    outcome = TrustOutcome(
+        passed=False, confidence="high", score=0, failing_signals=(leaked,), sandbox_run_id="ci-1"
+    )
+    closed, _ = kit.close(plan(0), outcome)
+    runner.record_attempt(closed)
+    runner.request_retry(closed, outcome, "sha256:" + "d" * 64)
+    runner.refuse(closed, cause="retry_limit", reason=f"the model kept printing {SECRET}")
+    (attempt,) = RetryLedger(kit.run_dir()).attempts
+    assert attempt.trust is not None and "[REDACTED:" in attempt.trust.failing_signals[0]
+    persisted = b"".join(p.read_bytes() for p in kit.root.rglob("*") if p.is_file())
+    assert b"[REDACTED:" in persisted and SECRET.encode() not in persisted

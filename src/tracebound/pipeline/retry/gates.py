@@ -502,6 +502,12 @@ class GateRunner:
             None if s.location is None else clean(s.location),
         )
 
+    def _scrubbed(self, outcome: TrustOutcome) -> TrustOutcome:
+        """A verdict with its signals redacted. This runner's own are already; a verdict
+        from another hook (``FallbackTier`` takes any) is recorded through here too."""
+        signals = tuple(self._scrub(s) for s in outcome.failing_signals)
+        return outcome.model_copy(update={"failing_signals": signals})
+
     def _log(self, gate: str, result: ProcessResult) -> bytes:
         header = (
             f"gate: {gate}\nargv: {json.dumps(list(result.argv))}\n"
@@ -590,7 +596,7 @@ class GateRunner:
                 attempt_index=plan.attempt_index,
                 gate=GateId(outcome.failing_signals[0].gate),
                 sandbox_run_id=SandboxRunId(outcome.sandbox_run_id),
-                failing_signals=_keys(outcome.failing_signals),
+                failing_signals=_keys(self._scrubbed(outcome).failing_signals),
                 summary_pointer=_sha256_of(summary_pointer),
             ),
         )
@@ -608,7 +614,7 @@ class GateRunner:
                 attempt_id=AttemptId(plan.attempt_id),
                 attempt_index=plan.attempt_index,
                 cause=cause,
-                reason=reason,
+                reason=self.redactor.redact_text(reason).value,  # free text, the caller's
             ),
         )
 
@@ -637,7 +643,7 @@ class GateRunner:
         if plan.trust is not None:
             report = self._reports.get(plan.trust.sandbox_run_id)
             isolated = self.isolation.available if report is None else report.isolation.available
-            trust = TrustSummary.from_outcome(plan.trust, network_isolated=isolated)
+            trust = TrustSummary.from_outcome(self._scrubbed(plan.trust), network_isolated=isolated)
         now = self.ledger.clock.now()
         started_at = report.started_at if report is not None and report.started_at else now
         return retry.record(
