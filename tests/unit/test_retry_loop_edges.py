@@ -99,3 +99,41 @@ def test_the_gate_runner_refuses_an_out_of_order_attempt_before_any_process(
         assert len(list(runs.iterdir())) == 1  # neither started a gate
     finally:
         kit.ledger.close()
+
+
+def test_a_solved_example_keeps_the_advisory_text_redacted(tmp_path: Path) -> None:
+    """The solved-example store keeps the advisory's text (searched on the next run): a
+    secret or an e-mail address in an advisory's details went into examples.db as given,
+    while the prompt that showed the same text was redacted."""
+    token = "ghp_" + "R8mQ2vX9kL4nT7pW1sY6zA3bC5dE0fG2hJ4k"
+    kit = make_kit(
+        tmp_path, leaf=ScriptedLeaf([(None, llm_patch("2.20.0"))]), recipes=RecipeBook([])
+    )
+    assert kit.store is not None
+    (tmp_path / ".tracebound").mkdir(exist_ok=True)
+    gates = GateRunner(
+        [CommandGate("pass", (sys.executable, "-c", "pass"))],
+        ledger=kit.ledger,
+        redactor=Redactor(b"loop-edges-redaction-key"),
+        evidence=FileBlobStore(tmp_path / ".tracebound" / "blobs"),
+        runs_root=kit.tier.workdir,
+    )
+    loop = RetryLoop(
+        kit.tier,
+        gates,
+        ledger=kit.ledger,
+        fence=kit.fence,
+        blobs=FileBlobStore(tmp_path / ".tracebound" / "blobs"),
+        retrieval=kit.store,
+    )
+    details = f"Reported by alice@example.com; the leaked CI token was {token}."
+    ctx = kit.ctx()
+    ctx = ctx.model_copy(update={"advisory": ctx.advisory.model_copy(update={"details": details})})
+    try:
+        assert loop.run(ctx, workflow_id="wf", target=kit.repo).status == "passed"
+        (example,) = kit.store.search(ctx).examples
+        assert "[REDACTED:github-token" in example.advisory_text
+    finally:
+        kit.close()
+    stored = b"".join(p.read_bytes() for p in tmp_path.glob("examples.db*"))
+    assert stored and token.encode() not in stored and b"alice@example.com" not in stored

@@ -35,6 +35,7 @@ from tracebound.errors import AuditChainCorrupted, StorageError, ValidationFaile
 from tracebound.ids import ChainHead, RagRecordId
 from tracebound.integrity.chain import GENESIS, chain_hash
 from tracebound.pipeline.fallback.models import ApplyContext, PlanOutcome, normalise_name
+from tracebound.pipeline.redaction import Redactor
 from tracebound.store.sqlite import rollback_open
 
 __all__ = ["Retrieval", "SolvedExample", "SolvedExampleStore"]
@@ -273,12 +274,17 @@ class SolvedExampleStore:
                 f"solved example {rid} (#{seq}) changed since the store verified it"
             )
 
-    def on_validated(self, ctx: ApplyContext, plan: PlanOutcome) -> RagRecordId | None:
+    def on_validated(
+        self, ctx: ApplyContext, plan: PlanOutcome, *, redactor: Redactor | None = None
+    ) -> RagRecordId | None:
         """Harvest a plan whose trust outcome passed; returns its record id.
 
         The same patch for the same advisory is stored once (``None`` on the duplicate).
         Only verified plans go in: a store that accepts unverified patches would turn one
-        bad plan into many.
+        bad plan into many. ``redactor`` redacts the advisory's text before it is stored
+        (``RetryLoop`` passes its gate runner's); without one the text is stored as given,
+        as ``Ledger.record`` writes what it is given. The patch is the tier's, which
+        refuses any patch the redactor would change.
 
         Raises:
             ValidationFailed: the plan was refused, or its trust outcome is missing or
@@ -289,6 +295,8 @@ class SolvedExampleStore:
         if plan.trust is None or not plan.trust.passed:
             raise ValidationFailed("plan.trust", "only a plan whose trust outcome passed")
         text = advisory_text(ctx)
+        if redactor is not None:
+            text = redactor.redact_text(text).value
         package = normalise_name(ctx.package)
         seed = f"{ctx.advisory.id}\x00{ctx.ecosystem}\x00{package}\x00{plan.patch_blake3}"
         record_id = RagRecordId("se-" + blake3(seed.encode()).hexdigest()[:24])

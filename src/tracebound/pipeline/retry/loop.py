@@ -290,7 +290,9 @@ class RetryLoop:
                 if plan.trust.passed:
                     doing = "the solved example"
                     if self.retrieval is not None:
-                        self.retrieval.on_validated(ctx, plan)
+                        # The advisory's text is kept for later searches: redacted, as
+                        # the prompt that showed it was.
+                        self.retrieval.on_validated(ctx, plan, redactor=self.gates.redactor)
                     result.status = "passed"
                     return result
                 if index == self.max_retries:
