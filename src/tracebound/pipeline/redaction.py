@@ -533,7 +533,7 @@ def _trim(text: str, start: int, end: int) -> tuple[int, int]:
 # Characters a reader (or FenceWrapper.sanitize, on the way into a prompt) drops or folds
 # away: format characters (zero-width, bidi, soft hyphen, word joiner, tags) and variation
 # selectors. NFKC and the look-alike table below cover fullwidth and homoglyph spellings.
-_INVISIBLE = re.compile(
+INVISIBLE = re.compile(
     "[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f"
     "\u202a-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff9-\ufffb"
     "\U000e0000-\U000e0fff]"
@@ -564,7 +564,7 @@ def _disguise_view(text: str) -> tuple[str, list[int]] | None:
             chars.append(ch)
             index.append(i)
             continue
-        if _INVISIBLE.match(ch):
+        if INVISIBLE.match(ch):
             changed = True
             continue
         seen = unicodedata.normalize("NFKC", ch).translate(CONFUSABLES)

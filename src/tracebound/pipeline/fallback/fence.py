@@ -5,9 +5,11 @@ examples, and above all the summaries of failed attempts built from sandbox outp
 through three layers, following "spotlighting" (Hines et al., 2024):
 
 1. **Sanitise** (:meth:`FenceWrapper.sanitize`). Unicode tricks are undone first (NFKC,
-   zero-width and bidi-override characters removed, combining marks left on Latin letters
-   removed, every line-break character made ``\\n``, mixed-script homoglyph words folded to
-   Latin) so that the patterns see what a model would read. Then known injection shapes
+   zero-width, bidi-override and other invisible characters removed, blanks that are not
+   spaces made spaces, combining marks left on Latin letters or on punctuation removed,
+   every line-break character made ``\\n``, look-alikes of the rules' punctuation and
+   mixed-script homoglyph words folded to ASCII and Latin) so that the patterns see what a
+   model would read. Then known injection shapes
    are replaced by an inert ``[neutralised:<rule>]`` marker: instruction overrides, persona
    switches, chat-template tokens, role prefixes, code-fence and HTML breakouts, boundary
    and canary forgeries, exfiltration requests. What was neutralised is *recorded* (rule
@@ -42,7 +44,7 @@ from blake3 import blake3
 from pydantic import BaseModel, ConfigDict, Field
 
 from tracebound.errors import ValidationFailed
-from tracebound.pipeline.redaction import CONFUSABLES
+from tracebound.pipeline.redaction import CONFUSABLES, INVISIBLE
 from tracebound.pipeline.retry.models import MAX_SUMMARY_BYTES, AttemptSummary, FailingSignal
 from tracebound.sources import IdSource
 
@@ -67,6 +69,28 @@ _LABEL = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
 
 _LINE_BREAKS = re.compile(r"\r\n|[\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 _VARIATION = re.compile(r"[\ufe00-\ufe0f\U000e0100-\U000e01ef]")
+# Drawn as a blank but not a Unicode space, so neither \s in the rules nor datamarking
+# would see it: "New\u2800instructions" reads as two words. The braille blank, and the
+# Hangul fillers (letters, but invisible or a blank where drawn; NFKC makes U+3164 and
+# U+FFA0 U+1160), which the redactor drops as invisible.
+_BLANKS = "\u2800\u115f\u1160"
+# Look-alikes of the punctuation the rules key on (code fences, boundaries, tags, role
+# prefixes): "\u02cb\u02cb\u02cb" reads as a code fence and "System\u02d0" as a role prefix.
+# NFKC already folds the fullwidth and small forms.
+_PUNCTUATION: Final = str.maketrans(
+    {
+        ch: ascii_ch
+        for ascii_ch, lookalikes in (
+            ("`", "\u02cb\u02f4\u2035"),
+            ("~", "\u223c\u2053\u301c"),
+            ("<", "\u02c2\u1438\u2039\u276c\u276e\u27e8\u3008"),
+            (">", "\u02c3\u1433\u203a\u276d\u276f\u27e9\u3009"),
+            (":", "\u02d0\u02f8\ua789\u0589\u2236\u05c3\u16ec\u205a"),
+            ("|", "\u01c0\u2223\u23d0\u2502"),
+        )
+        for ch in lookalikes
+    }
+)
 _LATIN_OR_CONFUSABLE = re.compile(r"[^\W\d_]+", re.UNICODE)
 
 
@@ -114,19 +138,35 @@ def _fold_homoglyphs(text: str) -> str:
     return "\n".join(out)
 
 
+def _stray_mark(kept: list[str]) -> bool:
+    """Whether a combining mark that would follow ``kept`` is a disguise.
+
+    NFKC composed every accented Latin letter that exists; a mark still hanging on one
+    ("ign\u0308ore") only hides the word from the patterns. Nor does any script hang marks
+    on punctuation, spaces or the start of a line ("`\u0301`\u0301`\u0301" is a code fence
+    to a reader, and a mark on the start of a line hides a role prefix). Marks on letters
+    of other scripts, and stacked on those, are real text.
+    """
+    if not kept:
+        return True
+    return _latin_like(kept[-1]) or unicodedata.category(kept[-1])[0] not in "LM"
+
+
 def _strip_invisible(text: str, counts: Counter[str]) -> str:
-    """Line breaks made ``\\n``, other spaces made ``" "``; invisible characters, variation
-    selectors and combining marks hung on Latin letters dropped (and counted)."""
+    """Line breaks made ``\\n``, other spaces made ``" "`` (and blanks that are not spaces,
+    counted); invisible characters, variation selectors and stray combining marks
+    (:func:`_stray_mark`) dropped (and counted)."""
     kept: list[str] = []
     for ch in _LINE_BREAKS.sub("\n", text):
         cat = unicodedata.category(ch)
         if ch in "\n\t":
             kept.append(ch)
-        elif cat in {"Cc", "Cf", "Cs", "Co", "Cn"} or _VARIATION.match(ch):
+        elif ch in _BLANKS:
             counts["invisible-char"] += 1
-        elif cat in {"Mn", "Me"} and kept and _latin_like(kept[-1]):
-            # NFKC composed every accented Latin letter that exists; a mark still hanging
-            # on one ("ign\u0308ore") only hides the word from the patterns.
+            kept.append(" ")
+        elif cat in {"Cc", "Cf", "Cs", "Co", "Cn"} or _VARIATION.match(ch) or INVISIBLE.match(ch):
+            counts["invisible-char"] += 1
+        elif cat in {"Mn", "Me"} and _stray_mark(kept):
             counts["combining-mark"] += 1
         elif cat in {"Zs", "Zl", "Zp"}:
             kept.append(" ")
@@ -327,10 +367,17 @@ class FenceWrapper:
         if not isinstance(text, str):
             raise ValidationFailed("text", f"expected str, got {type(text).__name__}")
         counts: Counter[str] = Counter()
-        out = _strip_invisible(unicodedata.normalize("NFKC", text), counts)
-        if DATAMARK in out:  # before folding: the datamark is a letter, "^" is not
+        out = unicodedata.normalize("NFKC", text)
+        # Both before the marks are judged: the datamark is a letter, "^" is not, and a
+        # mark on a look-alike of punctuation is as stray as one on the punctuation.
+        if DATAMARK in out:
             counts["datamark-char"] += out.count(DATAMARK)
             out = out.replace(DATAMARK, "^")
+        plain = out.translate(_PUNCTUATION)
+        if plain != out:
+            counts["homoglyph"] += sum(a != b for a, b in zip(out, plain, strict=True))
+            out = plain
+        out = _strip_invisible(out, counts)
         folded = _fold_homoglyphs(out)
         if folded != out:
             counts["homoglyph"] += sum(a != b for a, b in zip(out, folded, strict=True))
