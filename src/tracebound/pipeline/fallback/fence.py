@@ -236,10 +236,6 @@ _RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = tuple(
         ("html-tag", rf"<!--.*?(?:-->|$)|<\s*(?:/\s*)?{_HTML_TAGS}\b[^>\n]{{0,200}}>"),
         ("markdown-link", r"!?\[[^\]\n]{0,200}\]\(\s*(?:https?|data|javascript):[^)\n]{0,500}\)"),
         (
-            "role-prefix",
-            rf"^[ \t>*#-]*{_ROLES}(?:[ \t]+(?:prompt|message|instructions?|override|note))?[ \t]*:",
-        ),
-        (
             "override",
             (
                 rf"\b{_OVERRIDE_VERB}\b[^.\n]{{0,60}}?\b{_OVERRIDE_SCOPE}\b[^.\n]{{0,60}}?"
@@ -271,6 +267,17 @@ _RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = tuple(
             (
                 r"\b(?:curl|wget|nc|netcat)\b[^\n]{0,20}?"
                 r"\b(?:https?://|ftp://|\d{1,3}(?:\.\d{1,3}){3})"
+            ),
+        ),
+        # Last, and every prefix in a row at once: a rule applies between the markers left
+        # before it, where "^" also matches right after a marker, so a role prefix there
+        # ("System:System:", "ignore previous instructions System:") is one too. Earlier,
+        # it would be left for the next sanitise to find (not idempotent).
+        (
+            "role-prefix",
+            (
+                rf"^(?:[ \t>*#-]*{_ROLES}"
+                r"(?:[ \t]+(?:prompt|message|instructions?|override|note))?[ \t]*:)+"
             ),
         ),
     )
