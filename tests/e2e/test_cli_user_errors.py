@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -148,3 +150,67 @@ def test_a_proof_the_disk_refuses_names_the_file(cli: CLI) -> None:
     # "No space left on device" alone read as if the ledger's disk were full.
     error = cli.json("prove", "1", "-o", "/dev/full", code=2)["error"]
     assert error["message"] == "cannot write --output /dev/full: No space left on device"
+
+
+def _closed(cli: CLI, fd: int, *args: str) -> subprocess.CompletedProcess[str]:
+    """``tracebound ARGS`` with file descriptor ``fd`` closed (a cron job's `<&-`, `>&-`)."""
+    redirect = "<&-" if fd == 0 else ">&-"
+    return subprocess.run(
+        ["sh", "-c", f'exec "$@" {redirect}', "sh", sys.executable, "-m", "tracebound", *args],
+        cwd=cli.cwd,
+        env=cli.env,
+        stdout=subprocess.PIPE if fd != 1 else None,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_append_with_stdin_closed_says_there_is_no_input(cli: CLI) -> None:
+    # Python's sys.stdin is None then: an AttributeError traceback, exit 1 (as if damaged).
+    proc = _closed(cli, 0, "append", "--json")
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    error = json.loads(proc.stdout)["error"]
+    assert error["kind"] == "ConfigError"
+    assert "stdin is closed" in error["message"]
+
+
+@pytest.mark.parametrize(
+    ("args", "code"), [(("log", "--json"), 0), (("log",), 0), (("--version",), 0), (("verify",), 0)]
+)
+def test_a_closed_stdout_is_no_traceback(cli: CLI, args: tuple[str, ...], code: int) -> None:
+    # sys.stdout is None then: `log --json` and `--version` failed with a traceback, exit 1.
+    proc = _closed(cli, 1, *args)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == code, proc.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("keys", "init"),
+        ("keys", "show"),
+        ("verify-proof", "proof.json"),
+        ("verify-evidence", "run.json"),
+        ("copy", "sqlite:///.tracebound", "jsonl:///copy"),
+        ("checkpoint",),
+        ("verify",),
+    ],
+)
+def test_an_empty_key_path_is_refused_by_name(cli: CLI, args: tuple[str, ...]) -> None:
+    # `--key ""` (an unset variable in a script) is the folder `.`: a ValueError traceback.
+    error = cli.json(*args, "--key", "", code=2)["error"]
+    assert error["kind"] == "SigningKeyError"
+    assert "--key" in error["message"] and "key file" in error["message"]
+
+
+@pytest.mark.parametrize("folder", ["", "keys-folder"])
+def test_a_redaction_key_that_is_a_folder_is_not_to_be_chmodded(cli: CLI, folder: str) -> None:
+    # It was "accessible by group or others; fix it with: chmod 600 ." (the working folder).
+    (cli.cwd / "keys-folder").mkdir()
+    error = cli.json("append", "--redaction-key", folder, stdin=_lines(1), code=2)["error"]
+    assert error["kind"] == "SigningKeyError"
+    assert "is a folder" in error["message"] and "chmod" not in error["message"]
+    assert cli.json("log")["events"][-1]["position"] == 5  # nothing appended

@@ -188,7 +188,20 @@ DEFAULT_KEY_NAME = "tracebound"
 
 
 def resolve_key_path(key: Path | None) -> Path:
-    return key if key is not None else default_key_path(DEFAULT_KEY_NAME)
+    """The signing key file: ``--key``'s, else the default one.
+
+    Raises:
+        SigningKeyError: ``--key`` is empty (an unset variable in a script: the folder
+            ``.``) or ends in ``..``: no file name to put a ``.pub`` beside.
+    """
+    if key is None:
+        return default_key_path(DEFAULT_KEY_NAME)
+    if key.name in {"", ".."}:
+        raise SigningKeyError(
+            f"--key {str(key)!r} is empty or names a folder; give the key file's own path "
+            f"(default: {default_key_path(DEFAULT_KEY_NAME)})"
+        )
+    return key
 
 
 def try_signer(key: Path | None) -> NoteSigner | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -467,6 +468,8 @@ def _read_input(
         if file is not None and not stdin:
             with file.open(encoding="utf-8-sig") as fh:
                 return _read_requests(fh, redactor)
+        if sys.stdin is None:  # fd 0 closed (`<&-`): Python has no stdin at all
+            raise ConfigError("no input: stdin is closed; name a FILE or pipe the lines in")
         if sys.stdin.isatty():  # else a bare `tracebound append` just seems to hang
             err_console.print("Reading JSON lines from stdin; end with Ctrl-D.")
         # Strict UTF-8, as for a file: the locale's decoder would let bytes that are not
@@ -1069,4 +1072,12 @@ def demo(
 
 def main() -> None:
     """Console-script entry point."""
+    # A closed stdout or stderr (a cron job's `>&-`) leaves Python's sys.stdout None: every
+    # print would end in an AttributeError traceback. Written to /dev/null instead, as a
+    # shell's `>/dev/null`, the command still does its work and exits with its own code.
+    # (A closed stdin stays None: `append` says there is no input.)
+    if sys.stdout is None:
+        sys.stdout = Path(os.devnull).open("w", encoding="utf-8")  # noqa: SIM115 - process-long
+    if sys.stderr is None:
+        sys.stderr = Path(os.devnull).open("w", encoding="utf-8")  # noqa: SIM115 - process-long
     app()

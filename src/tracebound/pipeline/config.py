@@ -98,6 +98,11 @@ def load_redaction_key(
             is not exactly 32 bytes, or cannot be read or written.
     """
     path = path.expanduser()
+    if path.is_dir():  # else "accessible by group; chmod 600" would advise chmod-ing a folder
+        raise SigningKeyError(
+            f"redaction key {path} is a folder; give the key file's own path "
+            f"(e.g. {path / 'redaction.key'})"
+        )
     if _inside(path, store_dir):
         raise SigningKeyError(
             f"refusing to keep the redaction key {path} inside the store {store_dir}: whoever "
