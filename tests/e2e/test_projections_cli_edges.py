@@ -145,6 +145,26 @@ def test_no_update_reads_existing_views_and_creates_none(cli: CLI) -> None:
     assert cli.json("report", "roi", "--no-update")["total_cost_usd"] == "0.4300003"
 
 
+def test_views_named_by_their_folder_are_read_where_project_run_wrote_them(cli: CLI) -> None:
+    # `project run --views DIR` writes DIR/views.db; `project status --views DIR` and
+    # `report --no-update --views DIR` said "no views database at DIR; project run creates it".
+    (cli.cwd / "views-dir").mkdir()
+    assert cli.json("project", "run", "--views", "views-dir")["applied"] == 5
+    assert (cli.cwd / "views-dir" / "views.db").is_file()
+    assert {
+        p["lag"] for p in cli.json("project", "status", "--views", "views-dir")["projections"]
+    } == {0}
+    out = cli.json("report", "roi", "--no-update", "--views", "views-dir")
+    assert out["total_cost_usd"] == "0.4300003"
+
+
+def test_a_negative_follow_interval_is_a_usage_error(cli: CLI) -> None:
+    # tail refuses it; `project run --follow --interval -1` polled without a pause (a core
+    # at 100% until stopped).
+    out = cli.json("project", "run", "--follow", "--interval", "-1", code=2)
+    assert out["error"]["kind"] == "UsageError" and "--interval" in out["error"]["message"]
+
+
 def test_the_follow_summary_counts_what_was_followed(cli: CLI) -> None:
     assert cli.json("project", "run")["head"] == 5
     follower = subprocess.Popen(

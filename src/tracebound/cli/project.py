@@ -146,6 +146,8 @@ def open_views(
             ) from exc
         return PostgresViews(str(views), create=not existing)
     path = views_path(store, views, ledger)
+    if path.is_dir():  # SQLiteViews keeps its file in a folder it is given: look there
+        path = path / VIEWS_FILENAME
     if existing and not path.is_file():
         raise ConfigError(
             f"no views database at {path}; `tracebound project run` creates it"
@@ -245,7 +247,9 @@ def run_cmd(
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Keep applying new events until Ctrl-C.")
     ] = False,
-    interval: Annotated[float, typer.Option(help="Seconds between polls with --follow.")] = 0.05,
+    interval: Annotated[
+        float, typer.Option(min=0, help="Seconds between polls with --follow.")
+    ] = 0.05,
     batch: BatchOpt = DEFAULT_BATCH,
     as_json: JsonOpt = False,
 ) -> None:
