@@ -10,6 +10,7 @@ does not advise a checkpoint; a refused ``init`` names the store as a path.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -185,6 +186,33 @@ def test_a_closed_stdout_is_no_traceback(cli: CLI, args: tuple[str, ...], code: 
     proc = _closed(cli, 1, *args)
     assert "Traceback" not in proc.stderr, proc.stderr
     assert proc.returncode == code, proc.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("verify",), ("log",), ("log", "--json"), ("verify", "--json"), ("runs",), ("prove", "1")],
+)
+def test_a_reader_gone_is_exit_141_not_damage(cli: CLI, args: tuple[str, ...]) -> None:
+    # `tracebound verify | head -1`: the reader leaves before the output is written. Exit 1
+    # (and a broken pipe traceback, or rich's exit 1) read as "the ledger is damaged" in
+    # the exit-code table. Now 141, as a shell reports a process SIGPIPE ended (128 + 13).
+    read, write = os.pipe()
+    os.close(read)  # every write to this pipe fails with EPIPE: no race with a real reader
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "tracebound", *args],
+            cwd=cli.cwd,
+            env=cli.env,
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        os.close(write)
+    assert proc.returncode == 141, proc.stderr
+    assert proc.stderr == ""  # no traceback, no "Exception ignored" at exit
 
 
 @pytest.mark.parametrize(

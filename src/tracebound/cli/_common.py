@@ -10,6 +10,7 @@ Exit codes (documented in the README):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -52,9 +53,36 @@ EXIT_USAGE = 2
 EXIT_INCOMPLETE = 3
 EXIT_INTERRUPTED = 130
 """Ctrl-C, as a shell reports a process SIGINT ended (128 + 2)."""
+EXIT_BROKEN_PIPE = 141
+"""The reader of stdout left (`| head -1`), as a shell reports a process SIGPIPE ended
+(128 + 13). Python ignores SIGPIPE, and click and rich would exit 1: "damaged"."""
 
-console = Console()
-err_console = Console(stderr=True)
+
+def reader_gone() -> NoReturn:
+    """End the command quietly when stdout's reader has left.
+
+    Not by restoring SIGPIPE's default action: a closed socket (a PostgreSQL server, the
+    recorded model's loopback server) would then kill the process instead of raising.
+    Stdout is pointed at /dev/null first, so the flush at exit does not fail again.
+    """
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    raise SystemExit(EXIT_BROKEN_PIPE)
+
+
+class _Console(Console):
+    """rich's console, with :func:`reader_gone` for a stdout whose reader left (rich's own
+    ends the process with exit 1, which the exit-code table reads as damage)."""
+
+    def on_broken_pipe(self) -> None:
+        if not self.quiet:
+            reader_gone()
+
+
+console = _Console()
+err_console = _Console(stderr=True)
 
 StoreOpt = Annotated[
     str | None,
@@ -123,7 +151,17 @@ T = TypeVar("T")
 def emit_json(data: Any, *, one_line: bool = False) -> None:
     """One JSON document on stdout; ``one_line`` for a JSON Lines stream (a follow mode)."""
     indent = None if one_line else 2
-    sys.stdout.write(json.dumps(data, indent=indent, sort_keys=True, default=str) + "\n")
+    write_stdout(json.dumps(data, indent=indent, sort_keys=True, default=str) + "\n")
+
+
+def write_stdout(text: str) -> None:
+    """Write ``text`` to stdout and flush it here, where a reader that left is handled
+    (:func:`reader_gone`), not at exit."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        reader_gone()
 
 
 def fail(
@@ -175,6 +213,8 @@ def handled(as_json: bool, *, one_line: bool = False) -> Iterator[None]:
         out(str(exc), EXIT_DAMAGED, type(exc).__name__)
     except TraceboundError as exc:
         out(str(exc), EXIT_USAGE, type(exc).__name__)
+    except BrokenPipeError:  # an OSError, but of stdout's reader, not of a file named
+        reader_gone()
     except KeyboardInterrupt:
         # Said, as every other way a command ends: with --json, one document on stdout.
         # (`copy` says more: how far it got; the runner has recorded what a run did.)

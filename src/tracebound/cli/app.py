@@ -41,11 +41,13 @@ from tracebound.cli._common import (
     open_ledger,
     open_ledger_checked,
     progress_bar,
+    reader_gone,
     refuse_inside_store,
     resolve_key_path,
     store_dir,
     try_verifier,
     write_output,
+    write_stdout,
 )
 from tracebound.cli._group import RootGroup, UsageError
 from tracebound.cli._tables import fit, hoist_date
@@ -122,7 +124,7 @@ app = typer.Typer(
 
 def _print_version(value: bool) -> None:
     if value:
-        sys.stdout.write(f"tracebound {metadata.version('tracebound')}\n")
+        write_stdout(f"tracebound {metadata.version('tracebound')}\n")
         raise typer.Exit()
 
 
@@ -699,8 +701,7 @@ def tail(
 
 def _print_follow(row: dict[str, Any], as_json: bool) -> None:
     if as_json:
-        sys.stdout.write(json.dumps(row, sort_keys=True) + "\n")
-        sys.stdout.flush()
+        write_stdout(json.dumps(row, sort_keys=True) + "\n")
     else:
         stamp = datetime.fromisoformat(row["timestamp"])
         console.print(
@@ -995,7 +996,7 @@ def prove(
         if output is not None:
             write_output(output, text.encode("utf-8"), "--output")
     if as_json or output is None:
-        sys.stdout.write(text)
+        write_stdout(text)
     else:
         console.print(
             f"Inclusion proof of position {position} in a tree of {bundle.tree_size} "
@@ -1080,4 +1081,12 @@ def main() -> None:
         sys.stdout = Path(os.devnull).open("w", encoding="utf-8")  # noqa: SIM115 - process-long
     if sys.stderr is None:
         sys.stderr = Path(os.devnull).open("w", encoding="utf-8")  # noqa: SIM115 - process-long
-    app()
+    try:
+        app()
+    finally:
+        # What is still buffered is written now, while a reader that left can be told
+        # from damage (exit 141, not the interpreter's "Exception ignored" at exit).
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            reader_gone()
