@@ -34,7 +34,10 @@ from tracebound.pipeline.fallback import (
 )
 from tracebound.pipeline.fallback.leaf import LeafResponse
 from tracebound.pipeline.redaction import RedactionResult, Redactor
+from tracebound.pipeline.retry.gates import CommandGate, GateRunner
+from tracebound.pipeline.retry.loop import RetryLoop
 from tracebound.sources import FixedClock, SequentialIds
+from tracebound.store.blobs import FileBlobStore
 from tracebound.store.sqlite import SQLiteStore
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -134,6 +137,30 @@ class Kit:
 
     def events(self, workflow_id: str) -> list[Any]:
         return list(self.ledger.store.read_stream(f"attempts/{workflow_id}"))
+
+    def retry_loop(
+        self, gate: CommandGate, *, key: bytes, max_retries: int = 1, retrieval: bool = False
+    ) -> RetryLoop:
+        """A retry loop over this tier and one real gate subprocess, its blobs and gate
+        evidence under ``<root>/.tracebound/blobs``."""
+        blobs = self.root / ".tracebound" / "blobs"
+        blobs.parent.mkdir(exist_ok=True)
+        gates = GateRunner(
+            [gate],
+            ledger=self.ledger,
+            redactor=Redactor(key),
+            evidence=FileBlobStore(blobs),
+            runs_root=self.tier.workdir,
+        )
+        return RetryLoop(
+            self.tier,
+            gates,
+            ledger=self.ledger,
+            fence=self.fence,
+            blobs=FileBlobStore(blobs),
+            retrieval=self.store if retrieval else None,
+            max_retries=max_retries,
+        )
 
     def close(self) -> None:
         for close in self.closers:

@@ -21,12 +21,9 @@ from tracebound.events.catalog import AttemptAnchorRecorded
 from tracebound.integrations.llm import ScriptedLeaf
 from tracebound.pipeline.fallback import FenceWrapper, RecipeBook
 from tracebound.pipeline.fallback.leaf import LeafResponse
-from tracebound.pipeline.redaction import Redactor
-from tracebound.pipeline.retry.gates import CommandGate, GateRunner
-from tracebound.pipeline.retry.loop import RetryLoop
+from tracebound.pipeline.retry.gates import CommandGate
 from tracebound.pipeline.retry.parsers import parse_pytest_junit
 from tracebound.sources import SequentialIds
-from tracebound.store.blobs import FileBlobStore
 
 FENCE = FenceWrapper(SequentialIds())
 
@@ -99,22 +96,8 @@ def _junit_gate(tmp_path: Path, messages: list[str]) -> CommandGate:
 def test_the_retry_prompt_carries_markers_not_disguises(tmp_path: Path) -> None:
     leaf = NewVersionEachCall([])
     kit = make_kit(tmp_path, leaf=leaf, retrieval=False, recipes=RecipeBook([]))
-    store = tmp_path / ".tracebound"
-    store.mkdir()
-    gates = GateRunner(
-        [_junit_gate(tmp_path, [a for a, _, _ in ATTACKS])],
-        ledger=kit.ledger,
-        redactor=Redactor(b"lookalike-disguise-redaction-key"),
-        evidence=FileBlobStore(store / "blobs"),
-        runs_root=kit.tier.workdir,
-    )
-    loop = RetryLoop(
-        kit.tier,
-        gates,
-        ledger=kit.ledger,
-        fence=kit.fence,
-        blobs=FileBlobStore(store / "blobs"),
-        max_retries=1,
+    loop = kit.retry_loop(
+        _junit_gate(tmp_path, [a for a, _, _ in ATTACKS]), key=b"lookalike-disguise-redaction-key"
     )
     try:
         result = loop.run(kit.ctx(), workflow_id="wf", target=kit.repo)

@@ -83,15 +83,21 @@ def test_a_longer_checkpoint_signed_meanwhile_covers_this_one(world: World) -> N
         assert report.witness_size == 5  # the witness kept the longer one
 
 
-def test_a_store_behind_its_witness_is_still_refused(world: World) -> None:
-    """Not a race: the witness held a longer checkpoint before this one started (the store
-    was put back to an older copy), so the new checkpoint is refused as a rollback."""
+def _put_back_to_5_of_8(world: World) -> None:
+    """Sign 5 events, copy the store, sign 3 more (the witness holds 8), then put the copy
+    back: the store is rolled back behind its witness."""
     _signed(world, 5)
     snapshot = world.store_dir.with_name("snapshot")
     shutil.copytree(world.store_dir, snapshot)
     _signed(world, 3)  # 8 events, the witness holds 8
     shutil.rmtree(world.store_dir)
     shutil.copytree(snapshot, world.store_dir)
+
+
+def test_a_store_behind_its_witness_is_still_refused(world: World) -> None:
+    """Not a race: the witness held a longer checkpoint before this one started (the store
+    was put back to an older copy), so the new checkpoint is refused as a rollback."""
+    _put_back_to_5_of_8(world)
     with world.open() as ledger:
         ledger.record("run-0", [cost(99)])
         with pytest.raises(LedgerDamaged, match="rollback"):
@@ -106,12 +112,7 @@ def test_a_fork_past_the_witness_is_refused_before_anything_is_signed(
     it: the checkpoint must refuse before it signs. A signed note of the forked log saved
     in the store (and only then refused by the witness) would be a valid signature over a
     history the witness never saw, for anyone who checks proofs with the public key alone."""
-    _signed(world, 5)
-    snapshot = world.store_dir.with_name("snapshot")
-    shutil.copytree(world.store_dir, snapshot)
-    _signed(world, 3)  # 8 events, the witness holds 8
-    shutil.rmtree(world.store_dir)
-    shutil.copytree(snapshot, world.store_dir)
+    _put_back_to_5_of_8(world)
     with world.open() as ledger:
         for i in range(grown):
             ledger.record("run-9", [cost(100 + i)])  # 5 + grown >= 8 events, not the signed ones

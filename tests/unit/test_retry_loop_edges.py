@@ -14,11 +14,9 @@ from tracebound.errors import LedgerAttemptOutOfOrder, ValidationFailed
 from tracebound.integrations.llm import ScriptedLeaf
 from tracebound.pipeline.fallback import RecipeBook
 from tracebound.pipeline.fallback.leaf import LeafResponse
-from tracebound.pipeline.redaction import Redactor
-from tracebound.pipeline.retry.gates import CommandGate, GateRunner
+from tracebound.pipeline.retry.gates import CommandGate
 from tracebound.pipeline.retry.ledger import verify_attempts
-from tracebound.pipeline.retry.loop import RetryLoop
-from tracebound.store.blobs import FileBlobStore
+from tracebound.pipeline.retry.loop import DEFAULT_MAX_RETRIES, RetryLoop
 
 
 class NewVersionEachCall(ScriptedLeaf):
@@ -36,25 +34,9 @@ def _failing_gate(runs: Path) -> CommandGate:
 def _loop(tmp_path: Path) -> tuple[Kit, RetryLoop, NewVersionEachCall, Path]:
     leaf = NewVersionEachCall([])
     kit = make_kit(tmp_path, leaf=leaf, retrieval=False, recipes=RecipeBook([]))
-    store = tmp_path / ".tracebound"
-    store.mkdir()
     runs = tmp_path / "gate-runs"
     runs.mkdir()
-    gates = GateRunner(
-        [_failing_gate(runs)],
-        ledger=kit.ledger,
-        redactor=Redactor(b"loop-edges-redaction-key"),
-        evidence=FileBlobStore(store / "blobs"),
-        runs_root=kit.tier.workdir,
-    )
-    loop = RetryLoop(
-        kit.tier,
-        gates,
-        ledger=kit.ledger,
-        fence=kit.fence,
-        blobs=FileBlobStore(store / "blobs"),
-        max_retries=1,
-    )
+    loop = kit.retry_loop(_failing_gate(runs), key=b"loop-edges-redaction-key")
     return kit, loop, leaf, runs
 
 
@@ -110,21 +92,11 @@ def test_a_solved_example_keeps_the_advisory_text_redacted(tmp_path: Path) -> No
         tmp_path, leaf=ScriptedLeaf([(None, llm_patch("2.20.0"))]), recipes=RecipeBook([])
     )
     assert kit.store is not None
-    (tmp_path / ".tracebound").mkdir(exist_ok=True)
-    gates = GateRunner(
-        [CommandGate("pass", (sys.executable, "-c", "pass"))],
-        ledger=kit.ledger,
-        redactor=Redactor(b"loop-edges-redaction-key"),
-        evidence=FileBlobStore(tmp_path / ".tracebound" / "blobs"),
-        runs_root=kit.tier.workdir,
-    )
-    loop = RetryLoop(
-        kit.tier,
-        gates,
-        ledger=kit.ledger,
-        fence=kit.fence,
-        blobs=FileBlobStore(tmp_path / ".tracebound" / "blobs"),
-        retrieval=kit.store,
+    loop = kit.retry_loop(
+        CommandGate("pass", (sys.executable, "-c", "pass")),
+        key=b"loop-edges-redaction-key",
+        max_retries=DEFAULT_MAX_RETRIES,
+        retrieval=True,
     )
     details = f"Reported by alice@example.com; the leaked CI token was {token}."
     ctx = kit.ctx()
