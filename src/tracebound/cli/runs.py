@@ -19,7 +19,6 @@ import importlib
 import shlex
 import sys
 from collections.abc import Iterable
-from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final
 
@@ -561,8 +560,6 @@ def _percentile(values: list[int], q: int) -> int | None:
 
 def _group(g: GroupMetrics) -> dict[str, Any]:
     d = g.as_dict()
-    per_step = None if not g.outputs else g.cost_est_usd / Decimal(g.outputs)
-    d["cost_est_per_step_usd"] = None if per_step is None else str(per_step.normalize())
     d["p50_latency_ms"] = _percentile(g.latencies_ms, 50)
     d["p95_latency_ms"] = _percentile(g.latencies_ms, 95)
     return d
@@ -576,8 +573,8 @@ def _metrics_table(title: str, groups: dict[str, GroupMetrics]) -> Table:
     for name, g in sorted(groups.items()):
         d = _group(g)
         table.add_row(
-            escape(name), str(g.outputs), str(g.failures), d["repair_rate"] or "-", d["harm_rate"],
-            str(g.unresolved), d["cost_est_per_step_usd"] or "-",
+            escape(name), str(g.outputs), str(g.failures), d["repair_rate"] or "-",
+            d["harm_rate"] or "-", str(g.unresolved), d["cost_est_per_step_usd"] or "-",
             str(d["p50_latency_ms"] if d["p50_latency_ms"] is not None else "-"),
             str(d["p95_latency_ms"] if d["p95_latency_ms"] is not None else "-"),
         )  # fmt: skip

@@ -6,8 +6,10 @@ Nothing here is kept in memory between calls: every number is a fold over record
 
 * ``repair_rate(role)`` = repaired failures / failures, for failures of steps of that role;
   a failure is repaired when a later ``RepairAttempted`` for its origin succeeded.
-* ``harm_rate(role)`` = harmful failures / outputs; harmful means the output broke a
+* ``harm_rate(role)`` = harmful outputs / outputs; harmful means the output broke a
   constraint or introduced a regression (a failed test), not merely that the step crashed.
+  An output with several harmful findings is one harmful output.
+* A rate over nothing (no failures, no outputs) is ``None``, not 0.
 * ``unresolved_origin(role)`` = failures of that role's steps with no attributed origin.
 * SLO guardrails: a *critical* pipeline with harm_rate > 0 or unresolved_origin > 0 is in
   violation (:func:`slo_violations`).
@@ -23,7 +25,7 @@ the gated step re-applied the approved artifact, whose cost the take-over's reco
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
 
@@ -38,7 +40,14 @@ from tracebound.events.catalog import (
 from tracebound.events.envelope import RecordedEvent
 from tracebound.events.takeover import TakeOvers
 
-__all__ = ["GroupMetrics", "RunMetrics", "SloViolation", "compute_metrics", "slo_violations"]
+__all__ = [
+    "GroupMetrics",
+    "RunMetrics",
+    "SloViolation",
+    "compute_metrics",
+    "shown",
+    "slo_violations",
+]
 
 _MICRO = Decimal("0.000001")  # what the report shows of a rate or an amount
 
@@ -56,44 +65,56 @@ class GroupMetrics:
     cost_usd: Decimal = Decimal(0)
     latencies_ms: list[int] = field(default_factory=list)
 
+    # Every ratio is divided in MONEY_CONTEXT, not the caller's thread context: the SLO
+    # alert's value is hashed into the ledger and must not depend on who computed it.
     @property
     def repair_rate(self) -> Decimal | None:
-        return None if not self.failures else Decimal(self.repaired) / Decimal(self.failures)
+        return _ratio(Decimal(self.repaired), self.failures)
 
     @property
-    def harm_rate(self) -> Decimal:
-        return Decimal(0) if not self.outputs else Decimal(self.harmful) / Decimal(self.outputs)
+    def harm_rate(self) -> Decimal | None:
+        return _ratio(Decimal(self.harmful), self.outputs)
 
     @property
     def mean_latency_ms(self) -> Decimal | None:
-        if not self.latencies_ms:
-            return None
-        return Decimal(sum(self.latencies_ms)) / Decimal(len(self.latencies_ms))
+        return _ratio(Decimal(sum(self.latencies_ms)), len(self.latencies_ms))
 
     @property
     def cost_per_step_usd(self) -> Decimal | None:
-        return None if not self.outputs else MONEY_CONTEXT.divide(self.cost_usd, self.outputs)
+        return _ratio(self.cost_usd, self.outputs)
+
+    @property
+    def cost_est_per_step_usd(self) -> Decimal | None:
+        return _ratio(self.cost_est_usd, self.outputs)
 
     def as_dict(self) -> dict[str, object]:
-        def s(value: Decimal | None) -> str | None:
-            if value is None:
-                return None
-            exact = value.quantize(_MICRO, context=MONEY_CONTEXT).normalize(MONEY_CONTEXT)
-            return format(exact, "f")  # 100, never 1E+2
-
         return {
             "outputs": self.outputs,
             "failures": self.failures,
             "repaired": self.repaired,
             "harmful": self.harmful,
             "unresolved_origin": self.unresolved,
-            "repair_rate": s(self.repair_rate),
-            "harm_rate": s(self.harm_rate),
+            "repair_rate": shown(self.repair_rate),
+            "harm_rate": shown(self.harm_rate),
             "cost_usd": str(self.cost_usd),
             "cost_est_usd": str(self.cost_est_usd),
-            "cost_per_step_usd": s(self.cost_per_step_usd),
-            "mean_latency_ms": s(self.mean_latency_ms),
+            "cost_per_step_usd": shown(self.cost_per_step_usd),
+            "cost_est_per_step_usd": shown(self.cost_est_per_step_usd),
+            "mean_latency_ms": shown(self.mean_latency_ms),
         }
+
+
+def _ratio(num: Decimal, den: int) -> Decimal | None:
+    """``num / den``, or None over nothing (0/0 is no rate, not a rate of 0)."""
+    return None if not den else MONEY_CONTEXT.divide(num, den)
+
+
+def shown(value: Decimal | None) -> str | None:
+    """A rate or an amount as the report writes it: to the micro-unit, plain notation."""
+    if value is None:
+        return None
+    exact = value.quantize(_MICRO, context=MONEY_CONTEXT).normalize(MONEY_CONTEXT)
+    return format(exact, "f")  # 100, never 1E+2
 
 
 @dataclass
@@ -203,24 +224,37 @@ def compute_metrics(events: Iterable[RecordedEvent]) -> RunMetrics:
         for g in groups(step.run_id, step.role):
             # spent, though not an output
             g.cost_est_usd = MONEY_CONTEXT.add(g.cost_est_usd, step.cost_est.compute_usd_est)
-    gone = scan.take_overs.abandoned
-    repaired_origins = {(p.run_id, p.origin_step_id) for pos, p in scan.repairs if pos not in gone}
-    for b in (b for pos, b in scan.blames if pos not in gone):
-        for g in groups(b.run_id, b.failed_role):
-            g.failures += 1
-            g.harmful += int(b.harmful)
-            g.unresolved += int(b.origin_step_id is None)
-            repaired = (
-                b.origin_step_id is not None and (b.run_id, b.origin_step_id) in repaired_origins
-            )
-            g.repaired += int(repaired)
-        if b.origin_step_id is None and b.run_id in run_pipeline:
-            m.unresolved_by_pipeline_role[(run_pipeline[b.run_id].name, b.failed_role)] += 1
+    _count_blames(m, scan, groups)
     for cost, run_id in scan.costs:
         role = cost.role or "unattributed"
         for g in groups(run_id or "", role):
             g.cost_usd = MONEY_CONTEXT.add(g.cost_usd, cost.amount_usd)
     return m
+
+
+def _count_blames(
+    m: RunMetrics, scan: _Scan, groups: Callable[[str, str], list[GroupMetrics]]
+) -> None:
+    """Failures, repairs, harmful outputs and unresolved origins, from the counted blames."""
+    gone = scan.take_overs.abandoned
+    repaired_origins = {(p.run_id, p.origin_step_id) for pos, p in scan.repairs if pos not in gone}
+    blames = [b for pos, b in scan.blames if pos not in gone]
+    # harm_rate is harmful *outputs* / outputs: two findings in one output make one harmful
+    # output, not two (the rate would pass 1).
+    harmful = {(b.run_id, b.failed_step_id): b.failed_role for b in blames if b.harmful}
+    for (run_id, _), role in harmful.items():
+        for g in groups(run_id, role):
+            g.harmful += 1
+    for b in blames:
+        for g in groups(b.run_id, b.failed_role):
+            g.failures += 1
+            g.unresolved += int(b.origin_step_id is None)
+            repaired = (
+                b.origin_step_id is not None and (b.run_id, b.origin_step_id) in repaired_origins
+            )
+            g.repaired += int(repaired)
+        if b.origin_step_id is None and b.run_id in scan.runs:
+            m.unresolved_by_pipeline_role[(scan.runs[b.run_id].name, b.failed_role)] += 1
 
 
 @dataclass(frozen=True)
@@ -244,7 +278,10 @@ def slo_violations(m: RunMetrics) -> list[SloViolation]:
             continue
         group = m.by_pipeline.get(name)
         if group is not None and group.harmful > 0:
-            out.append(SloViolation(name, info.pipeline_type, "harm_rate", str(group.harm_rate)))
+            # the figure the report shows; a harmful output with no counted output (a blame
+            # on a gated step) still breaks the SLO, and says what it counted
+            rate = shown(group.harm_rate) or f"{group.harmful}/0"
+            out.append(SloViolation(name, info.pipeline_type, "harm_rate", rate))
         for (pipeline, role), count in sorted(m.unresolved_by_pipeline_role.items()):
             if pipeline == name and count > 0:
                 out.append(
