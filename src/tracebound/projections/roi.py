@@ -107,6 +107,9 @@ class RoiSummary:
     closed_rate: Decimal | None
     unmerged_cost_usd: Decimal
     pending_cost_usd: Decimal
+    unattributed_prs: int = 0
+    """Merge outcomes recorded with no ``workflow_id``: ROI joins outcomes to cost by
+    workflow, so these are in no rate; counted so that they are seen, not lost."""
 
     def to_dict(self) -> dict[str, Any]:
         def text(v: Decimal | None) -> str | None:
@@ -126,6 +129,7 @@ class RoiSummary:
             "closed_rate": text(self.closed_rate),
             "unmerged_cost_usd": text(self.unmerged_cost_usd),
             "pending_cost_usd": text(self.pending_cost_usd),
+            "unattributed_prs": self.unattributed_prs,
         }
 
 
@@ -136,13 +140,14 @@ def roi_summary(rows: Iterable[Mapping[str, Any]]) -> RoiSummary:
 
 
 def _roi_summary(rows: Iterable[Mapping[str, Any]]) -> RoiSummary:
-    workflows = merged = modified = closed = 0
+    workflows = merged = modified = closed = unattributed = 0
     total = overhead = unmerged = pending = Decimal(0)
     for row in rows:
         cost = Decimal(row["cost_usd"])
         total += cost
         if row["workflow_id"] == NO_WORKFLOW:
             overhead += cost
+            unattributed += row["prs"]
             continue
         workflows += 1
         merged += row["merged"]
@@ -169,4 +174,5 @@ def _roi_summary(rows: Iterable[Mapping[str, Any]]) -> RoiSummary:
         closed_rate=_ratio(closed, decided),
         unmerged_cost_usd=unmerged,
         pending_cost_usd=pending,
+        unattributed_prs=unattributed,
     )

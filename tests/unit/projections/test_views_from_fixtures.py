@@ -216,6 +216,19 @@ def test_roi_headline_and_diagnostics() -> None:
         Decimal("0.3333"),
     )
     assert (s.unmerged_cost_usd, s.pending_cost_usd) == (Decimal("3.00"), Decimal("0.50"))
+    assert s.unattributed_prs == 0
+
+
+def test_a_merge_outcome_with_no_workflow_is_counted_as_unattributed() -> None:
+    # ROI is per workflow: an outcome recorded without one cannot be joined to its cost.
+    # Before, it vanished: decided_prs 0 and nothing said why.
+    rows = project(
+        [RoiProjection()],
+        _events(("a", _cost("1.00")), (None, _merge("merged")), ("a", _merge("closed"))),
+    )["roi_workflows"]
+    s = roi_summary(rows)
+    assert (s.decided_prs, s.merged, s.closed, s.unattributed_prs) == (1, 0, 1, 1)
+    assert s.to_dict()["unattributed_prs"] == 1
 
 
 def test_roi_ratios_with_nothing_decided_are_none_not_zero() -> None:
