@@ -287,3 +287,21 @@ def test_the_readme_says_where_default_registry_comes_from() -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
     assert "tracebound.events.default_registry()" in readme
     assert issubclass(UnknownEventType, TraceboundError)
+
+
+def test_commands_that_read_pipeline_events_skip_a_type_registered_only_in_python(
+    cli: CLI,
+) -> None:
+    # `runs`, `metrics` and `export anchors` read only the pipeline's own events; a team's
+    # own event type in the same ledger (which the CLI never imports) must not stop them.
+    store = cli.cwd / ".tracebound"
+    proc = subprocess.run(
+        [sys.executable, "-c", _CUSTOM, str(store)], cwd=cli.cwd, env=cli.env,
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    appended = cli.run("append", stdin=_cost_line())  # an event they do read, after it
+    assert appended.returncode == 0, appended.stderr
+    assert cli.json("runs")["runs"] == []
+    assert cli.json("metrics")["overall"]["cost_usd"] == "1"
+    assert cli.json("export", "anchors", "--no-proofs")["rows"] == 0

@@ -11,13 +11,14 @@ import sys
 from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
 from tests.integration.pipeline_kit import SECRET, Kit, diff, tpc
 from tracebound.contract import validate_tpc
 from tracebound.errors import PolicyError, ValidationFailed
+from tracebound.events import default_registry
 from tracebound.events.catalog import (
     ApprovalRecorded,
     BlameAssigned,
@@ -373,6 +374,40 @@ def test_critic_finding_without_origin_is_unresolved_and_alerts(kit: Kit) -> Non
     with kit.ledger() as ledger:
         metrics = compute_metrics(ledger.store.read_log())
     assert metrics.unresolved_origin("Executor") == 1
+    alerts = [p for p in payloads(kit, result, SloAlertRaised) if isinstance(p, SloAlertRaised)]
+    assert {a.metric for a in alerts} == {"harm_rate", "unresolved_origin"}
+
+
+class _InventoryCounted(Payload):
+    """Another service's event type in the same ledger, never registered in this process."""
+
+    kind: Literal["inventory_counted"] = "inventory_counted"
+    items: int
+
+
+def test_a_critical_run_finishes_beside_a_type_this_process_does_not_know(kit: Kit) -> None:
+    # The SLO check at the end of a critical run reads the whole ledger; a type registered
+    # only in another service's code must be passed over, not fail the run's last step.
+    assert "inventory_counted" not in default_registry()
+    with kit.ledger() as ledger:
+        ledger.record("stock", [_InventoryCounted(items=3)])
+    pipe = Pipeline("guarded", pipeline_type="remediation", critical=True)
+
+    @pipe.planner()
+    def plan(ctx: StepContext) -> dict[str, object]:
+        return tpc("Planner")
+
+    @pipe.executor()
+    def execute(ctx: StepContext) -> dict[str, object]:
+        return tpc("Executor", diffs=[diff("src/app.py")])
+
+    @pipe.critic()
+    def critique(ctx: StepContext) -> dict[str, object]:
+        ctx.report("output looks wrong but the cause is unclear", unresolved=True)
+        return tpc("Critic")
+
+    result = kit.runner().run(pipe, {})
+    assert result.status == "failed"
     alerts = [p for p in payloads(kit, result, SloAlertRaised) if isinstance(p, SloAlertRaised)]
     assert {a.metric for a in alerts} == {"harm_rate", "unresolved_origin"}
 

@@ -228,10 +228,12 @@ def runs(
     as_json: JsonOpt = False,
 ) -> None:
     """List pipeline runs with their status; gated runs show the step and its owners."""
+    from tracebound.events.record import decode_known  # noqa: PLC0415 - lazy, for startup time
+
     with handled(as_json):
         ledger = _config(store).open_ledger()
         try:
-            rows = _run_rows(ledger.store.read_log())
+            rows = _run_rows(decode_known(ledger.store.read_raw()))
         finally:
             ledger.close()
     if pipeline is not None:
@@ -602,12 +604,13 @@ def metrics(
     violation of a critical pipeline is listed and the exit code is 1.
     """
     from tracebound.events.catalog import RunStarted  # noqa: PLC0415 - lazy, for startup time
+    from tracebound.events.record import decode_known  # noqa: PLC0415 - lazy, for startup time
     from tracebound.pipeline.metrics import compute_metrics, slo_violations  # noqa: PLC0415 - lazy, for startup time
 
     with handled(as_json):
         ledger = _config(store).open_ledger()
         try:
-            events: list[RecordedEvent] = list(ledger.store.read_log())
+            events: list[RecordedEvent] = list(decode_known(ledger.store.read_raw()))
         finally:
             ledger.close()
         if pipeline is not None:

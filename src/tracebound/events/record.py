@@ -15,6 +15,7 @@ a test holds that equality.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any, Final, NamedTuple
 from uuid import UUID
@@ -23,7 +24,7 @@ import orjson
 from pydantic import BaseModel
 
 from tracebound.canonical import canonical_bytes, record_prefix, utc_timestamp
-from tracebound.errors import IntegrityError
+from tracebound.errors import DamageKind, IntegrityError, LedgerDamaged, UnknownEventType
 from tracebound.events.envelope import Event, RecordedEvent, format_timestamp
 from tracebound.events.registry import EventRegistry, default_registry
 from tracebound.ids import (
@@ -41,6 +42,7 @@ __all__ = [
     "SUFFIX_FORMAT",
     "LedgerFields",
     "RawRecord",
+    "decode_known",
     "decode_record",
     "event_prefix",
     "record_dict",
@@ -266,3 +268,30 @@ def decode_record(
         )
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
         raise IntegrityError(f"stored record cannot be decoded: {exc}") from exc
+
+
+def decode_known(
+    raws: Iterable[RawRecord], registry: EventRegistry | None = None
+) -> Iterator[RecordedEvent]:
+    """Decode stored records as ``read_log`` does, skipping those of a type with no model here.
+
+    For readers of tracebound's own events (runs, metrics, anchors): a ledger may also hold
+    a team's own event types, registered only in the code that wrote them, and the CLI never
+    imports that code. Skipping them is what a reader that does not know a type does with
+    it anyway; ``verify`` still checks their bytes.
+
+    Raises:
+        LedgerDamaged: a record does not sit at the position it states.
+    """
+    for raw in raws:
+        try:
+            event = decode_record(raw.body, raw.hash, registry)
+        except UnknownEventType:
+            continue
+        if event.position != raw.position:  # as read_log checks
+            raise LedgerDamaged(
+                DamageKind.REORDER,
+                raw.position,
+                f"the record stored here says it is position {event.position}",
+            )
+        yield event

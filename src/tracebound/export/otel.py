@@ -59,10 +59,10 @@ This module needs the optional extra: ``pip install 'tracebound[otel]'``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Final
 
-from tracebound.errors import ConfigError, DamageKind, LedgerDamaged, UnknownEventType
+from tracebound.errors import ConfigError, UnknownEventType
 from tracebound.events.catalog import (
     FINAL_RUN_STATUSES,
     GateRequested,
@@ -74,7 +74,7 @@ from tracebound.events.catalog import (
     StepRecorded,
 )
 from tracebound.events.envelope import RecordedEvent
-from tracebound.events.record import decode_record
+from tracebound.events.record import RawRecord, decode_known
 from tracebound.events.takeover import TakeOver, TakeOvers
 from tracebound.pipeline.redaction import RedactionStats
 from tracebound.pipeline.runner import run_stream
@@ -288,21 +288,17 @@ def export_ledger_metrics(
     and get the same numbers as one export of the whole range.
     """
     fold = _Fold(instruments or PipelineInstruments(meter_provider), store)
-    n = 0
-    for raw in store.read_raw(start=start):
-        n += 1
-        try:
-            event = decode_record(raw.body, raw.hash)
-        except UnknownEventType:
-            continue
-        if event.position != raw.position:  # as read_log checks
-            raise LedgerDamaged(
-                DamageKind.REORDER,
-                raw.position,
-                f"the record stored here says it is position {event.position}",
-            )
+    read = 0
+
+    def counted() -> Iterator[RawRecord]:
+        nonlocal read
+        for raw in store.read_raw(start=start):
+            read += 1  # the skipped records too: the caller continues after them
+            yield raw
+
+    for event in decode_known(counted()):
         fold.add(event)
-    return n
+    return read
 
 
 class OtelRunHook:

@@ -66,6 +66,7 @@ from tracebound.events.catalog import (
     Validations,
 )
 from tracebound.events.envelope import Payload, RecordedEvent
+from tracebound.events.record import decode_known
 from tracebound.ids import RunId, Sha256Digest, StepId
 from tracebound.ledger import Ledger
 from tracebound.pipeline.codeowners import CodeOwners
@@ -647,7 +648,7 @@ class Runner:
             repair_notes=notes,
             findings=findings,
             workspace=self.workspace,
-            metrics_source=lambda: compute_metrics(self.ledger.store.read_log()),
+            metrics_source=lambda: compute_metrics(decode_known(self.ledger.store.read_raw())),
         )
 
     async def _call(self, sr: _StepRun, ctx: StepContext) -> Mapping[str, Any] | None:
@@ -961,7 +962,7 @@ class Runner:
             self.evidence(self.ledger, self.blobs, run.run_id)
 
     def _check_slo(self, run: _Run) -> None:
-        events = self.ledger.store.read_log()
+        events = decode_known(self.ledger.store.read_raw())
         for v in slo_violations(compute_metrics(events)):
             if v.pipeline != run.pipeline.name:
                 continue

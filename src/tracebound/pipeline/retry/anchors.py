@@ -55,6 +55,7 @@ from tracebound.events.anchor import (
 )
 from tracebound.events.catalog import AttemptAnchorRecorded
 from tracebound.events.envelope import RecordedEvent
+from tracebound.events.record import decode_known
 from tracebound.integrity.note import open_checkpoint
 from tracebound.integrity.strict_json import loads_canonical_record
 from tracebound.ledger import InclusionBundle, Ledger
@@ -164,7 +165,7 @@ class AnchorWriter:
 
 def anchor_events(ledger: Ledger) -> Iterator[tuple[RecordedEvent, AttemptAnchor]]:
     """The ledger's anchor events with their anchors, in log order."""
-    for event in ledger.store.read_log():
+    for event in decode_known(ledger.store.read_raw()):
         if event.event_type == _ANCHOR_EVENT:
             payload = event.payload
             assert isinstance(payload, AttemptAnchorRecorded)
