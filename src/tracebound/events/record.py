@@ -24,7 +24,13 @@ import orjson
 from pydantic import BaseModel
 
 from tracebound.canonical import canonical_bytes, record_prefix, utc_timestamp
-from tracebound.errors import DamageKind, IntegrityError, LedgerDamaged, UnknownEventType
+from tracebound.errors import (
+    DamageKind,
+    IntegrityError,
+    LedgerDamaged,
+    UnknownEventType,
+    UpcastError,
+)
 from tracebound.events.envelope import Event, RecordedEvent, format_timestamp
 from tracebound.events.registry import EventRegistry, default_registry
 from tracebound.ids import (
@@ -249,7 +255,11 @@ def decode_record(
     reg = registry or default_registry()
     try:
         d = orjson.loads(body)
-        payload = reg.decode_payload(d["event_type"], d["schema_version"], d["payload"])
+        try:
+            payload = reg.decode_payload(d["event_type"], d["schema_version"], d["payload"])
+        except UpcastError as exc:  # say which record: the chain never lets it be rewritten
+            where = f"position {d['position']} (stream {d['stream_id']!r} v{d['stream_version']})"
+            raise UpcastError(f"the record at {where}: {exc}") from exc
         return RecordedEvent.model_construct(
             event_id=EventId(UUID(d["event_id"])),
             event_type=EventType(d["event_type"]),

@@ -45,6 +45,16 @@ def _floats_in_schema(node: Any, path: str = "$") -> Iterator[str]:
             yield from _floats_in_schema(value, f"{path}[{i}]")
 
 
+def _upgrade_advice(cls: type[Payload]) -> str:
+    """What to upgrade to read a newer version of ``cls``: tracebound for its own types,
+    else the code that defines the type (an older deploy reading what a newer one wrote)."""
+    if cls.__module__.split(".")[0] == "tracebound":
+        return "upgrade tracebound to read it"
+    return (
+        f"deploy the newer {cls.__module__}.{cls.__qualname__} (the code that wrote it) to read it"
+    )
+
+
 class EventRegistry:
     """Maps ``kind`` to payload model, and (kind, old version) to an upcaster."""
 
@@ -96,7 +106,7 @@ class EventRegistry:
         if schema_version > current:
             raise UpcastError(
                 f"{kind!r} payload has schema_version {schema_version}, newer than this "
-                f"reader's {current}; upgrade tracebound to read it"
+                f"reader's {current}; {_upgrade_advice(cls)}"
             )
         raw = dict(data)
         for version in range(schema_version, current):

@@ -21,7 +21,7 @@ from tracebound.errors import (
 from tracebound.events import Event, EventRegistry, Payload, default_registry, register_event
 from tracebound.events.anchor import Money
 from tracebound.events.catalog import BUILTIN_PAYLOAD_TYPES, BlobErased
-from tracebound.events.record import event_prefix
+from tracebound.events.record import LedgerFields, decode_record, event_prefix, record_suffix
 
 T0 = datetime(2026, 5, 18, 12, 0, tzinfo=UTC)
 
@@ -223,6 +223,36 @@ def test_a_newer_version_than_the_reader_knows_is_an_upcast_error() -> None:
     reg.register(TicketV2)
     with pytest.raises(UpcastError, match="newer"):
         reg.decode_payload("ticket_opened", 3, {"kind": "ticket_opened"})
+
+
+def test_a_newer_user_type_says_to_upgrade_the_code_that_defines_it() -> None:
+    # An older deploy of a team's own code reading what a newer deploy wrote: upgrading
+    # tracebound would not help; the message names the class whose newer version is needed.
+    reg = EventRegistry()
+    reg.register(TicketV2)
+    with pytest.raises(UpcastError) as info:
+        reg.decode_payload("ticket_opened", 3, {"kind": "ticket_opened"})
+    assert "upgrade tracebound" not in str(info.value)
+    assert "TicketV2" in str(info.value)
+    builtin = default_registry().get("gate_requested")
+    with pytest.raises(UpcastError, match="upgrade tracebound"):
+        default_registry().decode_payload(
+            "gate_requested", builtin.SCHEMA_VERSION + 1, {"kind": "gate_requested"}
+        )
+
+
+def test_a_record_that_cannot_be_upcast_names_its_position() -> None:
+    reg = EventRegistry()
+    reg.register(TicketV3)  # no upcasters: a stored v1 record cannot be read
+    event = Event.create(
+        TicketV1(title="t"), event_id=UUID(int=1), timestamp=datetime(2026, 1, 1, tzinfo=UTC)
+    )
+    body = event_prefix(event) + record_suffix(
+        LedgerFields(event), position=7, prev_hash=bytes(32), stream_id_json=b'"s"',
+        stream_version=1,
+    )  # fmt: skip
+    with pytest.raises(UpcastError, match=r"position 7 \(stream 's' v1\)"):
+        decode_record(body, bytes(32), reg)
 
 
 def test_a_failing_upcaster_is_reported_as_an_upcast_error() -> None:
