@@ -72,7 +72,7 @@ from tracebound.integrity.verify import (
 )
 from tracebound.sources import Clock, IdSource
 from tracebound.store.nodes import LogNodes, store_nodes
-from tracebound.store.port import ANY_VERSION, LedgerStore, MerkleNodeStore
+from tracebound.store.port import ANY_VERSION, LedgerStore, MerkleNodeStore, stream_positions
 from tracebound.store.url import open_store
 from tracebound.store.witness import Witness
 
@@ -923,13 +923,10 @@ class Ledger:
             if version < 1:
                 return None  # link_damage reports the version
             try:
-                found = [
-                    (int(e.stream_version), e.position)
-                    for e in self.store.read_stream(
-                        stream_id, from_version=max(version - 1, 1), to_version=version
-                    )
-                    if e.position <= signed
-                ]
+                # Undecoded where the store can: the records may be of a type this process
+                # has no model for, and their bytes are checked below either way.
+                filed = stream_positions(self.store, stream_id, max(version - 1, 1), version)
+                found = [(v, p) for v, p in filed if p <= signed]
                 if not found:
                     return None
                 _, newest = max(found)  # a signed version v, where there is one

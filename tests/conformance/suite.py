@@ -27,7 +27,13 @@ from tracebound.errors import (
 from tracebound.events import Event, Payload, default_registry
 from tracebound.events.record import record_dict
 from tracebound.integrity.chain import GENESIS, chain_hash
-from tracebound.store.port import NO_STREAM, AppendRequest, LedgerStore, MerkleNodeStore
+from tracebound.store.port import (
+    NO_STREAM,
+    AppendRequest,
+    LedgerStore,
+    MerkleNodeStore,
+    stream_positions,
+)
 
 
 class ConformanceNote(Payload):
@@ -109,6 +115,17 @@ class LedgerStoreSuite:
         positions = [e.position for e in store.read_log()]
         assert positions == list(range(1, 31))
         assert store.size() == 30
+
+    def test_stream_positions_are_where_the_stream_s_versions_are_filed(
+        self, store: LedgerStore
+    ) -> None:
+        for i in range(9):
+            store.append("s" if i % 3 else "t", [note(i)])
+        expected = [(e.stream_version, e.position) for e in store.read_stream("s")]
+        assert stream_positions(store, "s", 1, 6) == expected  # the index, undecoded
+        assert stream_positions(store, "s", 2, 3) == expected[1:3]
+        assert stream_positions(store, "s", 7, 9) == []
+        assert stream_positions(store, "nobody", 1, 2) == []
 
     def test_stream_chain_links_each_event_to_previous(self, store: LedgerStore) -> None:
         store.append("a", [note(1)])

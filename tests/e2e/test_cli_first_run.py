@@ -305,3 +305,19 @@ def test_commands_that_read_pipeline_events_skip_a_type_registered_only_in_pytho
     assert cli.json("runs")["runs"] == []
     assert cli.json("metrics")["overall"]["cost_usd"] == "1"
     assert cli.json("export", "anchors", "--no-proofs")["rows"] == 0
+
+
+def test_checkpoint_stays_incremental_past_a_type_registered_only_in_python(cli: CLI) -> None:
+    # Linking new events to their stream's newest signed event read that stream decoded:
+    # a type the CLI never imports sent every checkpoint back to the whole log, with a
+    # reason ("the head of stream ... does not check") that read like damage.
+    store = cli.cwd / ".tracebound"
+    for _ in range(2):  # the second time, stream t-1 continues past signed events
+        proc = subprocess.run(
+            [sys.executable, "-c", _CUSTOM, str(store)], cwd=cli.cwd, env=cli.env,
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        verified = cli.json("checkpoint")["verified"]
+    assert (verified["incremental"], verified["full_reason"], verified["from"]) == (True, None, 3)
+    assert cli.run("verify").returncode == 0

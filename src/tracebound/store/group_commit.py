@@ -57,7 +57,13 @@ from typing import Any, Final, Generic, Protocol, Self, TypeVar
 from tracebound.errors import ConcurrencyConflict, ConfigError, StorageError, StoreClosed
 from tracebound.events.envelope import Event, RecordedEvent
 from tracebound.ids import StreamId
-from tracebound.store.port import ANY_VERSION, AppendRequest, RawRecord, StreamHead
+from tracebound.store.port import (
+    ANY_VERSION,
+    AppendRequest,
+    RawRecord,
+    StreamHead,
+    stream_positions,
+)
 
 __all__ = [
     "DEFAULT_MAX_DELAY",
@@ -742,6 +748,11 @@ class GroupCommitter(Generic[_P]):
             stream_id, from_version=from_version, to_version=to_version
         )
         return it
+
+    def stream_positions(
+        self, stream_id: str, from_version: int, to_version: int
+    ) -> list[tuple[int, int]]:
+        return stream_positions(self._target(), stream_id, from_version, to_version)
 
     def stream_head(self, stream_id: str) -> StreamHead | None:
         head: StreamHead | None = self._target().stream_head(stream_id)

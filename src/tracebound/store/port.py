@@ -40,6 +40,7 @@ __all__ = [
     "MetadataStore",
     "RawRecord",
     "StreamHead",
+    "StreamIndex",
     "StreamStore",
     "Subscription",
     "SubscriptionStore",
@@ -49,6 +50,7 @@ __all__ = [
     "check_import",
     "contiguous_nodes",
     "node_count",
+    "stream_positions",
 ]
 
 ANY_VERSION: None = None
@@ -129,6 +131,30 @@ class StreamStore(Protocol):
     def stream_head(self, stream_id: str) -> StreamHead | None:
         """The stream's newest version and chain head, or None if it has no events."""
         ...
+
+
+@runtime_checkable
+class StreamIndex(Protocol):
+    """Where a stream's versions are filed, read without decoding the records (they may
+    be of types this process has no payload model for)."""
+
+    def stream_positions(
+        self, stream_id: str, from_version: int, to_version: int
+    ) -> list[tuple[int, int]]:
+        """``(version, position)`` of the stream's versions in the range, in version order,
+        as the store's index files them: it may lie, so callers check the records."""
+        ...
+
+
+def stream_positions(
+    store: StreamStore, stream_id: str, from_version: int, to_version: int
+) -> list[tuple[int, int]]:
+    """``(version, position)`` of a stream's versions in the range: from the store's index
+    where it has one (:class:`StreamIndex`), else from its decoded events."""
+    if isinstance(store, StreamIndex):
+        return store.stream_positions(stream_id, from_version, to_version)
+    events = store.read_stream(stream_id, from_version=from_version, to_version=to_version)
+    return [(int(e.stream_version), e.position) for e in events]
 
 
 @runtime_checkable

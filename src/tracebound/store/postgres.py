@@ -383,6 +383,11 @@ class _Statements:
             "WHERE stream_id = %s AND stream_version >= %s AND stream_version <= %s "
             "ORDER BY stream_version LIMIT %s"
         )
+        self.stream_positions = q(
+            "SELECT stream_version, position FROM {events} "
+            "WHERE stream_id = %s AND stream_version >= %s AND stream_version <= %s "
+            "ORDER BY stream_version"
+        )
         self.save_checkpoint = q(
             "INSERT INTO {checkpoints} (size, note) VALUES (%s, %s) "
             "ON CONFLICT (size) DO UPDATE SET note = excluded.note"
@@ -947,6 +952,14 @@ class PostgresStore(ChainedAppends):
                 return
             yield from stream_page_events(stream_id, page)
             cursor = page[-1][1] + 1
+
+    def stream_positions(
+        self, stream_id: str, from_version: int, to_version: int
+    ) -> list[tuple[int, int]]:
+        rows = self._fetch(
+            "read", self._sql.stream_positions, (stream_id, from_version, to_version)
+        )
+        return [(int(v), int(p)) for v, p in rows]
 
     # -- checkpoints and metadata --------------------------------------------------------
 

@@ -967,6 +967,21 @@ class SQLiteStore(ChainedAppends):
             yield from stream_page_events(stream_id, page)
             cursor = page[-1][1] + 1
 
+    def stream_positions(
+        self, stream_id: str, from_version: int, to_version: int
+    ) -> list[tuple[int, int]]:
+        with _translated("read", self.path):
+            rows = (
+                self._conn()
+                .execute(
+                    "SELECT stream_version, position FROM events WHERE stream_id = ? "
+                    "AND stream_version >= ? AND stream_version <= ? ORDER BY stream_version",
+                    (stream_id, from_version, to_version),
+                )
+                .fetchall()
+            )
+        return [(int(v), int(p)) for v, p in rows]
+
     # -- checkpoints ---------------------------------------------------------------------
 
     def save_checkpoint(self, size: int, note: str) -> None:
