@@ -41,12 +41,12 @@ import threading
 from array import array
 from binascii import hexlify
 from bisect import bisect_right
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, Protocol, TypeVar
 
 import orjson
 
@@ -320,6 +320,43 @@ def _row(position: int, line: bytes) -> tuple[Any, ...]:
         )
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, IndexError):
         return (position, *_NO_COLUMNS, digest, body)
+
+
+class _Filed(NamedTuple):
+    """Where a line's record says it belongs, read without its payload model."""
+
+    position: int
+    stream_id: str
+    stream_version: int
+
+
+class _Named(Protocol):
+    @property
+    def stream_id(self) -> str: ...
+
+    @property
+    def stream_version(self) -> int: ...
+
+
+_FiledT = TypeVar("_FiledT", bound=_Named)
+
+
+def _filed_as(position: int, offset: int, line: bytes) -> _Filed:
+    """The stream and version a line's record names (no payload model is needed: the
+    record may be of a type this process does not know)."""
+    parts = _split(line)
+    try:
+        record = orjson.loads(parts[3]) if parts is not None else None
+        sid, version = record["stream_id"], record["stream_version"]  # type: ignore[index]
+    except (orjson.JSONDecodeError, TypeError, KeyError):
+        sid = version = None
+    if not isinstance(sid, str) or type(version) is not int:
+        raise LedgerDamaged(
+            DamageKind.MALFORMED,
+            position,
+            f"line {position} of {LOG_FILE} (byte offset {offset}) is not a ledger line",
+        )
+    return _Filed(position, sid, version)
 
 
 def _event(position: int, offset: int, line: bytes) -> RecordedEvent:
@@ -901,6 +938,25 @@ class JsonlStore(ChainedAppends):
     def read_stream(
         self, stream_id: str, *, from_version: int = 1, to_version: int | None = None
     ) -> Iterator[RecordedEvent]:
+        return self._stream_scan(stream_id, from_version, to_version, _event)
+
+    def stream_positions(
+        self, stream_id: str, from_version: int, to_version: int
+    ) -> list[tuple[int, int]]:
+        """Read without the records' payload models: they may be of types this process
+        does not know (see :class:`~tracebound.store.port.StreamIndex`)."""
+        return [
+            (f.stream_version, f.position)
+            for f in self._stream_scan(stream_id, from_version, to_version, _filed_as)
+        ]
+
+    def _stream_scan(
+        self,
+        stream_id: str,
+        from_version: int,
+        to_version: int | None,
+        parse: Callable[[int, int, bytes], _FiledT],
+    ) -> Iterator[_FiledT]:
         with self._mutex, _io("read"):
             streams = self._for_streams()
             torn = self._torn
@@ -911,22 +967,30 @@ class JsonlStore(ChainedAppends):
                 i = max(bisect_right(st.marks, lo, key=lambda m: m[0]) - 1, 0)
                 mark, last = st.marks[i], st.last
         if st is not None and lo <= hi:
-            yield from self._stream_lines(stream_id, lo, hi, mark, last)
+            yield from self._stream_lines(stream_id, lo, hi, mark, last, parse=parse)
         if torn is not None and (st is None or to_version is None or to_version > st.version):
             raise torn.damage()  # the torn batch may hold this stream's next events
 
     def _stream_lines(
-        self, sid: str, lo: int, hi: int, mark: tuple[int, int, int], last: int
-    ) -> Iterator[RecordedEvent]:
+        self,
+        sid: str,
+        lo: int,
+        hi: int,
+        mark: tuple[int, int, int],
+        last: int,
+        *,
+        parse: Callable[[int, int, bytes], _FiledT],
+    ) -> Iterator[_FiledT]:
         """Scan from an index mark, picking this stream's lines, checking the versions run
-        on without a gap: the index was built from the file, but the file may have changed."""
+        on without a gap: the index was built from the file, but the file may have changed.
+        ``parse`` reads a line: a whole event (:func:`_event`), or where it is filed."""
         needle = b',"stream_id":' + canonical_bytes(sid) + b',"stream_version":'
         expected, position, offset = mark
         with _io("read"), open(self._log_path, "rb", buffering=_BUFFER) as f:  # noqa: PTH123
             f.seek(offset)
             for line in f:
                 if needle in line:
-                    event = _event(position, offset, line)
+                    event = parse(position, offset, line)
                     if event.stream_id == sid:
                         if event.stream_version != expected:
                             kind = (
