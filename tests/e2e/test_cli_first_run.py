@@ -188,13 +188,17 @@ _CUSTOM = textwrap.dedent(
 )
 
 
-def test_events_of_a_type_registered_only_in_python_are_shown(cli: CLI) -> None:
-    store = cli.cwd / ".tracebound"
+def _record_custom(cli: CLI) -> None:
+    """Record a ticket_opened event (a type registered only in that script) and a merge."""
     proc = subprocess.run(
-        [sys.executable, "-c", _CUSTOM, str(store)], cwd=cli.cwd, env=cli.env,
-        capture_output=True, text=True, timeout=120, check=False,
+        [sys.executable, "-c", _CUSTOM, str(cli.cwd / ".tracebound")], cwd=cli.cwd,
+        env=cli.env, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
+
+
+def test_events_of_a_type_registered_only_in_python_are_shown(cli: CLI) -> None:
+    _record_custom(cli)
     for command in (["log"], ["tail"], ["inspect", "t-1"], ["log", "--type", "ticket_opened"]):
         events = cli.json(*command)["events"]
         assert events[0]["payload"] == {"kind": "ticket_opened", "title": "disk full",
@@ -294,12 +298,7 @@ def test_commands_that_read_pipeline_events_skip_a_type_registered_only_in_pytho
 ) -> None:
     # `runs`, `metrics` and `export anchors` read only the pipeline's own events; a team's
     # own event type in the same ledger (which the CLI never imports) must not stop them.
-    store = cli.cwd / ".tracebound"
-    proc = subprocess.run(
-        [sys.executable, "-c", _CUSTOM, str(store)], cwd=cli.cwd, env=cli.env,
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
+    _record_custom(cli)
     appended = cli.run("append", stdin=_cost_line())  # an event they do read, after it
     assert appended.returncode == 0, appended.stderr
     assert cli.json("runs")["runs"] == []
@@ -311,13 +310,8 @@ def test_checkpoint_stays_incremental_past_a_type_registered_only_in_python(cli:
     # Linking new events to their stream's newest signed event read that stream decoded:
     # a type the CLI never imports sent every checkpoint back to the whole log, with a
     # reason ("the head of stream ... does not check") that read like damage.
-    store = cli.cwd / ".tracebound"
     for _ in range(2):  # the second time, stream t-1 continues past signed events
-        proc = subprocess.run(
-            [sys.executable, "-c", _CUSTOM, str(store)], cwd=cli.cwd, env=cli.env,
-            capture_output=True, text=True, timeout=120, check=False,
-        )  # fmt: skip
-        assert proc.returncode == 0, proc.stderr
+        _record_custom(cli)
         verified = cli.json("checkpoint")["verified"]
     assert (verified["incremental"], verified["full_reason"], verified["from"]) == (True, None, 3)
     assert cli.run("verify").returncode == 0

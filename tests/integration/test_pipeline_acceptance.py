@@ -350,7 +350,8 @@ def test_secrets_never_reach_disk(kit: Kit) -> None:
         assert b"ops@example.com" not in data, path
 
 
-def test_critic_finding_without_origin_is_unresolved_and_alerts(kit: Kit) -> None:
+def _guarded_with_an_unclear_finding() -> Pipeline:
+    """A critical pipeline whose Critic reports a finding it can blame on no step."""
     pipe = Pipeline("guarded", pipeline_type="remediation", critical=True)
 
     @pipe.planner()
@@ -366,7 +367,11 @@ def test_critic_finding_without_origin_is_unresolved_and_alerts(kit: Kit) -> Non
         ctx.report("output looks wrong but the cause is unclear", unresolved=True)
         return tpc("Critic")
 
-    result = kit.runner().run(pipe, {})
+    return pipe
+
+
+def test_critic_finding_without_origin_is_unresolved_and_alerts(kit: Kit) -> None:
+    result = kit.runner().run(_guarded_with_an_unclear_finding(), {})
     assert result.status == "failed"
     (blame,) = payloads(kit, result, BlameAssigned)
     assert isinstance(blame, BlameAssigned)
@@ -391,22 +396,7 @@ def test_a_critical_run_finishes_beside_a_type_this_process_does_not_know(kit: K
     assert "inventory_counted" not in default_registry()
     with kit.ledger() as ledger:
         ledger.record("stock", [_InventoryCounted(items=3)])
-    pipe = Pipeline("guarded", pipeline_type="remediation", critical=True)
-
-    @pipe.planner()
-    def plan(ctx: StepContext) -> dict[str, object]:
-        return tpc("Planner")
-
-    @pipe.executor()
-    def execute(ctx: StepContext) -> dict[str, object]:
-        return tpc("Executor", diffs=[diff("src/app.py")])
-
-    @pipe.critic()
-    def critique(ctx: StepContext) -> dict[str, object]:
-        ctx.report("output looks wrong but the cause is unclear", unresolved=True)
-        return tpc("Critic")
-
-    result = kit.runner().run(pipe, {})
+    result = kit.runner().run(_guarded_with_an_unclear_finding(), {})
     assert result.status == "failed"
     alerts = [p for p in payloads(kit, result, SloAlertRaised) if isinstance(p, SloAlertRaised)]
     assert {a.metric for a in alerts} == {"harm_rate", "unresolved_origin"}
