@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, Final, NoReturn, TypeVar
-from urllib.parse import urlsplit
 
 import typer
 from rich.console import Console
@@ -43,7 +42,7 @@ from tracebound.store.keyfile import (
     load_signer,
     load_verifier,
 )
-from tracebound.store.url import DEFAULT_STORE_DIR, open_store, store_path
+from tracebound.store.url import DEFAULT_STORE_DIR, is_postgres_url, open_store, store_path
 from tracebound.store.witness import OriginMismatch, choose_witness
 from tracebound.system import RandomIds, SystemClock
 
@@ -334,7 +333,7 @@ def store_dir(store: str | None) -> Path:
     directory (its blobs go where ``--blobs`` says: no default is shared by every machine
     that writes to one server), and keys and the witness must stay out of it all the same.
     """
-    if store is not None and urlsplit(str(store)).scheme in {"postgresql", "postgres"}:
+    if is_postgres_url(store):
         return DEFAULT_STORE_DIR
     path = store_path(store)
     return path if path.suffix == "" else path.parent
@@ -352,8 +351,7 @@ def refuse_inside_store(path: Path, store: str | None, option: str) -> None:
         ConfigError: ``path`` is the store's.
     """
     target = path.resolve()
-    remote = store is not None and urlsplit(str(store)).scheme in {"postgresql", "postgres"}
-    where = store_dir(store) if remote else store_path(store)
+    where = store_dir(store) if is_postgres_url(store) else store_path(store)
     if where.suffix == "":
         if target.is_relative_to(where.resolve()):
             raise ConfigError(

@@ -41,7 +41,7 @@ from tracebound.projections.runner import (
 )
 from tracebound.projections.sqlite_views import VIEWS_FILENAME, SQLiteViews
 from tracebound.store.port import LedgerStore
-from tracebound.store.url import open_store, store_path
+from tracebound.store.url import POSTGRES_SCHEMES, open_store, store_path
 from tracebound.store.witness import store_identity
 
 if TYPE_CHECKING:
@@ -68,9 +68,6 @@ ViewsOpt = Annotated[
     ),
 ]
 BatchOpt = Annotated[int, typer.Option("--batch", min=1, help="Events per views transaction.")]
-
-
-_POSTGRES_SCHEMES = frozenset({"postgresql", "postgres"})
 
 
 def _scheme(views: str | Path | None) -> str | None:
@@ -120,7 +117,7 @@ def views_path(
 
 
 def _is_postgres(views: str | Path | None) -> bool:
-    return _scheme(views) in _POSTGRES_SCHEMES
+    return _scheme(views) in POSTGRES_SCHEMES
 
 
 def open_views(

@@ -48,6 +48,7 @@ __all__ = [
     "SUFFIX_FORMAT",
     "LedgerFields",
     "RawRecord",
+    "decode_at",
     "decode_known",
     "decode_record",
     "event_prefix",
@@ -295,13 +296,24 @@ def decode_known(
     """
     for raw in raws:
         try:
-            event = decode_record(raw.body, raw.hash, registry)
+            yield decode_at(raw.position, raw.hash, raw.body, registry)
         except UnknownEventType:
             continue
-        if event.position != raw.position:  # as read_log checks
-            raise LedgerDamaged(
-                DamageKind.REORDER,
-                raw.position,
-                f"the record stored here says it is position {event.position}",
-            )
-        yield event
+
+
+def decode_at(
+    position: int, digest: bytes, body: bytes, registry: EventRegistry | None = None
+) -> RecordedEvent:
+    """:func:`decode_record` for a record read at ``position``, as every ``read_log`` reads.
+
+    Raises:
+        LedgerDamaged: the record says it is another position (REORDER).
+    """
+    event = decode_record(body, digest, registry)
+    if event.position != position:
+        raise LedgerDamaged(
+            DamageKind.REORDER,
+            position,
+            f"the record stored here says it is position {event.position}",
+        )
+    return event

@@ -71,7 +71,7 @@ from tracebound.errors import (
     TraceboundError,
 )
 from tracebound.events.envelope import RecordedEvent
-from tracebound.events.record import decode_record
+from tracebound.events.record import decode_at
 from tracebound.ids import ChainHead, StreamVersion
 from tracebound.integrity.chain import GENESIS
 from tracebound.store._chaining import (
@@ -939,7 +939,7 @@ class PostgresStore(ChainedAppends):
 
     def read_log(self, *, start: int = 1, stop: int | None = None) -> Iterator[RecordedEvent]:
         for raw in self.read_raw(start=start, stop=stop):
-            yield _decode_at(raw.position, raw.hash, raw.body)
+            yield decode_at(raw.position, raw.hash, raw.body)
 
     def read_stream(
         self, stream_id: str, *, from_version: int = 1, to_version: int | None = None
@@ -1089,17 +1089,6 @@ class PostgresStore(ChainedAppends):
 
 def _rows(cursor: psycopg.Cursor[Any]) -> list[tuple[Any, ...]]:
     return cursor.fetchall() if cursor.description is not None else []
-
-
-def _decode_at(position: int, digest: bytes, body: bytes) -> RecordedEvent:
-    event = decode_record(body, digest)
-    if event.position != position:
-        raise LedgerDamaged(
-            DamageKind.REORDER,
-            position,
-            f"the record stored here says it is position {event.position}",
-        )
-    return event
 
 
 def _rows_for(
@@ -1346,7 +1335,7 @@ class PostgresSubscription:
                 raise LedgerDamaged(
                     DamageKind.GAP, expected, f"position {expected} is missing from the log"
                 )
-            self._buffer.append(_decode_at(position, digest, body))
+            self._buffer.append(decode_at(position, digest, body))
             expected += 1
 
     def _wait(self, seconds: float) -> None:

@@ -34,7 +34,7 @@ from tracebound.errors import (
     StoreNotFound,
 )
 from tracebound.events.envelope import RecordedEvent
-from tracebound.events.record import decode_record
+from tracebound.events.record import decode_at
 from tracebound.ids import ChainHead, StreamVersion
 from tracebound.integrity import _kernel
 from tracebound.integrity.chain import GENESIS
@@ -935,14 +935,7 @@ class SQLiteStore(ChainedAppends):
 
     def read_log(self, *, start: int = 1, stop: int | None = None) -> Iterator[RecordedEvent]:
         for raw in self.read_raw(start=start, stop=stop):
-            event = decode_record(raw.body, raw.hash)
-            if event.position != raw.position:
-                raise LedgerDamaged(
-                    DamageKind.REORDER,
-                    raw.position,
-                    f"the record stored here says it is position {event.position}",
-                )
-            yield event
+            yield decode_at(raw.position, raw.hash, raw.body)
 
     def read_stream(
         self, stream_id: str, *, from_version: int = 1, to_version: int | None = None

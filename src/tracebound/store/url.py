@@ -19,10 +19,17 @@ from tracebound.store.port import LedgerStore
 from tracebound.store.sqlite import SQLiteStore
 from tracebound.store.witness import missing_store
 
-__all__ = ["DEFAULT_STORE_DIR", "open_store", "printable_url", "store_path"]
+__all__ = [
+    "DEFAULT_STORE_DIR",
+    "POSTGRES_SCHEMES",
+    "is_postgres_url",
+    "open_store",
+    "printable_url",
+    "store_path",
+]
 
 DEFAULT_STORE_DIR: Final = Path(".tracebound")
-_POSTGRES_SCHEMES: Final = frozenset({"postgresql", "postgres"})
+POSTGRES_SCHEMES: Final = frozenset({"postgresql", "postgres"})
 
 
 def _split(url: str) -> SplitResult:
@@ -78,6 +85,15 @@ def store_path(url: str | Path | None) -> Path:
     return Path(local)
 
 
+def is_postgres_url(url: str | Path | None) -> bool:
+    """Whether ``url`` names a PostgreSQL ledger (``postgresql://`` or ``postgres://``).
+
+    Raises:
+        ConfigError: a URL ``urlsplit`` cannot read.
+    """
+    return url is not None and "://" in str(url) and _split(str(url)).scheme in POSTGRES_SCHEMES
+
+
 def open_store(url: str | Path | None = None, *, create: bool = False) -> LedgerStore:
     """Open the store a URL names; ``None`` is ``./.tracebound``.
 
@@ -87,7 +103,7 @@ def open_store(url: str | Path | None = None, *, create: bool = False) -> Ledger
     """
     if url is not None and "://" in str(url):
         scheme = _split(str(url)).scheme
-        if scheme in _POSTGRES_SCHEMES:
+        if scheme in POSTGRES_SCHEMES:
             return _open_postgres(str(url), create=create)
         if scheme not in {"jsonl", "sqlite"}:
             raise ConfigError(

@@ -494,6 +494,7 @@ def test_a_new_views_file_is_owner_only_like_the_ledger(tmp_path: Path) -> None:
         views.close()
     finally:
         os.umask(old)
+    assert (tmp_path / "shared-folder" / "views.db").is_file()
     for name in ("views.db", "views.db-wal", "views.db-shm"):
         path = tmp_path / "shared-folder" / name
         if path.exists():

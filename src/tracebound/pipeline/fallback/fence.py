@@ -68,7 +68,6 @@ _LABEL = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
 # --- step 1a: unicode --------------------------------------------------------------------
 
 _LINE_BREAKS = re.compile(r"\r\n|[\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
-_VARIATION = re.compile(r"[\ufe00-\ufe0f\U000e0100-\U000e01ef]")
 # Drawn as a blank but not a Unicode space, so neither \s in the rules nor datamarking
 # would see it: "New\u2800instructions" reads as two words. The braille blank, and the
 # Hangul fillers (letters, but invisible or a blank where drawn; NFKC makes U+3164 and
@@ -164,7 +163,7 @@ def _strip_invisible(text: str, counts: Counter[str]) -> str:
         elif ch in _BLANKS:
             counts["invisible-char"] += 1
             kept.append(" ")
-        elif cat in {"Cc", "Cf", "Cs", "Co", "Cn"} or _VARIATION.match(ch) or INVISIBLE.match(ch):
+        elif cat in {"Cc", "Cf", "Cs", "Co", "Cn"} or INVISIBLE.match(ch):  # variation sel. too
             counts["invisible-char"] += 1
         elif cat in {"Mn", "Me"} and _stray_mark(kept):
             counts["combining-mark"] += 1
