@@ -877,11 +877,100 @@ py_utc_timestamp(PyObject *module, PyObject *value)
     return PyUnicode_FromStringAndSize(text, 27);
 }
 
+PyDoc_STRVAR(plain_values_doc,
+"plain_values(values, plan, /) -> dict | None\n\n"
+"A payload's JSON-mode dict from its __dict__ ``values`` and its class's plan, a tuple of\n"
+"(name, passed_types, serializer_or_None): a value whose exact type is in passed_types is\n"
+"kept as it is; any other non-None value goes through the serializer, whose result must be\n"
+"an exact str. None (no error) whenever the plan does not apply: a missing field, a value\n"
+"of another type without a serializer, a serializer that raises or returns anything else.\n"
+"events/payload_json.py holds the same loop in Python, and the rules.");
+
+static PyObject *
+py_plain_values(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *values, *plan, *out;
+    Py_ssize_t i, n;
+    (void)module;
+    if (nargs != 2 || !PyDict_CheckExact(args[0]) || !PyTuple_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "plain_values(dict, tuple)");
+        return NULL;
+    }
+    values = args[0];
+    plan = args[1];
+    n = PyTuple_GET_SIZE(plan);
+    out = PyDict_New();
+    if (out == NULL) {
+        return NULL;
+    }
+    for (i = 0; i < n; i++) {
+        PyObject *entry = PyTuple_GET_ITEM(plan, i), *name, *passed, *serializer, *value;
+        Py_ssize_t k, m;
+        int kept = 0, bad;
+        if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 3 ||
+            !PyTuple_CheckExact(PyTuple_GET_ITEM(entry, 1))) {
+            Py_DECREF(out);
+            PyErr_SetString(PyExc_TypeError, "a plan entry is (name, types, serializer)");
+            return NULL;
+        }
+        name = PyTuple_GET_ITEM(entry, 0);
+        passed = PyTuple_GET_ITEM(entry, 1);
+        serializer = PyTuple_GET_ITEM(entry, 2);
+        value = PyDict_GetItemWithError(values, name);
+        if (value == NULL) {
+            Py_DECREF(out);
+            if (PyErr_Occurred()) {
+                return NULL;
+            }
+            Py_RETURN_NONE;
+        }
+        m = PyTuple_GET_SIZE(passed);
+        for (k = 0; k < m; k++) {
+            if ((PyObject *)Py_TYPE(value) == PyTuple_GET_ITEM(passed, k)) {
+                kept = 1;
+                break;
+            }
+        }
+        if (kept) {
+            bad = PyDict_SetItem(out, name, value);
+        }
+        else if (serializer == Py_None || value == Py_None) {
+            Py_DECREF(out);
+            Py_RETURN_NONE;
+        }
+        else {
+            /* The serializer is Python code: hold the value and the name while it runs. */
+            PyObject *text;
+            Py_INCREF(value);
+            Py_INCREF(name);
+            text = PyObject_CallOneArg(serializer, value);
+            Py_DECREF(value);
+            if (text == NULL || !PyUnicode_CheckExact(text)) {
+                PyErr_Clear();
+                Py_XDECREF(text);
+                Py_DECREF(name);
+                Py_DECREF(out);
+                Py_RETURN_NONE;
+            }
+            bad = PyDict_SetItem(out, name, text);
+            Py_DECREF(text);
+            Py_DECREF(name);
+        }
+        if (bad < 0) {
+            Py_DECREF(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"encode", (PyCFunction)(void (*)(void))py_encode, METH_FASTCALL, encode_doc},
     {"record_prefix", (PyCFunction)(void (*)(void))py_record_prefix, METH_FASTCALL,
      record_prefix_doc},
     {"utc_timestamp", py_utc_timestamp, METH_O, utc_timestamp_doc},
+    {"plain_values", (PyCFunction)(void (*)(void))py_plain_values, METH_FASTCALL,
+     plain_values_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from types import ModuleType
-from typing import Final
+from typing import Any, Final
 
 from tracebound import _canonical_py as _reference
 from tracebound.errors import CanonicalizationError
@@ -177,3 +177,9 @@ utc_timestamp: Callable[[object], str | None] | None = (
 """The accelerator's ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` of an exact ``datetime`` in
 ``datetime.UTC`` (None for anything else), or None when the C module is not in use;
 ``events/record.py`` falls back to Python formatting then."""
+
+plain_values: Callable[[dict[str, Any], tuple[Any, ...]], dict[str, Any] | None] | None = (
+    getattr(_accelerator, "plain_values", None) if _IMPLEMENTATION == "c" else None
+)
+"""The accelerator's loop of ``events/payload_json.py`` (a payload's JSON-mode dict from its
+values and its class's plan), or None when the C module is not in use."""

@@ -71,6 +71,7 @@ from tracebound.integrity.verify import (
     check_against_checkpoints,
 )
 from tracebound.sources import Clock, IdSource
+from tracebound.store.collector import paused_collector
 from tracebound.store.nodes import LogNodes, store_nodes
 from tracebound.store.port import ANY_VERSION, LedgerStore, MerkleNodeStore, stream_positions
 from tracebound.store.url import open_store
@@ -485,6 +486,9 @@ def _event_fast_applies() -> bool:
 
 _EVENT_FAST: Final = _event_fast_applies()
 
+_BULK: Final = 64
+"""Records of at least this many events pause the cyclic collector (store/collector.py)."""
+
 
 def _event_fast(
     payload: object,
@@ -687,6 +691,19 @@ class Ledger:
             ConcurrencyConflict: the stream is not at ``expected_version``.
         """
         _check_arguments(payloads, workflow_id, correlation_id)
+        if len(payloads) < _BULK:
+            return self._record(stream_id, payloads, workflow_id, correlation_id, expected_version)
+        with paused_collector():  # store/collector.py: a batch's objects form no cycles
+            return self._record(stream_id, payloads, workflow_id, correlation_id, expected_version)
+
+    def _record(
+        self,
+        stream_id: str,
+        payloads: Sequence[Payload],
+        workflow_id: str | None,
+        correlation_id: str | None,
+        expected_version: int | None,
+    ) -> list[RecordedEvent]:
         new_id, now = self.ids.new_id, self.clock.now
         events: list[Event] = []
         for i, p in enumerate(payloads):

@@ -21,7 +21,6 @@ from typing import Any, Final, NamedTuple
 from uuid import UUID
 
 import orjson
-from pydantic import BaseModel
 
 from tracebound.canonical import canonical_bytes, record_prefix, utc_timestamp
 from tracebound.errors import (
@@ -32,6 +31,7 @@ from tracebound.errors import (
     UpcastError,
 )
 from tracebound.events.envelope import Event, RecordedEvent, format_timestamp
+from tracebound.events.payload_json import payload_json
 from tracebound.events.registry import EventRegistry, default_registry
 from tracebound.ids import (
     ChainHead,
@@ -98,31 +98,6 @@ def _workflow_json(value: str | None) -> bytes:
     return cached
 
 
-def _plain_dump(model_type: type[BaseModel]) -> bool:
-    """Whether ``model_dump`` of this payload class is pydantic's own (not overridden), so
-    that calling its serializer directly is exactly what ``model_dump`` would do."""
-    return model_type.model_dump is BaseModel.model_dump
-
-
-_PLAIN_DUMP: dict[type[BaseModel], bool] = {}
-
-
-def _payload_json(payload: BaseModel) -> Any:
-    """``payload.model_dump(mode="json")``, without the method's argument handling.
-
-    ``BaseModel.model_dump`` passes its arguments on to the class's compiled serializer;
-    with only ``mode="json"`` given, the rest are the serializer's own defaults. So while a
-    class does not override ``model_dump`` the serializer is called directly.
-    """
-    cls = type(payload)
-    plain = _PLAIN_DUMP.get(cls)
-    if plain is None:
-        plain = _PLAIN_DUMP[cls] = _plain_dump(cls)
-    if plain:
-        return cls.__pydantic_serializer__.to_python(payload, mode="json")
-    return payload.model_dump(mode="json")
-
-
 def event_prefix(event: Event) -> bytes:
     """Canonical bytes of the record up to and including the payload (no closing brace).
 
@@ -136,7 +111,7 @@ def event_prefix(event: Event) -> bytes:
             event.correlation_id,
             event_id.int,
             event.event_type,
-            _payload_json(event.payload),
+            payload_json(event.payload),
         )
     return _event_prefix_general(event)
 
@@ -154,7 +129,7 @@ def _event_prefix_general(event: Event) -> bytes:
         b"null" if correlation_id is None else canonical_bytes(correlation_id),
         str(event.event_id).encode(),
         type_json,
-        canonical_bytes(_payload_json(event.payload)),
+        canonical_bytes(payload_json(event.payload)),
     )
 
 

@@ -50,6 +50,7 @@ from tracebound.store._chaining import (
     stream_json,
     stream_page_events,
 )
+from tracebound.store.collector import paused_collector
 from tracebound.store.files import create_private_file, why_unwritable
 from tracebound.store.port import (
     AppendRequest,
@@ -673,7 +674,7 @@ class SQLiteStore(ChainedAppends):
         BEGIN, before the first insert (the writer does one thing at a time).
         """
         prepared = _chunked(requests)
-        with self._write_lock:
+        with self._write_lock, paused_collector():  # its objects form no cycles
             state = self._writer()
             db = state.db
             ahead: list[PreparedRequest] = []

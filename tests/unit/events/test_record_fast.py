@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from tracebound.canonical import canonical_bytes
 from tracebound.events.catalog import CostIncurred, CostSource
 from tracebound.events.envelope import Event, format_timestamp
+from tracebound.events.payload_json import payload_json
 from tracebound.events.record import (
     LedgerFields,
-    _payload_json,
     _timestamp_text,
     _workflow_json,
     event_prefix,
@@ -75,7 +75,7 @@ def test_prefix_and_fields_match_the_plain_path(
         role="Executor",
         step_id=StepId(text),
     )
-    assert _payload_json(payload) == payload.model_dump(mode="json")
+    assert payload_json(payload) == payload.model_dump(mode="json")
     event = Event.create(payload, event_id=event_id, timestamp=when, workflow_id=wf)
     prefix = event_prefix(event)
     plain = canonical_bytes(
