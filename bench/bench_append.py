@@ -8,7 +8,8 @@ Both sides write to a fresh SQLite file on the same disk, in WAL mode with
 ``synchronous=FULL`` (every acknowledged commit has been fsynced), in the same process one
 after the other. What each timed loop includes:
 
-* tracebound: ``Ledger.record(stream, payloads)``: envelope (id, clock), canonical JSON,
+* tracebound: ``Ledger.record(stream, payloads)``: envelope (random id from
+  ``tracebound.system.RandomIds``, time from ``SystemClock``), canonical JSON,
   BLAKE3 chain link, position assignment under ``BEGIN IMMEDIATE``, insert, COMMIT (fsync).
 * eventsourcing: ``aggregate.trigger_event(...)`` for each event, then ``app.save(aggregate)``:
   event object, JSON transcoding, insert, COMMIT (fsync), with
@@ -34,8 +35,8 @@ from typing import Any
 
 from bench._common import cost_payload, machine, peer_fields, print_table, show_machine, write_json
 from tracebound.ledger import Ledger
-from tracebound.sources import FixedClock, SequentialIds
 from tracebound.store.sqlite import SQLiteStore
+from tracebound.system import RandomIds, SystemClock
 
 TARGET_SINGLE_RATIO = 2.0  # vs eventsourcing at 1 event per save
 TARGET_BATCH_RATE = 75_000.0  # events/s at 1000 events per transaction
@@ -60,7 +61,9 @@ class _TraceboundWriter:
 
     def __init__(self, directory: Path) -> None:
         self.store = SQLiteStore(directory / "tb", synchronous="FULL")
-        self.ledger = Ledger(self.store, clock=FixedClock(), ids=SequentialIds(namespace=1))
+        # The sources every user's ledger has (random ids, the wall clock), as the peer's
+        # events get uuid4 ids and datetime.now() times.
+        self.ledger = Ledger(self.store, clock=SystemClock(), ids=RandomIds())
         self.n = 0
 
     def prepare(self, total: int, per_txn: int) -> list[list[Any]]:

@@ -2308,13 +2308,45 @@ static PyObject *sha_levels(PyObject *module, PyObject *unused) {
 static PyObject *S_stream_id, *S_stream_version, *S_position, *S_prev_hash, *S_hash, *S_dict,
     *S_fields_set, *S_extra, *S_private;
 
+/* A new instance of the pydantic model class ``cls`` whose __dict__ is ``dict`` (taken as
+ * is, not copied), made exactly as ``object.__new__(cls)`` and ``object.__setattr__`` make
+ * it in Python: ``__pydantic_fields_set__`` a new set of ``fields``, ``__pydantic_extra__``
+ * and ``__pydantic_private__`` None. A new reference, or NULL with an error set. */
+static PyObject *new_instance(PyTypeObject *cls, PyObject *dict, PyObject *fields) {
+    PyObject *obj = cls->tp_alloc(cls, 0);
+    if (obj == NULL) return NULL;
+    if (PyObject_GenericSetAttr(obj, S_dict, dict) < 0) goto error;
+    PyObject *set = PySet_New(fields);
+    if (set == NULL) goto error;
+    int bad = PyObject_GenericSetAttr(obj, S_fields_set, set);
+    Py_DECREF(set);
+    if (bad < 0 || PyObject_GenericSetAttr(obj, S_extra, Py_None) < 0 ||
+        PyObject_GenericSetAttr(obj, S_private, Py_None) < 0)
+        goto error;
+    return obj;
+error:
+    Py_DECREF(obj);
+    return NULL;
+}
+
+/* instance(cls, values, fields) -> cls instance
+ *
+ * ledger.py's _event_fast, after its checks: ``values`` (a dict, used as is) becomes the
+ * instance's __dict__; see new_instance. */
+static PyObject *instance(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 3 || !PyType_Check(args[0]) || !PyDict_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "instance(cls, dict, fields)");
+        return NULL;
+    }
+    return new_instance((PyTypeObject *)args[0], args[1], args[2]);
+}
+
 /* recorded(cls, items, rows, fields) -> [cls instances]
  *
  * store/_chaining.py's recorded_events for plain models, item by item: a copy of the
  * Prepared item's ``values`` with stream_id, stream_version, position, prev_hash and hash
- * set from its row, made the instance's __dict__ exactly as ``object.__new__(cls)`` and
- * ``object.__setattr__`` do there; ``__pydantic_fields_set__`` a new set of ``fields``,
- * ``__pydantic_extra__`` and ``__pydantic_private__`` None. */
+ * set from its row, made an instance as new_instance does. */
 static PyObject *recorded(PyObject *module, PyObject *args) {
     PyTypeObject *cls;
     PyObject *items, *rows, *fields;
@@ -2352,22 +2384,10 @@ static PyObject *recorded(PyObject *module, PyObject *args) {
                 goto error;
             }
         }
-        PyObject *obj = cls->tp_alloc(cls, 0);
-        if (obj == NULL) {
-            Py_DECREF(copy);
-            goto error;
-        }
-        PyList_SET_ITEM(out, i, obj);
-        int bad = PyObject_GenericSetAttr(obj, S_dict, copy);
+        PyObject *obj = new_instance(cls, copy, fields);
         Py_DECREF(copy);
-        if (bad < 0) goto error;
-        PyObject *set = PySet_New(fields);
-        if (set == NULL) goto error;
-        bad = PyObject_GenericSetAttr(obj, S_fields_set, set);
-        Py_DECREF(set);
-        if (bad < 0 || PyObject_GenericSetAttr(obj, S_extra, Py_None) < 0 ||
-            PyObject_GenericSetAttr(obj, S_private, Py_None) < 0)
-            goto error;
+        if (obj == NULL) goto error;
+        PyList_SET_ITEM(out, i, obj);
     }
     return out;
 error:
@@ -2426,6 +2446,8 @@ static PyMethodDef module_methods[] = {
     {"chain_request", chain_request, METH_VARARGS,
      "chain_request(items, stream_id, stream_id_json, position, version, prev) -> "
      "(rows, position, version, prev) | None: chain_rows' loop for one request"},
+    {"instance", (PyCFunction)(void (*)(void))instance, METH_FASTCALL,
+     "instance(cls, values, fields) -> a model instance with __dict__ values (ledger.py)"},
     {"recorded", recorded, METH_VARARGS,
      "recorded(cls, items, rows, fields) -> instances: recorded_events for plain models"},
     {NULL, NULL, 0, NULL},

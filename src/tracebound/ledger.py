@@ -42,6 +42,7 @@ from tracebound.errors import (
     short_repr,
 )
 from tracebound.events.envelope import Event, Payload, RecordedEvent
+from tracebound.integrity import _kernel
 from tracebound.integrity.chain import chain_hash
 from tracebound.integrity.keys import NoteSigner, NoteVerifier
 from tracebound.integrity.merkle import (
@@ -462,6 +463,7 @@ _EVENT_FIELDS: Final = (
 _EVENT_FIELD_SET: Final = frozenset(_EVENT_FIELDS)
 _new_object = object.__new__
 _set = object.__setattr__
+_instance: Callable[..., Any] | None = getattr(_kernel.KERNEL, "instance", None)
 
 
 def _event_fast_applies() -> bool:
@@ -521,21 +523,21 @@ def _event_fast(
         or (correlation_id is not None and type(correlation_id) is not str)
     ):
         return None
+    values = {
+        "event_id": event_id,
+        "event_type": kind,
+        "workflow_id": workflow_id,
+        # astimezone(UTC) returns a UTC datetime itself: skip the call for those
+        "timestamp": timestamp if timestamp.tzinfo is UTC else timestamp.astimezone(UTC),
+        "payload": payload,
+        "correlation_id": correlation_id,
+        "schema_version": version,
+    }
+    if _instance is not None:  # the kernel's one call for the four assignments below
+        built: Event = _instance(Event, values, _EVENT_FIELD_SET)
+        return built
     event: Event = _new_object(Event)
-    _set(
-        event,
-        "__dict__",
-        {
-            "event_id": event_id,
-            "event_type": kind,
-            "workflow_id": workflow_id,
-            # astimezone(UTC) returns a UTC datetime itself: skip the call for those
-            "timestamp": timestamp if timestamp.tzinfo is UTC else timestamp.astimezone(UTC),
-            "payload": payload,
-            "correlation_id": correlation_id,
-            "schema_version": version,
-        },
-    )
+    _set(event, "__dict__", values)
     _set(event, "__pydantic_fields_set__", set(_EVENT_FIELD_SET))
     _set(event, "__pydantic_extra__", None)
     _set(event, "__pydantic_private__", None)

@@ -672,6 +672,29 @@ def test_fast_event_equals_validated_event(
     assert fast.timestamp.tzinfo is UTC
 
 
+def test_fast_event_is_the_same_with_and_without_the_kernels_instance() -> None:
+    from unittest.mock import patch
+    from uuid import UUID
+
+    when = datetime(2026, 1, 1, tzinfo=timezone(timedelta(hours=2)))
+    slow = Event.create(_cost(3), event_id=UUID(int=9), timestamp=when, workflow_id="w")
+    built = []
+    for instance in (ledger_module._instance, None):
+        with patch.object(ledger_module, "_instance", instance):
+            built.append(ledger_module._event_fast(_cost(3), UUID(int=9), when, "w", None))
+    for fast in built:
+        assert fast is not None
+        assert type(fast) is Event
+        assert fast == slow
+        assert fast.model_fields_set == slow.model_fields_set
+        assert fast.__pydantic_extra__ is None
+        assert fast.__pydantic_private__ is None
+    # Each event owns its fields set: no instance shares another's.
+    assert built[0] is not None and built[1] is not None
+    assert built[0].__pydantic_fields_set__ is not built[1].__pydantic_fields_set__
+    assert type(built[0].__pydantic_fields_set__) is set
+
+
 def test_fast_event_declines_unusual_inputs() -> None:
     from uuid import UUID
 

@@ -117,10 +117,16 @@ def _refuse_float(value: Any) -> Any:
 
 def _plain_decimal(value: Decimal) -> str:
     # Positional notation only, so that 1E+2 and 100 cannot hash differently after a trip;
-    # and no "-0", which would compare equal to "0" yet hash differently.
-    if value.is_zero():
-        value = value.copy_abs()
-    return format(value, "f")
+    # and no "-0", which would compare equal to "0" yet hash differently. str() is already
+    # positional unless it shows an exponent (exponent > 0, or more than six leading
+    # zeros), and then the same text as format "f" at a third of the cost, on every money
+    # field of every append; a test compares the two.
+    text = str(value) if type(value) is Decimal else "E"  # anything else: as it always was
+    if "E" in text or text[0] == "-":
+        if value.is_zero():
+            value = value.copy_abs()
+        return format(value, "f")
+    return text
 
 
 Money: TypeAlias = Annotated[

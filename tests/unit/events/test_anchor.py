@@ -21,6 +21,7 @@ from tracebound.events.anchor import (
     AttemptAnchor,
     PlanOutcomeTag,
     TrustConfidence,
+    _plain_decimal,
 )
 from tracebound.ids import (
     AdvisoryId,
@@ -354,3 +355,34 @@ def test_generated_anchors_round_trip(anchor: AttemptAnchor) -> None:
     assert again == anchor
     assert ANCHOR_ADAPTER.dump_json(again) == line
     assert AttemptAnchor.model_validate(anchor.model_dump(mode="json")) == anchor
+
+
+def _positional(value: Decimal) -> str:
+    """Money's JSON text by its definition: format "f", and no negative zero."""
+    return format(value.copy_abs() if value.is_zero() else value, "f")
+
+
+@given(
+    st.one_of(
+        st.decimals(allow_nan=True, allow_infinity=True),
+        st.builds(
+            Decimal,
+            st.from_regex(r"-?[0-9]{1,12}(\.[0-9]{0,12})?(E[+-]?[0-9]{1,3})?", fullmatch=True),
+        ),
+    )
+)
+def test_plain_decimal_text_is_positional_and_never_negative_zero(value: Decimal) -> None:
+    assert _plain_decimal(value) == _positional(value)
+
+
+def test_plain_decimal_edges() -> None:
+    for text, want in [
+        ("1E+2", "100"),
+        ("1.5E-7", "0.00000015"),
+        ("0.000001", "0.000001"),
+        ("-0", "0"),
+        ("-0.00", "0.00"),
+        ("0E-9", "0.000000000"),
+        ("-2.50", "-2.50"),
+    ]:
+        assert _plain_decimal(Decimal(text)) == want

@@ -13,6 +13,7 @@ import pytest
 from tracebound import FixedClock, Ledger, SequentialIds, SQLiteStore
 from tracebound.errors import ConcurrencyConflict
 from tracebound.events.catalog import CostIncurred, CostSource
+from tracebound.ids import StreamId
 from tracebound.store.collector import paused_collector
 from tracebound.store.port import AppendRequest
 
@@ -40,8 +41,7 @@ def ledger(tmp_path: Path) -> Iterator[Ledger]:
 
 def _costs(n: int) -> list[CostIncurred]:
     return [
-        CostIncurred(tier="direct", amount_usd=Decimal(i), source=CostSource("s"))
-        for i in range(n)
+        CostIncurred(tier="direct", amount_usd=Decimal(i), source=CostSource("s")) for i in range(n)
     ]
 
 
@@ -82,7 +82,7 @@ def test_the_stores_pipelined_append_pauses_it_too(ledger: Ledger) -> None:
     def note(phase: str, info: dict[str, int]) -> None:
         collections.append(phase)
 
-    requests = [AppendRequest("s", events)]
+    requests = [AppendRequest(StreamId("s"), events)]
     forget = gc.callbacks.remove  # bound now: the first allocation after the call collects
     gc.collect()
     gc.callbacks.append(note)
