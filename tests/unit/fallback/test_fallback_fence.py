@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from tracebound.errors import ValidationFailed
 from tracebound.pipeline.fallback import DATAMARK, FenceWrapper, build_attempt_summary
-from tracebound.pipeline.fallback.fence import CANARY_PATTERN
-from tracebound.pipeline.retry.models import MAX_SUMMARY_BYTES, FailingSignal
+from tracebound.pipeline.fallback.fence import CANARY_PATTERN, SanitizedText
+from tracebound.pipeline.retry.models import MAX_SUMMARY_BYTES, AttemptSummary, FailingSignal
 from tracebound.sources import SequentialIds
 
 
@@ -165,7 +165,51 @@ def test_summary_is_capped_at_4kb_and_says_what_it_dropped(fence: FenceWrapper) 
     size = len(summary.prior_failure_summary.encode())
     assert size <= MAX_SUMMARY_BYTES
     assert summary.prior_failure_summary.endswith("more signal(s) omitted]")
-    assert len(summary.failing_signals) == 40
+    # The summary keeps, sanitised, the signals it lists (the trailer counts the others).
+    listed = summary.prior_failure_summary.split("\n")[1:-1]
+    assert len(summary.failing_signals) == len(listed) < 40
+    assert summary.prior_failure_summary.endswith(f"[… {40 - len(listed)} more signal(s) omitted]")
+
+
+class CountingFence(FenceWrapper):
+    """A fence that counts how often it sanitises: the summary's cost."""
+
+    def __init__(self) -> None:
+        super().__init__(SequentialIds())
+        self.calls = 0
+
+    def sanitize(self, text: str) -> SanitizedText:
+        self.calls += 1
+        return super().sanitize(text)
+
+
+def _many_failures(count: int) -> tuple[CountingFence, AttemptSummary]:
+    fence = CountingFence()
+    signals = [
+        _signal(f"assert {i} == 0", subject=f"tests/test_x.py::test_{i}", location=f"x.py:{i}")
+        for i in range(count)
+    ]
+    summary = build_attempt_summary(
+        attempt_id=UUID(int=1), sandbox_run_id="sbx", failing_signals=signals, fence=fence
+    )
+    return fence, summary
+
+
+def test_a_huge_failure_is_summarised_at_the_cost_of_what_the_summary_shows() -> None:
+    # 20,000 failing tests used to be sanitised one by one (four sanitise calls each, seconds
+    # of work) although about fifty fit in the 4 KB summary; and all 20,000 were kept.
+    few_fence, few = _many_failures(200)
+    many_fence, many = _many_failures(20_000)
+    lines = many.prior_failure_summary.split("\n")
+    assert lines[0] == "20000 failing signal(s) from sandbox run sbx:"
+    shown = len(lines) - 2
+    assert lines[-1] == f"[… {20_000 - shown} more signal(s) omitted]"
+    assert len(many.failing_signals) == shown == len(few.failing_signals)
+    assert many.failing_signals[-1].subject == f"tests/test_x.py::test_{shown - 1}"
+    assert len(many.prior_failure_summary.encode()) <= MAX_SUMMARY_BYTES
+    # Nine sanitising passes per signal made (four fields twice, the line once), for the
+    # ones listed and the one that did not fit; the run id and the header take three.
+    assert many_fence.calls == few_fence.calls == 9 * (shown + 1) + 3
 
 
 def test_summary_cap_cuts_multibyte_text_cleanly(fence: FenceWrapper) -> None:

@@ -33,10 +33,11 @@ through the whole path and parses the resulting prompts.
 from __future__ import annotations
 
 import base64
+import itertools
 import re
 import unicodedata
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Annotated, Final
 from uuid import UUID
 
@@ -494,23 +495,42 @@ def _clean(fence: FenceWrapper, value: str, limit: int, reports: list[SanitizedT
     return _clip(joined.text, limit)
 
 
-def _cap_bytes(lines: list[str], limit: int) -> str:
+def _cap_bytes(lines: Iterable[str], count: int, limit: int) -> tuple[str, int]:
+    """The first of ``count`` lines that fit in ``limit`` UTF-8 bytes (the last one cut after
+    a word if need be), then a note of how many were left out; and how many lines it took.
+
+    ``lines`` is consumed only as far as the text goes, so a line that cannot be shown is
+    never made (each costs several sanitising passes).
+    """
     out: list[str] = []
     used = 0
     for index, line in enumerate(lines):
         size = len(line.encode("utf-8")) + 1
-        trailer = f"[… {len(lines) - index} more signal(s) omitted]"
-        if used + size + len(trailer.encode("utf-8")) + 1 > limit and index < len(lines) - 1:
+        trailer = f"[… {count - index} more signal(s) omitted]"
+        if used + size + len(trailer.encode("utf-8")) + 1 > limit and index < count - 1:
             out.append(trailer)
-            break
+            return "\n".join(out), index
         if used + size > limit:
             room = max(limit - used - 4, 0)
             head = line.encode("utf-8")[:room].decode("utf-8", "ignore")
             out.append(_drop_partial_word(head) + "…")
-            break
+            return "\n".join(out), index + 1
         out.append(line)
         used += size
-    return "\n".join(out)
+    return "\n".join(out), len(out)
+
+
+def _signal_lines(
+    signals: Sequence[FailingSignal], fence: FenceWrapper, cleaned: list[FailingSignal]
+) -> Iterator[str]:
+    """One sanitised line per signal, made only when asked for; ``cleaned`` collects the
+    sanitised signal behind each line made."""
+    for signal in signals:
+        s, _ = _clean_signal(signal, fence)
+        cleaned.append(s)
+        where = f" at {s.location}" if s.location else ""
+        why = f": {s.message}" if s.message else ""
+        yield fence.sanitize(f"- [{s.gate}] {s.kind} {s.subject}{where}{why}").text
 
 
 def build_attempt_summary(
@@ -531,23 +551,22 @@ def build_attempt_summary(
     none holds alone), and, past :data:`MAX_SUMMARY_BYTES`, says how many it left out. The
     result is sanitised text itself (sanitising it again neutralises nothing), not only
     once fenced; the prompt builder still fences and datamarks it before use.
+
+    Only the signals the text lists are sanitised and kept (``failing_signals``): the cost
+    is that of what fits in 4 KB, not of the tens of thousands a broken test suite can
+    report (the redacted logs behind ``evidence_paths`` have them all).
     """
-    cleaned: list[FailingSignal] = []
-    for signal in failing_signals:
-        c, _ = _clean_signal(signal, fence)
-        cleaned.append(c)
+    signals = tuple(failing_signals)
     run_id = _clean(fence, sandbox_run_id, 512, []) or "[empty]"
-    lines = [fence.sanitize(f"{len(cleaned)} failing signal(s) from sandbox run {run_id}:").text]
-    for s in cleaned:
-        where = f" at {s.location}" if s.location else ""
-        why = f": {s.message}" if s.message else ""
-        lines.append(fence.sanitize(f"- [{s.gate}] {s.kind} {s.subject}{where}{why}").text)
-    summary = _cap_bytes(lines, MAX_SUMMARY_BYTES)
+    header = fence.sanitize(f"{len(signals)} failing signal(s) from sandbox run {run_id}:").text
+    cleaned: list[FailingSignal] = []
+    lines = itertools.chain([header], _signal_lines(signals, fence, cleaned))
+    summary, taken = _cap_bytes(lines, len(signals) + 1, MAX_SUMMARY_BYTES)
     return AttemptSummary.model_validate(
         {
             "attempt_id": attempt_id,
             "sandbox_run_id": run_id,
-            "failing_signals": tuple(cleaned),
+            "failing_signals": tuple(cleaned[: max(taken - 1, 0)]),
             "prior_failure_summary": summary,
             "evidence_paths": tuple(evidence_paths),
         }
