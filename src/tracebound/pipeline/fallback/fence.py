@@ -8,8 +8,9 @@ through three layers, following "spotlighting" (Hines et al., 2024):
    zero-width, bidi-override and other invisible characters removed, blanks that are not
    spaces made spaces, combining marks left on Latin letters or on punctuation removed,
    every line-break character made ``\\n``, look-alikes of the rules' punctuation and
-   mixed-script homoglyph words folded to ASCII and Latin) so that the patterns see what a
-   model would read. Then known injection shapes
+   mixed-script homoglyph words folded to ASCII and Latin), and encoded forms (HTML
+   character references, percent-encoding, ``\\u`` escapes) are decoded, so that the
+   patterns see what a model would read. Then known injection shapes
    are replaced by an inert ``[neutralised:<rule>]`` marker: instruction overrides, persona
    switches, chat-template tokens, role prefixes, code-fence and HTML breakouts, boundary
    and canary forgeries, exfiltration requests. What was neutralised is *recorded* (rule
@@ -45,6 +46,7 @@ from blake3 import blake3
 from pydantic import BaseModel, ConfigDict, Field
 
 from tracebound.errors import ValidationFailed
+from tracebound.pipeline.fallback._encodings import decode_once, neutralise_encoded
 from tracebound.pipeline.redaction import CONFUSABLES, INVISIBLE
 from tracebound.pipeline.retry.models import MAX_SUMMARY_BYTES, AttemptSummary, FailingSignal
 from tracebound.sources import IdSource
@@ -91,6 +93,11 @@ _PUNCTUATION: Final = str.maketrans(
         for ch in lookalikes
     }
 )
+# Layers of encoding decoded before the rules look (``&amp;amp;lt;`` is three); text
+# encoded deeper is made of nothing but encodings, and is neutralised instead.
+_DECODE_ROUNDS: Final = 4
+# A model's answer is short (``Budget.max_output_tokens``): ``leaked`` digs deeper.
+_ANSWER_DECODE_ROUNDS: Final = 16
 _LATIN_OR_CONFUSABLE = re.compile(r"[^\W\d_]+", re.UNICODE)
 
 
@@ -175,6 +182,48 @@ def _strip_invisible(text: str, counts: Counter[str]) -> str:
     # What was dropped may have separated a letter from its mark: compose them now, so that
     # sanitising the result again changes nothing.
     return unicodedata.normalize("NFKC", "".join(kept))
+
+
+def _unicode(text: str, counts: Counter[str]) -> str:
+    """Undo the unicode tricks (step 1a), counting what was changed."""
+    out = unicodedata.normalize("NFKC", text)
+    # Both before the marks are judged: the datamark is a letter, "^" is not, and a
+    # mark on a look-alike of punctuation is as stray as one on the punctuation.
+    if DATAMARK in out:
+        counts["datamark-char"] += out.count(DATAMARK)
+        out = out.replace(DATAMARK, "^")
+    plain = out.translate(_PUNCTUATION)
+    if plain != out:
+        counts["homoglyph"] += sum(a != b for a, b in zip(out, plain, strict=True))
+        out = plain
+    out = _strip_invisible(out, counts)
+    folded = _fold_homoglyphs(out)
+    if folded != out:
+        counts["homoglyph"] += sum(a != b for a, b in zip(out, folded, strict=True))
+        out = folded
+    return out
+
+
+def _normalise(text: str, counts: Counter[str]) -> str:
+    """Step 1a, and encoded forms decoded (``decoded``), to a fixed point.
+
+    A layer decoded can be another encoding (``&amp;lt;``) or a unicode trick
+    (``&#x200b;``), and a trick undone can join an encoding (``%`` ZWSP ``60``), so both
+    are repeated until neither changes anything; what is still encoded after
+    :data:`_DECODE_ROUNDS` layers is neutralised (``encoded``), which keeps the work linear
+    and the result a fixed point (sanitising it again changes nothing).
+    """
+    out = _unicode(text, counts)
+    for _ in range(_DECODE_ROUNDS):
+        decoded, changed = decode_once(out)
+        if not changed:
+            return out
+        counts["decoded"] += changed
+        out = _unicode(decoded, counts)
+    out, changed = neutralise_encoded(out)
+    if changed:
+        counts["encoded"] += changed
+    return out
 
 
 # --- step 1b: patterns ---------------------------------------------------------------------
@@ -358,10 +407,20 @@ class FenceWrapper:
     def leaked(text: str, canary: str) -> bool:
         """Whether ``canary`` shows up in ``text`` (a model's answer), even disguised: in
         another case, full-width, in look-alike letters, with accents or anything else
-        (spaces, zero-width characters, datamarks) between its characters. A canary is ASCII
-        letters and digits, so only those are compared."""
-        folded = unicodedata.normalize("NFKD", text).translate(CONFUSABLES).casefold()
-        return canary.replace("-", "") in re.sub(r"[^a-z0-9]+", "", folded)
+        (spaces, zero-width characters, datamarks) between its characters, or encoded (HTML
+        character references, percent-encoding, ``\\u`` escapes, also several layers
+        deep). A canary is ASCII letters and digits, so only those are compared."""
+        wanted = canary.replace("-", "")
+        view = text
+        for _ in range(_ANSWER_DECODE_ROUNDS):
+            folded = unicodedata.normalize("NFKD", view).translate(CONFUSABLES).casefold()
+            if wanted in re.sub(r"[^a-z0-9]+", "", folded):
+                return True
+            plain = _strip_invisible(unicodedata.normalize("NFKC", view), Counter())
+            view, changed = decode_once(plain)
+            if not changed:
+                return False
+        return False
 
     # -- step 1 --------------------------------------------------------------------------
 
@@ -374,21 +433,7 @@ class FenceWrapper:
         if not isinstance(text, str):
             raise ValidationFailed("text", f"expected str, got {type(text).__name__}")
         counts: Counter[str] = Counter()
-        out = unicodedata.normalize("NFKC", text)
-        # Both before the marks are judged: the datamark is a letter, "^" is not, and a
-        # mark on a look-alike of punctuation is as stray as one on the punctuation.
-        if DATAMARK in out:
-            counts["datamark-char"] += out.count(DATAMARK)
-            out = out.replace(DATAMARK, "^")
-        plain = out.translate(_PUNCTUATION)
-        if plain != out:
-            counts["homoglyph"] += sum(a != b for a, b in zip(out, plain, strict=True))
-            out = plain
-        out = _strip_invisible(out, counts)
-        folded = _fold_homoglyphs(out)
-        if folded != out:
-            counts["homoglyph"] += sum(a != b for a, b in zip(out, folded, strict=True))
-            out = folded
+        out = _normalise(text, counts)
         for name, pattern in _RULES:
             out, hits = _apply_rule(pattern, name, out)
             if hits:

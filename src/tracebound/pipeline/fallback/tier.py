@@ -127,7 +127,9 @@ EMPTY_DIGEST: Final = blake3(b"").hexdigest()
 BLAKE3 of zero bytes, "nothing was sent", rather than a made-up value."""
 _WORKFLOW_ID = re.compile(WORKFLOW_ID_PATTERN)
 _MARKER = re.compile(r"\[neutralised:([a-z-]+)\]")
-_UNMARKED_RULES = frozenset({"invisible-char", "combining-mark", "homoglyph", "datamark-char"})
+_UNMARKED_RULES = frozenset(
+    {"invisible-char", "combining-mark", "homoglyph", "datamark-char", "decoded"}
+)
 
 
 class PlanningFailed(AttemptRefusedError):
