@@ -171,3 +171,32 @@ def test_the_retry_prompt_carries_markers_not_encodings(tmp_path: Path) -> None:
             assert encoded not in block, encoded
     finally:
         kit.close()
+
+
+AWS = "AKIAIOSFODNN7EXAMPLE"
+
+
+@pytest.mark.parametrize(
+    "message", [f"key {AWS[:4]}&#x49;{AWS[5:]}", f"key {AWS[:4]}\\u0049{AWS[5:]}"]
+)
+def test_a_secret_the_fence_decodes_is_redacted_in_the_summary(
+    tmp_path: Path, message: str
+) -> None:
+    # The gate's redactor does not read HTML references (nor \u escapes outside JSON), so the
+    # signal kept the key encoded; the fence decodes it, and the summary, stored as a blob
+    # and returned in LoopResult.summaries, held it in plain text.
+    leaf = NewVersionEachCall([])
+    kit = make_kit(tmp_path, leaf=leaf, retrieval=False, recipes=RecipeBook([]))
+    loop = kit.retry_loop(_junit_gate(tmp_path, [message]), key=b"encoded-secret-redaction-key")
+    try:
+        result = loop.run(kit.ctx(), workflow_id="wf", target=kit.repo)
+        assert len(leaf.prompts) == 2 and result.summaries
+        for summary in result.summaries:
+            assert "[REDACTED:aws-access-key" in summary.prior_failure_summary, summary
+            assert AWS not in summary.model_dump_json()
+            assert FENCE.sanitize(summary.prior_failure_summary).neutralised == ()
+        stored = b"".join(p.read_bytes() for p in kit.root.rglob("*") if p.is_file())
+        assert AWS.encode() not in stored
+        assert AWS not in leaf.prompts[1]
+    finally:
+        kit.close()

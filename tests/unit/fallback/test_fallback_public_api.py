@@ -55,6 +55,7 @@ def test_the_contract_signatures() -> None:
     summary = inspect.signature(fallback.build_attempt_summary)
     assert list(summary.parameters) == [
         "attempt_id", "sandbox_run_id", "failing_signals", "fence", "evidence_paths",
+        "redactor",  # added, keyword-only with a default: existing calls are unchanged
     ]  # fmt: skip
     assert set(fallback.PlanOutcome.model_fields) == {
         "tag", "attempt_id", "attempt_index", "workflow_id", "patch", "patch_blake3",

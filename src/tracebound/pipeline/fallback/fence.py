@@ -47,7 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tracebound.errors import ValidationFailed
 from tracebound.pipeline.fallback._encodings import decode_once, neutralise_encoded
-from tracebound.pipeline.redaction import CONFUSABLES, INVISIBLE
+from tracebound.pipeline.redaction import CONFUSABLES, INVISIBLE, Redactor
 from tracebound.pipeline.retry.models import MAX_SUMMARY_BYTES, AttemptSummary, FailingSignal
 from tracebound.sources import IdSource
 
@@ -512,32 +512,41 @@ def _one_line(text: str) -> str:
 
 
 def _clean_signal(
-    signal: FailingSignal, fence: FenceWrapper
-) -> tuple[FailingSignal, list[SanitizedText]]:
-    reports: list[SanitizedText] = []
-
+    signal: FailingSignal, fence: FenceWrapper, redactor: Redactor | None
+) -> FailingSignal:
     def clean(value: str, limit: int) -> str:
-        return _clean(fence, value, limit, reports)
+        return _clean(fence, value, limit, redactor)
 
     location = None if signal.location is None else clean(signal.location, 512)
-    cleaned = FailingSignal(
+    return FailingSignal(
         gate=clean(signal.gate, 512) or "[empty]",
         kind=signal.kind,
         subject=clean(signal.subject, 512) or "[empty]",
         message=clean(signal.message, 1024),
         location=location or None,
     )
-    return cleaned, reports
 
 
-def _clean(fence: FenceWrapper, value: str, limit: int, reports: list[SanitizedText]) -> str:
+def _redacted(fence: FenceWrapper, text: str, redactor: Redactor | None) -> str:
+    """Sanitised ``text`` redacted (and sanitised again if that changed it).
+
+    Decoding can reveal a secret the gate's redactor did not see (``AKIA&#x49;OSF…``: it
+    does not read HTML references), so redaction comes after sanitising.
+    """
+    if redactor is None:
+        return text
+    redacted = redactor.redact_text(text).value
+    return text if redacted == text else fence.sanitize(redacted).text
+
+
+def _clean(fence: FenceWrapper, value: str, limit: int, redactor: Redactor | None) -> str:
     """One line of sanitised text, at most ``limit`` characters, that sanitising again
     leaves alone: sanitised (line-start shapes such as role prefixes), joined into one line,
-    sanitised again (shapes split across lines), then clipped after a whole word."""
+    sanitised again (shapes split across lines), redacted, then clipped after a whole word
+    (after redacting: a cut through a secret leaves a piece no detector recognises)."""
     first = fence.sanitize(value)
     joined = fence.sanitize(_one_line(first.text))
-    reports += [first, joined]
-    return _clip(joined.text, limit)
+    return _clip(_redacted(fence, joined.text, redactor), limit)
 
 
 def _cap_bytes(lines: Iterable[str], count: int, limit: int) -> tuple[str, int]:
@@ -566,16 +575,20 @@ def _cap_bytes(lines: Iterable[str], count: int, limit: int) -> tuple[str, int]:
 
 
 def _signal_lines(
-    signals: Sequence[FailingSignal], fence: FenceWrapper, cleaned: list[FailingSignal]
+    signals: Sequence[FailingSignal],
+    fence: FenceWrapper,
+    redactor: Redactor | None,
+    cleaned: list[FailingSignal],
 ) -> Iterator[str]:
     """One sanitised line per signal, made only when asked for; ``cleaned`` collects the
     sanitised signal behind each line made."""
     for signal in signals:
-        s, _ = _clean_signal(signal, fence)
+        s = _clean_signal(signal, fence, redactor)
         cleaned.append(s)
         where = f" at {s.location}" if s.location else ""
         why = f": {s.message}" if s.message else ""
-        yield fence.sanitize(f"- [{s.gate}] {s.kind} {s.subject}{where}{why}").text
+        line = fence.sanitize(f"- [{s.gate}] {s.kind} {s.subject}{where}{why}").text
+        yield _redacted(fence, line, redactor)
 
 
 def build_attempt_summary(
@@ -585,6 +598,7 @@ def build_attempt_summary(
     failing_signals: Sequence[FailingSignal],
     fence: FenceWrapper,
     evidence_paths: Sequence[str] = (),
+    redactor: Redactor | None = None,
 ) -> AttemptSummary:
     """ADR-0002's summary of a failed attempt: from structured signals only, sanitised,
     at most 4 KB.
@@ -600,12 +614,16 @@ def build_attempt_summary(
     Only the signals the text lists are sanitised and kept (``failing_signals``): the cost
     is that of what fits in 4 KB, not of the tens of thousands a broken test suite can
     report (the redacted logs behind ``evidence_paths`` have them all).
+
+    ``redactor`` (the gate runner's; ``RetryLoop`` passes it) redacts each field and line
+    once sanitised: the signals were redacted as the tool wrote them, and decoding can
+    reveal a secret that was hidden from the redactor.
     """
     signals = tuple(failing_signals)
-    run_id = _clean(fence, sandbox_run_id, 512, []) or "[empty]"
+    run_id = _clean(fence, sandbox_run_id, 512, redactor) or "[empty]"
     header = fence.sanitize(f"{len(signals)} failing signal(s) from sandbox run {run_id}:").text
     cleaned: list[FailingSignal] = []
-    lines = itertools.chain([header], _signal_lines(signals, fence, cleaned))
+    lines = itertools.chain([header], _signal_lines(signals, fence, redactor, cleaned))
     summary, taken = _cap_bytes(lines, len(signals) + 1, MAX_SUMMARY_BYTES)
     return AttemptSummary.model_validate(
         {

@@ -595,6 +595,7 @@ class RetryLoop:
             failing_signals=trust.failing_signals,
             fence=self.fence,
             evidence_paths=tuple(report.evidence_paths) if report else (),
+            redactor=self.gates.redactor,
         )
 
 
