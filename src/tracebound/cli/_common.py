@@ -6,6 +6,8 @@ Exit codes (documented in the README):
 * 1: the ledger is damaged, or a proof does not verify.
 * 2: usage or configuration error (bad option, missing store or key).
 * 3: `verify` found no damage but could not check everything (no checkpoint, key or witness).
+* 130, 143: stopped by Ctrl-C (SIGINT) or SIGTERM.
+* 141: stdout's reader left.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -52,6 +56,71 @@ EXIT_USAGE = 2
 EXIT_INCOMPLETE = 3
 EXIT_INTERRUPTED = 130
 """Ctrl-C, as a shell reports a process SIGINT ended (128 + 2)."""
+EXIT_TERMINATED = 143
+"""SIGTERM (a supervisor, `kill`, `timeout`), as a shell reports a process it ended
+(128 + 15)."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the process is, as Ctrl-C raises KeyboardInterrupt.
+
+    A KeyboardInterrupt, so that everything that stops in order on Ctrl-C (``finally``
+    blocks removing temporary files, a parallel rebuild stopping its workers, the pipeline
+    runner recording how a run ended, `copy` saying how far it got) does so on SIGTERM too;
+    SIGTERM's default action ends the process past all of them.
+    """
+
+
+def _raise_terminated(signum: int, frame: object) -> NoReturn:
+    raise Terminated
+
+
+def stop_on_sigterm() -> None:
+    """Make SIGTERM end the command as Ctrl-C does, with its own exit code (143).
+
+    For the CLI's process only: a library does not take over its host's signals.
+    """
+    signal.signal(signal.SIGTERM, _raise_terminated)
+
+
+@contextmanager
+def signals_held() -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM until the block has ended, then stop as they would have.
+
+    For a write whose outcome the command reports: raised inside it, between the store's
+    commit and its return, the interrupt would leave events in the ledger that the
+    command's "written so far" leaves out. (SIGKILL still stops a write that hangs.)
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers run in the main thread only: nothing to hold here
+        return
+    held: list[signal.Signals] = []
+    # Only signals a Python handler stops on (Ctrl-C's, stop_on_sigterm's): one ignored or
+    # left to its default action stays so.
+    before = {
+        s: handler
+        for s in (signal.SIGINT, signal.SIGTERM)
+        if callable(handler := signal.getsignal(s))
+    }
+    for s in before:
+        signal.signal(s, lambda signum, _frame: held.append(signal.Signals(signum)))
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+    if held:
+        before[held[0]](held[0], None)  # raises, as it would have inside the block
+
+
+def interruption(exc: KeyboardInterrupt) -> tuple[str, int, dict[str, Any]]:
+    """How a command stopped by ``exc`` says so: message, exit code, and the JSON's
+    ``kind`` and ``signal``."""
+    if isinstance(exc, Terminated):
+        return "terminated (SIGTERM)", EXIT_TERMINATED, {"kind": "Interrupted", "signal": "SIGTERM"}
+    return "interrupted (Ctrl-C)", EXIT_INTERRUPTED, {"kind": "Interrupted", "signal": "SIGINT"}
+
+
 EXIT_BROKEN_PIPE = 141
 """The reader of stdout left (`| head -1`), as a shell reports a process SIGPIPE ended
 (128 + 13). Python ignores SIGPIPE, and click and rich would exit 1: "damaged"."""
@@ -214,10 +283,12 @@ def handled(as_json: bool, *, one_line: bool = False) -> Iterator[None]:
         out(str(exc), EXIT_USAGE, type(exc).__name__)
     except BrokenPipeError:  # an OSError, but of stdout's reader, not of a file named
         reader_gone()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Terminated)
         # Said, as every other way a command ends: with --json, one document on stdout.
-        # (`copy` says more: how far it got; the runner has recorded what a run did.)
-        out("interrupted (Ctrl-C)", EXIT_INTERRUPTED, "Interrupted")
+        # (`copy` and `append` say more: how far they got; the runner has recorded what a
+        # run did.)
+        message, code, extra = interruption(exc)
+        fail(message, code=code, as_json=as_json, one_line=one_line, **extra)
     except OSError as exc:  # a file named on the command line: missing, a folder, no access
         where = f": {exc.filename}" if exc.filename else ""
         out(f"{exc.strerror or exc}{where}", EXIT_USAGE, type(exc).__name__)

@@ -38,12 +38,15 @@ from tracebound.cli._common import (
     err_console,
     fail,
     handled,
+    interruption,
     open_ledger,
     open_ledger_checked,
     progress_bar,
     reader_gone,
     refuse_inside_store,
     resolve_key_path,
+    signals_held,
+    stop_on_sigterm,
     store_dir,
     try_verifier,
     write_output,
@@ -517,19 +520,27 @@ def _check_expected_versions(
         versions[sid] += len(request.events)
 
 
-def _partly_written(exc: TraceboundError, recorded: list[RecordedEvent], as_json: bool) -> NoReturn:
-    """A batch failed after earlier ones were written (a concurrent writer, a full disk):
-    say what is in the ledger now, as well as what went wrong."""
+def _partly_written(
+    exc: TraceboundError | KeyboardInterrupt, recorded: list[RecordedEvent], as_json: bool
+) -> NoReturn:
+    """A batch failed after earlier ones were written (a concurrent writer, a full disk), or
+    Ctrl-C or SIGTERM came between two: say what is in the ledger now, as well as what went
+    wrong (the same input appended again would write those events twice)."""
     first, last = recorded[0].position, recorded[-1].position
+    if isinstance(exc, KeyboardInterrupt):
+        message, code, extra = interruption(exc)
+    else:
+        message, code = str(exc), EXIT_DAMAGED if isinstance(exc, IntegrityError) else EXIT_USAGE
+        extra = {"kind": type(exc).__name__}
     fail(
-        f"{exc}; the first {len(recorded)} event(s) were written before it (positions "
+        f"{message}; the first {len(recorded)} event(s) were written before it (positions "
         f"{first}..{last}), none after",
-        code=EXIT_DAMAGED if isinstance(exc, IntegrityError) else EXIT_USAGE,
+        code=code,
         as_json=as_json,
-        kind=type(exc).__name__,
         appended=len(recorded),
         first_position=first,
         last_position=last,
+        **extra,
     )
 
 
@@ -576,8 +587,11 @@ def append(
             with progress_bar("appending", enabled=not as_json) as update:
                 for i in range(0, len(requests), _APPEND_BATCH):
                     try:
-                        recorded += backend.append_batch(requests[i : i + _APPEND_BATCH])
-                    except TraceboundError as exc:
+                        # Never cut by Ctrl-C or SIGTERM: held till the batch is counted,
+                        # what the store committed is what the command reports written.
+                        with signals_held():
+                            recorded += backend.append_batch(requests[i : i + _APPEND_BATCH])
+                    except (TraceboundError, KeyboardInterrupt) as exc:
                         if recorded:
                             _partly_written(exc, recorded, as_json)
                         raise
@@ -1081,6 +1095,7 @@ def main() -> None:
         sys.stdout = Path(os.devnull).open("w", encoding="utf-8")  # noqa: SIM115 - process-long
     if sys.stderr is None:
         sys.stderr = Path(os.devnull).open("w", encoding="utf-8")  # noqa: SIM115 - process-long
+    stop_on_sigterm()
     try:
         app()
     finally:

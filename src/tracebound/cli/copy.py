@@ -14,7 +14,6 @@ import typer
 from tracebound.cli._common import (
     EXIT_DAMAGED,
     EXIT_INCOMPLETE,
-    EXIT_INTERRUPTED,
     JsonOpt,
     KeyOpt,
     VerifierOpt,
@@ -22,6 +21,7 @@ from tracebound.cli._common import (
     emit_json,
     fail,
     handled,
+    interruption,
     progress_bar,
     try_verifier,
 )
@@ -126,16 +126,17 @@ def _run(
             kind=type(exc).__name__,
             position=exc.position,
         )
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM
         try:  # the session may have died with the statement Ctrl-C cut short
             level: int | None = dst.size()
         except TraceboundError:
             level = None
         held = "" if level is None else f"; the destination holds {level:,} verified event(s)"
+        message, code, extra = interruption(exc)
         fail(
-            f"interrupted{held}: run the same command again to resume",
-            code=EXIT_INTERRUPTED,
+            f"{message}{held}: run the same command again to resume",
+            code=code,
             as_json=as_json,
-            kind="Interrupted",
             written=level,
+            **extra,
         )

@@ -19,6 +19,9 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import multiprocessing.connection
+import os
+import signal
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -217,6 +220,42 @@ def _split(projections: Sequence[Projection], workers: int) -> list[list[Project
     return [g for g in groups if g]
 
 
+@contextmanager
+def _sigint_left_to_parent() -> Iterator[None]:
+    """Start worker processes that ignore SIGINT: a terminal's Ctrl-C reaches the whole
+    process group, and a worker it stopped mid-task printed a traceback and left its
+    result owed for ever (the parent waited on it). The parent stops them instead.
+
+    Ignored, not handled: an ignored signal stays ignored across exec, from the worker's
+    first instruction (a handler would be reset). A Ctrl-C in the moment the workers are
+    being started is lost.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set handlers; a host's threads keep theirs
+        return
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+def _end_with_parent() -> None:
+    """A worker ends as soon as the process that started it has (killed, crashed): it
+    would go on to the end of its share, then print a BrokenPipeError traceback handing
+    in a result nobody waits for. Its views stay at their last commit."""
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+    sentinel = parent.sentinel  # readable once the parent has gone
+
+    def watch() -> None:
+        multiprocessing.connection.wait([sentinel])
+        os._exit(1)
+
+    threading.Thread(target=watch, name="tb-parent-watch", daemon=True).start()
+
+
 def _run_part(
     store_path: str, views_path: str, projections: list[Projection], batch_size: int
 ) -> RunReport:
@@ -405,32 +444,38 @@ class ProjectionRunner(Generic[ViewsT]):
         groups = _split(self.projections, workers)
         mine, others = groups[0], groups[1:]
         ctx = multiprocessing.get_context("spawn")  # no fork of a threaded process
-        with ctx.Pool(len(others)) as pool:
-            pending = [
-                pool.apply_async(
-                    _run_part,
-                    (str(self.store.path), str(self.views.path), group, self.batch_size),
+        with _sigint_left_to_parent():
+            pool = ctx.Pool(len(others), initializer=_end_with_parent)
+        # Ctrl-C or SIGTERM (a KeyboardInterrupt) goes straight out of the `with`, which
+        # terminates the workers: each is left at its last commit, as after a crash.
+        try:
+            with pool:
+                pending = [
+                    pool.apply_async(
+                        _run_part,
+                        (str(self.store.path), str(self.views.path), group, self.batch_size),
+                    )
+                    for group in others
+                ]
+                local = ProjectionRunner(
+                    self.store,
+                    self.views,
+                    mine,
+                    batch_size=self.batch_size,
+                    on_commit=self.on_commit,
                 )
-                for group in others
-            ]
-            local = ProjectionRunner(
-                self.store,
-                self.views,
-                mine,
-                batch_size=self.batch_size,
-                on_commit=self.on_commit,
-            )
-            error: BaseException | None = None
-            try:
-                reports = [local.run()]
-            except BaseException as exc:  # noqa: BLE001 - re-raised once the workers end
-                error, reports = exc, []
-            for job in pending:
+                error: Exception | None = None
                 try:
-                    reports.append(job.get())
-                except BaseException as exc:  # noqa: BLE001 - the first error wins
-                    error = error or exc
-        self._live = None  # positions moved in other processes: re-read them next run
+                    reports = [local.run()]
+                except Exception as exc:  # noqa: BLE001 - re-raised once the workers end
+                    error, reports = exc, []
+                for job in pending:
+                    try:
+                        reports.append(job.get())
+                    except Exception as exc:  # noqa: BLE001 - the first error wins
+                        error = error or exc
+        finally:
+            self._live = None  # positions moved in other processes: re-read them next run
         if error is not None:
             raise error
         return RunReport(
