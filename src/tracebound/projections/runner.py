@@ -23,7 +23,8 @@ import multiprocessing.connection
 import os
 import signal
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, Protocol, TypeVar
 
