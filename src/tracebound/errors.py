@@ -13,6 +13,11 @@ The five branches answer "what went wrong" for an operator:
 * :class:`ContractError`: the caller's data breaks a contract (schema, canonical form).
 * :class:`PolicyError`: a policy refused, or a policy itself is unusable.
 * :class:`StorageError`: the store could not do what was asked (I/O, config, URL).
+
+One class sits on two branches: :class:`StoreBusy` (another process holds the store's lock
+for longer than this one waits) is both a :class:`ConcurrencyError` and a
+:class:`StorageError`, so code that caught either before (PostgreSQL's lock timeout was the
+one, SQLite's the other) still catches it, and ``except StoreBusy`` works on every backend.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ __all__ = [
     "SignatureInvalid",
     "SigningKeyError",
     "StorageError",
+    "StoreBusy",
     "StoreClosed",
     "StoreNotFound",
     "TraceboundError",
@@ -299,3 +305,31 @@ class StoreClosed(StorageError):
 
 class SigningKeyError(StorageError):
     """A signing key is missing, unreadable, or kept where it must not be."""
+
+
+class StoreBusy(ConcurrencyError, StorageError):
+    """Another process holds the store's lock, and did not let go within the wait allowed.
+
+    The same class on every backend: SQLite's ``busy_timeout``, PostgreSQL's
+    ``lock_timeout`` and the JSONL store's ``lock_timeout`` (its ``flock``) ran out. The
+    operation did nothing (an append wrote nothing), so it may be retried once the other
+    process is done; a process that is stopped (``kill -STOP``, a debugger) or hung holds
+    the lock until it goes on or ends, and ``hint`` says how to find it.
+
+    ``store``: the file or place that is locked; ``waited``: seconds waited (None: the
+    server's own timeout, whose length this process does not know).
+    """
+
+    def __init__(self, store: str, waited: float | None, hint: str) -> None:
+        self.store = store
+        self.waited = waited
+        self.hint = hint
+        within = "in time" if waited is None else f"within {waited:g} s"
+        super().__init__(
+            f"{store} is locked by another process, which did not release it {within}: "
+            f"it is busy (or stopped, or hung), not damaged, and nothing was done. Retry "
+            f"when it has finished; {hint}"
+        )
+
+    def __reduce__(self) -> tuple[type[StoreBusy], tuple[str, float | None, str]]:
+        return (type(self), (self.store, self.waited, self.hint))

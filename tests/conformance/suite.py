@@ -11,6 +11,7 @@ import multiprocessing
 import threading
 import tracemalloc
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, Literal
 from uuid import UUID
@@ -20,6 +21,9 @@ import pytest
 from tracebound.canonical import canonical_bytes
 from tracebound.errors import (
     ConcurrencyConflict,
+    ConcurrencyError,
+    StorageError,
+    StoreBusy,
     StoreClosed,
     TraceboundError,
     ValidationFailed,
@@ -92,6 +96,21 @@ class LedgerStoreSuite:
 
     @pytest.fixture
     def reopen(self) -> Callable[[], LedgerStore]:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    # Seconds ``impatient`` handles wait for a lock: short, so a busy test is fast.
+    IMPATIENT: ClassVar[float] = 0.2
+
+    @pytest.fixture
+    def impatient(self) -> Callable[[], LedgerStore]:  # pragma: no cover - overridden
+        """Opens the same store, waiting at most ``IMPATIENT`` seconds for another's lock."""
+        raise NotImplementedError
+
+    @pytest.fixture
+    def hold_write_lock(
+        self,
+    ) -> Callable[[], AbstractContextManager[None]]:  # pragma: no cover - overridden
+        """Another process (or server session) holding the store's write lock for real."""
         raise NotImplementedError
 
     # -- appends ---------------------------------------------------------------------------
@@ -279,6 +298,31 @@ class LedgerStoreSuite:
         for e in shared:
             assert e.prev_hash == prev
             prev = e.hash
+
+    def test_a_store_another_process_holds_is_busy_the_same_way_on_every_backend(
+        self,
+        store: LedgerStore,
+        impatient: Callable[[], LedgerStore],
+        hold_write_lock: Callable[[], AbstractContextManager[None]],
+    ) -> None:
+        """One class to catch, whichever backend; it is still what each raised before
+        (SQLite a StorageError, PostgreSQL a ConcurrencyError); nothing is written, and the
+        handle works once the other process lets go."""
+        store.append("s", [note(1)])
+        other = impatient()
+        try:
+            with hold_write_lock():
+                with pytest.raises(StoreBusy) as info:
+                    other.append("s", [note(2)], expected_version=1)
+                assert isinstance(info.value, ConcurrencyError)
+                assert isinstance(info.value, StorageError)
+                assert info.value.waited == self.IMPATIENT
+                assert "locked by another process" in str(info.value)
+            (rec,) = other.append("s", [note(2)], expected_version=1)
+            assert (rec.position, rec.stream_version) == (2, 2)
+        finally:
+            other.close()
+        assert [e.event_id for e in store.read_log()] == [note(1).event_id, note(2).event_id]
 
     # -- checkpoints and lifecycle -------------------------------------------------------
 

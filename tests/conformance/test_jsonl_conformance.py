@@ -5,14 +5,17 @@ from __future__ import annotations
 import functools
 import json
 import stat
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import pytest
 
 from tests.conformance.suite import LedgerStoreSuite, note
 from tracebound.canonical import canonical_bytes
-from tracebound.errors import ConcurrencyConflict, ConfigError, StoreNotFound
+from tracebound.errors import ConcurrencyConflict, ConfigError, StoreBusy, StoreNotFound
 from tracebound.ids import StreamId
 from tracebound.store.jsonl import JsonlStore
 from tracebound.store.port import NO_STREAM, AppendRequest, LedgerStore
@@ -29,6 +32,41 @@ class TestJsonlStore(LedgerStoreSuite):
     @pytest.fixture
     def reopen(self, tmp_path: Path) -> Callable[[], LedgerStore]:
         return functools.partial(JsonlStore, tmp_path / "store")
+
+    @pytest.fixture
+    def impatient(self, tmp_path: Path) -> Callable[[], LedgerStore]:
+        return functools.partial(JsonlStore, tmp_path / "store", lock_timeout=self.IMPATIENT)
+
+    @pytest.fixture
+    def hold_write_lock(self, tmp_path: Path) -> Callable[[], AbstractContextManager[None]]:
+        return functools.partial(flock_held_by_another_process, tmp_path / "store" / "lock")
+
+
+_HOLDER = """
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("held", flush=True)
+sys.stdin.read()  # a writer that stopped or hung: holds the lock until the test lets go
+"""
+
+
+@contextmanager
+def flock_held_by_another_process(lock: Path) -> Iterator[None]:
+    """A real second process holding a JSONL store's writer ``flock`` until the block ends."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(lock)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdin is not None and holder.stdout is not None
+    try:
+        assert holder.stdout.readline() == "held\n"
+        yield
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
 
 
 def test_jsonl_store_satisfies_the_port(tmp_path: Path) -> None:
@@ -141,3 +179,22 @@ def test_open_without_create_and_on_a_file(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
     with pytest.raises(ConfigError):
         JsonlStore(tmp_path / "file")
+
+
+def test_a_reader_of_a_store_a_hung_writer_holds_gives_up_and_says_why(tmp_path: Path) -> None:
+    """Reads index the log under a shared flock (a batch being written is not a torn tail);
+    with a writer stopped or hung holding the lock, `verify`, `log` and `inspect` waited
+    forever, saying nothing. They wait ``lock_timeout`` and raise StoreBusy, naming the
+    lock file and how to find who holds it; nothing is lost once it is let go."""
+    root = tmp_path / "store"
+    with JsonlStore(root, lock_timeout=0.2) as store:
+        store.append("s", [note(1)])
+        with flock_held_by_another_process(root / "lock"):
+            with pytest.raises(StoreBusy) as opening:
+                JsonlStore(root, lock_timeout=0.2)  # opening indexes the log
+            with pytest.raises(StoreBusy):
+                list(store.read_log())  # an open handle looks for what others appended
+        assert [e.event_id for e in store.read_log()] == [note(1).event_id]
+    busy = opening.value
+    assert (busy.store, busy.waited) == (str(root / "lock"), 0.2)
+    assert f"fuser -v {root / 'lock'}" in str(busy)

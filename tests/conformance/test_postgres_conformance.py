@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 
+import psycopg
 import pytest
 
 from tests.conformance.suite import LedgerStoreSuite
@@ -25,3 +27,20 @@ class TestPostgresStore(LedgerStoreSuite):
     @pytest.fixture
     def reopen(self, postgres_dsn: str) -> Callable[[], LedgerStore]:
         return functools.partial(PostgresStore, postgres_dsn, schema="ledger")
+
+    @pytest.fixture
+    def impatient(self, postgres_dsn: str) -> Callable[[], LedgerStore]:
+        return functools.partial(
+            PostgresStore, postgres_dsn, schema="ledger", lock_timeout=self.IMPATIENT
+        )
+
+    @pytest.fixture
+    def hold_write_lock(self, postgres_dsn: str) -> Callable[[], AbstractContextManager[None]]:
+        @contextmanager
+        def held() -> Iterator[None]:
+            with psycopg.connect(postgres_dsn) as conn:  # its own session: its own backend
+                conn.execute('SELECT position FROM "ledger"."log_head" FOR UPDATE')
+                yield
+                conn.rollback()
+
+        return held

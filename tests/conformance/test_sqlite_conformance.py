@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import functools
+import sqlite3
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import pytest
@@ -23,3 +25,20 @@ class TestSQLiteStore(LedgerStoreSuite):
     @pytest.fixture
     def reopen(self, tmp_path: Path) -> Callable[[], LedgerStore]:
         return functools.partial(SQLiteStore, tmp_path / "store")
+
+    @pytest.fixture
+    def impatient(self, tmp_path: Path) -> Callable[[], LedgerStore]:
+        return functools.partial(SQLiteStore, tmp_path / "store", busy_timeout=self.IMPATIENT)
+
+    @pytest.fixture
+    def hold_write_lock(self, tmp_path: Path) -> Callable[[], AbstractContextManager[None]]:
+        @contextmanager
+        def held() -> Iterator[None]:
+            conn = sqlite3.connect(tmp_path / "store" / "ledger.db", isolation_level=None)
+            try:
+                conn.execute("BEGIN IMMEDIATE")  # SQLite's one write lock, held
+                yield
+            finally:
+                conn.close()  # rolls back: the lock is let go
+
+        return held

@@ -16,6 +16,8 @@ import os
 import sqlite3
 import stat
 from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 import tracebound.ledger
+from tests.conformance.test_jsonl_conformance import flock_held_by_another_process
 from tests.integration.conftest import cost
 from tests.pg import PgServer
 from tracebound.cli import _common
@@ -39,7 +42,7 @@ from tracebound.store.copy import copy_ledger
 from tracebound.store.jsonl import JsonlStore
 from tracebound.store.port import MerkleNodeStore
 from tracebound.store.sqlite import SQLiteStore
-from tracebound.store.url import open_store, printable_url
+from tracebound.store.url import open_store, printable_url, store_path
 
 ORIGIN = "tracebound.test/review-store"
 SIGNER = NoteSigner("tb-review", bytes(range(32)))
@@ -482,3 +485,83 @@ def test_tail_follow_json_reports_an_error_as_one_json_line(tmp_path: Path) -> N
     assert len(lines) == 1
     error = json.loads(lines[0])["error"]
     assert (error["kind"], error["damage"]["kind"]) == ("LedgerDamaged", "torn-tail")
+
+
+# -- a store another process holds ----------------------------------------------------------
+
+
+@contextmanager
+def _held(kind: str, url: str, dsn: str) -> Iterator[None]:
+    """The store's write lock, held for real by another process (or server session)."""
+    if kind == "jsonl":
+        with flock_held_by_another_process(store_path(url) / "lock"):
+            yield
+    elif kind == "sqlite":
+        lite = sqlite3.connect(store_path(url) / "ledger.db", isolation_level=None)
+        lite.execute("BEGIN IMMEDIATE")
+        yield
+        lite.close()
+    else:
+        with psycopg.connect(dsn) as conn:
+            conn.execute('SELECT position FROM "busy"."log_head" FOR UPDATE')
+            yield
+            conn.rollback()
+
+
+@pytest.mark.parametrize(
+    "kind", ["sqlite", "jsonl", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def test_a_busy_store_is_the_same_message_and_exit_code_on_every_backend(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    """A store whose writer is stopped or hung: each backend said it differently (SQLite
+    "sqlite append failed: database is locked", PostgreSQL "lost a race, retry", and a JSONL
+    command waited forever, saying nothing). Now each waits its timeout (made short here)
+    and says the same: the store is locked, not damaged; exit 2; nothing was written."""
+    import tracebound.store.postgres as pg_module
+    import tracebound.store.url as url_module
+
+    dsn = ""
+    if kind == "postgres":
+        dsn = request.getfixturevalue("postgres_dsn")
+        server: PgServer = request.getfixturevalue("postgres_server")
+        url = server.url(dsn.rsplit("dbname=", 1)[1], schema="busy")
+    else:
+        url = f"{kind}:///{tmp_path / 'ledger'}"
+    monkeypatch.setattr(url_module, "SQLiteStore", partial(SQLiteStore, busy_timeout=0.2))
+    monkeypatch.setattr(url_module, "JsonlStore", partial(JsonlStore, lock_timeout=0.2))
+    monkeypatch.setattr(
+        pg_module, "PostgresStore", partial(pg_module.PostgresStore, lock_timeout=0.2)
+    )
+    assert cli("init", "--store", url).exit_code == 0
+    assert cli("append", "--store", url, input=json.dumps(EVENT)).exit_code == 0
+    with _held(kind, url, dsn):
+        result = cli("append", "--store", url, "--json", input=json.dumps(EVENT))
+    assert result.exit_code == 2, result.output
+    error = json_out(result)["error"]
+    assert error["kind"] == "StoreBusy"
+    assert "is locked by another process" in error["message"]
+    assert "within 0.2 s" in error["message"] and "not damaged" in error["message"]
+    store = open_store(url)
+    try:
+        assert store.size() == 1  # nothing was written
+    finally:
+        store.close()
+
+
+def test_reading_a_jsonl_store_a_hung_writer_holds_ends_with_a_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`verify` and `log` on a JSONL store whose writer is stopped used to wait forever."""
+    import tracebound.store.url as url_module
+
+    monkeypatch.setattr(url_module, "JsonlStore", partial(JsonlStore, lock_timeout=0.2))
+    url = f"jsonl:///{tmp_path / 'ledger'}"
+    sign_ledger(url, 3)
+    with flock_held_by_another_process(tmp_path / "ledger" / "lock"):
+        for command in ("verify", "log", "inspect"):
+            args = [command, "s0"] if command == "inspect" else [command]
+            result = cli(*args, "--store", url, "--json")
+            assert result.exit_code == 2, result.output
+            assert json_out(result)["error"]["kind"] == "StoreBusy", command
+    assert cli("log", "--store", url).exit_code == 0  # let go: it reads again

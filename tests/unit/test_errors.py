@@ -16,11 +16,13 @@ TREE: dict[type[E.TraceboundError], set[type[E.TraceboundError]]] = {
         E.LedgerDamaged, E.AuditChainCorrupted, E.LedgerAttemptOutOfOrder, E.ProofError,
         E.CheckpointError,
     },
-    E.ConcurrencyError: {E.ConcurrencyConflict, E.RunAlreadyResumed, E.RunTakenOver},
+    E.ConcurrencyError: {E.ConcurrencyConflict, E.RunAlreadyResumed, E.RunTakenOver,
+                         E.StoreBusy},
     E.ContractError: {E.CanonicalizationError, E.EventTypeError, E.UpcastError,
                       E.ValidationFailed},
     E.PolicyError: {E.PolicyUnusable, E.GateRequired, E.BudgetExceeded, E.AttemptRefusedError},
-    E.StorageError: {E.ConfigError, E.StoreNotFound, E.StoreClosed, E.SigningKeyError},
+    E.StorageError: {E.ConfigError, E.StoreNotFound, E.StoreClosed, E.SigningKeyError,
+                     E.StoreBusy},
 }  # fmt: skip
 
 
@@ -31,6 +33,9 @@ def test_branches_hang_from_one_root() -> None:
             assert issubclass(leaf, branch), leaf
     assert E.SignatureInvalid.__bases__ == (E.CheckpointError,)
     assert E.UnknownEventType.__bases__ == (E.EventTypeError,)
+    # The one class on two branches: what SQLite (StorageError) and PostgreSQL
+    # (ConcurrencyError) raised for a busy store before it existed still catches it.
+    assert E.StoreBusy.__bases__ == (E.ConcurrencyError, E.StorageError)
 
 
 def test_every_exported_error_is_in_the_tree() -> None:
@@ -49,6 +54,8 @@ def test_every_exported_error_is_in_the_tree() -> None:
         E.RunAlreadyResumed("run-1", "execute", "run_resumed at version 7"),
         E.RunTakenOver("run-1", "@oncall", "run_resumed recorded at position 9"),
         E.ValidationFailed("payload.x", "too short"),
+        E.StoreBusy("/srv/ledger/lock", 0.5, "find it with fuser"),
+        E.StoreBusy("postgresql://u@h/db?schema=s", None, "see pg_stat_activity"),
     ],
 )
 def test_structured_errors_survive_pickling(exc: E.TraceboundError) -> None:
@@ -63,11 +70,12 @@ def test_sqlite_errors_are_translated(tmp_path: Path) -> None:
     holder = sqlite3.connect(tmp_path / "ledger.db", isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")  # another writer holds the file
     try:
-        with pytest.raises(E.StorageError) as info:
+        with pytest.raises(E.StoreBusy) as info:
             SQLiteStore(tmp_path / "ledger.db", busy_timeout=0.05)
     finally:
         holder.close()
     assert isinstance(info.value.__cause__, sqlite3.Error)
+    assert (info.value.store, info.value.waited) == (str(tmp_path / "ledger.db"), 0.05)
 
 
 def test_a_file_sqlite_cannot_read_is_damage_not_a_storage_failure(tmp_path: Path) -> None:

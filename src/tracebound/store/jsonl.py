@@ -38,6 +38,7 @@ import hashlib
 import os
 import re
 import threading
+import time
 from array import array
 from binascii import hexlify
 from bisect import bisect_right
@@ -60,6 +61,7 @@ from tracebound.errors import (
     LedgerDamaged,
     ProofError,
     StorageError,
+    StoreBusy,
     StoreClosed,
     StoreNotFound,
 )
@@ -104,6 +106,9 @@ _FORMAT_KEY: Final = "format"
 _STRIDE: Final = 256  # lines (and stream versions) between index marks
 _BUFFER: Final = 1 << 16
 _REFRESH_TRIES: Final = 5
+DEFAULT_LOCK_TIMEOUT: Final = 60.0  # seconds, as SQLite's busy_timeout
+_LOCK_PAUSE_MAX: Final = 0.01  # seconds between tries at a held flock (SQLite's busy
+# handler sleeps the same way: flock has no timeout, and a signal would be the caller's)
 
 # The fixed-shape start of a log line. Keys are in RFC 8785 order, so a line is itself
 # canonical JSON, and the record starts right after `"record":`.
@@ -223,6 +228,30 @@ def _io(what: str) -> Iterator[None]:
         yield
     except OSError as exc:
         raise StorageError(f"jsonl {what} failed: {exc}") from exc
+
+
+def _flock_within(fd: int, mode: int, timeout: float | None) -> bool:
+    """``flock(fd, mode)``, waiting at most ``timeout`` seconds (None: as long as it takes).
+
+    False if another process held it all that time. An uncontended lock costs one call,
+    as before; a held one is tried again after pauses growing to ``_LOCK_PAUSE_MAX``.
+    """
+    if timeout is None:
+        fcntl.flock(fd, mode)
+        return True
+    deadline = time.monotonic() + timeout
+    pause = 0.0005
+    while True:
+        try:
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+        except BlockingIOError:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, _LOCK_PAUSE_MAX)
+        else:
+            return True
 
 
 def _fd_ident(fd: int) -> tuple[int, int]:
@@ -412,6 +441,9 @@ class JsonlStore(ChainedAppends):
     Args:
         directory: the store directory (created with mode 0700 if ``create``).
         create: create the directory and its files if there is no ledger there yet.
+        lock_timeout: seconds a read or write waits for the ``flock`` another process holds
+            (a writer mid-append, or one stopped or hung) before raising StoreBusy; None
+            waits as long as it takes.
 
     Opening never raises for damage: a torn tail or a broken line is reported by the reads
     and appends that meet it, and by ``Ledger.verify``, so that `verify` and `repair` can
@@ -422,7 +454,13 @@ class JsonlStore(ChainedAppends):
     # descriptor and one index, whichever thread appends.
     _commit_in_any_thread: Final = True
 
-    def __init__(self, directory: str | Path, *, create: bool = True) -> None:
+    def __init__(
+        self,
+        directory: str | Path,
+        *,
+        create: bool = True,
+        lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT,
+    ) -> None:
         d = Path(directory)
         if d.exists() and not d.is_dir():
             raise ConfigError(f"a JSONL store is a directory, and {d} is a file")
@@ -430,6 +468,7 @@ class JsonlStore(ChainedAppends):
         self.url = f"jsonl:///{d.resolve()}"
         self._log_path = d / LOG_FILE
         self._lock_path = d / LOCK_FILE
+        self._lock_timeout = lock_timeout
         self._mutex = threading.RLock()  # the index, the fds and every flock call
         self._closed = False
         with _io("open"):
@@ -484,7 +523,7 @@ class JsonlStore(ChainedAppends):
             fsync_dir(self.path.parent)
         fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)  # two processes creating at once: one wins
+            self._flock(fd, fcntl.LOCK_EX)  # two processes creating at once: one wins
             if not self._log_path.exists():
                 log = os.open(self._log_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
                 os.fsync(log)
@@ -518,11 +557,27 @@ class JsonlStore(ChainedAppends):
 
     # -- locks ---------------------------------------------------------------------------
 
+    def _flock(self, fd: int, mode: int) -> None:
+        """flock ``fd`` within ``lock_timeout``.
+
+        Raises:
+            StoreBusy: another process held the lock all that time.
+        """
+        if not _flock_within(fd, mode, self._lock_timeout):
+            raise StoreBusy(
+                str(self._lock_path),
+                self._lock_timeout,
+                f"if it is stopped or hung, find it among the processes `fuser -v "
+                f"{self._lock_path}` lists (on Linux, /proc/locks names the holder's PID), "
+                "then let it go on (kill -CONT PID) or end it; a writer ended mid-append "
+                "leaves a torn tail, which `tracebound repair` cuts off",
+            )
+
     def _locked_fd(self, mode: int) -> int:
         """flock the lock file, reopening it if it was replaced (a lock on a deleted inode
         would exclude nobody)."""
         while True:
-            fcntl.flock(self._lock_fd, mode)
+            self._flock(self._lock_fd, mode)
             try:
                 current = self._lock_path.stat()
             except FileNotFoundError:

@@ -47,7 +47,7 @@ import re
 import threading
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from time import monotonic
 from typing import TYPE_CHECKING, Any, Final, Self
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
@@ -66,6 +66,7 @@ from tracebound.errors import (
     DamageKind,
     LedgerDamaged,
     StorageError,
+    StoreBusy,
     StoreClosed,
     StoreNotFound,
     TraceboundError,
@@ -207,14 +208,24 @@ _PRIVILEGES: Final = (
 )
 
 
-def _translate(exc: psycopg.Error, what: str) -> TraceboundError:
-    """The tracebound error for a psycopg error: the retryable ones become ConcurrencyError."""
-    if isinstance(
-        exc,
-        psycopg.errors.SerializationFailure
-        | psycopg.errors.DeadlockDetected
-        | psycopg.errors.LockNotAvailable,
-    ):
+_BUSY_HINT: Final = (
+    "if that session is stopped or hung (its client stopped, or left it idle in a "
+    "transaction), find it: SELECT pid, application_name, state, xact_start FROM "
+    "pg_stat_activity WHERE state LIKE 'idle in transaction%'; pg_terminate_backend(pid) ends "
+    "it and rolls back what it had not committed"
+)
+_UNNAMED: Final = ("the PostgreSQL ledger", None)
+
+
+def _translate(
+    exc: psycopg.Error, what: str, busy: tuple[str, float | None] = _UNNAMED
+) -> TraceboundError:
+    """The tracebound error for a psycopg error: the retryable ones become ConcurrencyError,
+    a lock waited for past ``lock_timeout`` :class:`StoreBusy` (``busy``: the store's URL
+    and the timeout, for its message)."""
+    if isinstance(exc, psycopg.errors.LockNotAvailable):
+        return StoreBusy(busy[0], busy[1], f"{_BUSY_HINT}. PostgreSQL said: {exc}")
+    if isinstance(exc, psycopg.errors.SerializationFailure | psycopg.errors.DeadlockDetected):
         return ConcurrencyError(f"postgresql {what} lost a race, retry: {exc}")
     if isinstance(exc, psycopg.errors.InvalidSchemaName | psycopg.errors.UndefinedTable):
         return StoreNotFound(f"postgresql {what}: no ledger here ({exc}); create it first")
@@ -224,12 +235,12 @@ def _translate(exc: psycopg.Error, what: str) -> TraceboundError:
 
 
 @contextmanager
-def _translated(what: str) -> Iterator[None]:
+def _translated(what: str, busy: tuple[str, float | None] = _UNNAMED) -> Iterator[None]:
     """Turn psycopg errors into tracebound errors: no backend exception escapes the API."""
     try:
         yield
     except psycopg.Error as exc:
-        raise _translate(exc, what) from exc
+        raise _translate(exc, what, busy) from exc
 
 
 def parse_url(url: str) -> tuple[str, str]:
@@ -513,7 +524,7 @@ class PostgresStore(ChainedAppends):
 
     def _open(self, schema: str, *, create: bool) -> None:
         """Connect, find the ledger's tables, and create them if ``create``."""
-        with _translated("open"):
+        with self._errors("open"):
             conn = self._conn()
             self._sql = _Statements(schema, conn)
             missing = {
@@ -567,6 +578,10 @@ class PostgresStore(ChainedAppends):
                     f"missing: {', '.join(sorted(lacking))}): this schema holds another "
                     "application's tables; give the ledger a schema of its own (?schema=…)"
                 )
+
+    def _errors(self, what: str) -> AbstractContextManager[None]:
+        """:func:`_translated`, naming this store in a StoreBusy."""
+        return _translated(what, (self.url, self._lock_timeout))
 
     # -- connections ---------------------------------------------------------------------
 
@@ -645,7 +660,7 @@ class PostgresStore(ChainedAppends):
         prepared = prepare_requests(requests)
         count = sum(len(r.items) for r in prepared)
         streams = list(dict.fromkeys(r.stream_id for r in requests))
-        with _translated("append"):
+        with self._errors("append"):
             conn = self._conn()
             if conn.info.transaction_status != TransactionStatus.IDLE:
                 return self._append_in_transaction(conn, count, streams, prepared)
@@ -793,7 +808,7 @@ class PostgresStore(ChainedAppends):
         them all (ROLLBACK).
         """
         streams = list(dict.fromkeys(r.stream_id for batch in batches for r in batch))
-        with _translated("append"):
+        with self._errors("append"):
             conn = self._conn()
             idle = conn.info.transaction_status == TransactionStatus.IDLE
             if not idle:  # a tracking block's transaction: a group must not ride on it
@@ -894,12 +909,12 @@ class PostgresStore(ChainedAppends):
         conn = self._conn()
         retry = conn.info.transaction_status == TransactionStatus.IDLE
         try:
-            with _translated(what):
+            with self._errors(what):
                 return _rows(conn.execute(query, args, binary=True))
         except StorageError:
             if not (retry and conn.broken):
                 raise
-        with _translated(what):
+        with self._errors(what):
             return _rows(self._conn().execute(query, args, binary=True))
 
     def stream_head(self, stream_id: str) -> StreamHead | None:
@@ -1036,7 +1051,7 @@ class PostgresStore(ChainedAppends):
         Raises:
             ConcurrencyConflict: ``expected`` is given and the tracked position differs.
         """
-        with _translated("tracking"):
+        with self._errors("tracking"):
             conn = self._conn()
             with conn.transaction(), conn.cursor() as cur:
                 row = cur.execute(self._sql.track, (name,)).fetchone()
@@ -1071,7 +1086,7 @@ class PostgresStore(ChainedAppends):
             return
         rows = [tuple(r) for r in records]
         streams = list(dict.fromkeys(r.stream_id for r in records))
-        with _translated("import"):
+        with self._errors("import"):
             conn = self._conn()
             with conn.transaction(), conn.cursor() as cur:
                 self._send_lock(cur, len(rows))

@@ -30,6 +30,7 @@ from tracebound.errors import (
     DamageKind,
     LedgerDamaged,
     StorageError,
+    StoreBusy,
     StoreClosed,
     StoreNotFound,
 )
@@ -290,11 +291,42 @@ def _is_corruption(exc: BaseException) -> bool:
     return any(text in str(exc) for text in _CORRUPT_TEXTS)  # the kernel's errors: text only
 
 
+_BUSY_CODES: Final = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED (primary codes)
+_BUSY_TEXTS: Final = ("database is locked", "table is locked", "schema is locked")
+
+
+def _is_busy(exc: BaseException) -> bool:
+    """Whether SQLite gave up waiting for a lock another connection held (busy_timeout)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int) and code & 0xFF in _BUSY_CODES:
+        return True
+    return any(text in str(exc) for text in _BUSY_TEXTS)  # the kernel's errors: text only
+
+
+def _failure(
+    what: str, exc: BaseException, path: Path | None, busy_timeout: float | None = None
+) -> StorageError:
+    """The error of a statement that failed: :class:`StoreBusy` if another connection held
+    the lock all through ``busy_timeout``, else a StorageError with what can be seen of why."""
+    if path is not None and _is_busy(exc):
+        return StoreBusy(
+            str(path),
+            busy_timeout,
+            f"if it is stopped or hung, find it among the processes `fuser -v {path}` lists, "
+            "then let it go on (kill -CONT PID) or end it (SQLite rolls back what it had not "
+            f"committed). SQLite said: {exc}",
+        )
+    return StorageError(f"sqlite {what} failed: {exc}{io_cause(exc, path)}")
+
+
 @contextmanager
-def _translated(what: str, path: Path | None = None) -> Iterator[None]:
+def _translated(
+    what: str, path: Path | None = None, busy_timeout: float | None = None
+) -> Iterator[None]:
     """Turn sqlite3 (and kernel) errors into StorageError, no backend exception escapes;
     a file SQLite finds damaged is :class:`LedgerDamaged` (``malformed``), not a storage
-    failure: damage is reported as damage, whichever command met it first."""
+    failure: damage is reported as damage, whichever command met it first; a lock another
+    connection held too long is :class:`StoreBusy`."""
     try:
         yield
     except _WRITE_ERRORS as exc:
@@ -306,7 +338,7 @@ def _translated(what: str, path: Path | None = None) -> Iterator[None]:
                 f"{where}SQLite cannot read the ledger file ({exc}); it is damaged, not "
                 "repaired (restore it from a copy; `tracebound copy` makes verified copies)",
             ) from exc
-        raise StorageError(f"sqlite {what} failed: {exc}{io_cause(exc, path)}") from exc
+        raise _failure(what, exc, path, busy_timeout) from exc
 
 
 _IO_CODES: Final = frozenset({3, 8, 10, 13, 14})  # PERM, READONLY, IOERR, FULL, CANTOPEN
@@ -489,7 +521,7 @@ class SQLiteStore(ChainedAppends):
 
     def _open(self, *, create: bool) -> None:
         """Check the file is a ledger (or may become one), then set it up."""
-        with _translated("open", self.path):
+        with _translated("open", self.path, self._busy_timeout):
             conn = self._conn()
             # Before anything writes: a read command must not turn a file into a ledger.
             self._check_is_ledger(conn, create=create)
@@ -569,7 +601,7 @@ class SQLiteStore(ChainedAppends):
 
     def _failed(self, what: str, exc: BaseException) -> StorageError:
         """The error of a statement that failed, with what can be seen of why."""
-        return StorageError(f"sqlite {what} failed: {exc}{io_cause(exc, self.path)}")
+        return _failure(what, exc, self.path, self._busy_timeout)
 
     def _writer(self) -> _WriterState:
         """The connection every append writes through and what it knows of the log's head
@@ -587,7 +619,7 @@ class SQLiteStore(ChainedAppends):
         writer = self._writer_conn
         if writer is None:
             if _KernelWriter is not None:
-                with _translated("open", self.path):
+                with _translated("open", self.path, self._busy_timeout):
                     db = _KernelWriter(
                         str(self.path), int(self._busy_timeout * 1000), self._setup_sql()
                     )
@@ -829,16 +861,16 @@ class SQLiteStore(ChainedAppends):
     # -- reads ---------------------------------------------------------------------------
 
     def stream_head(self, stream_id: str) -> StreamHead | None:
-        with _translated("read", self.path):
+        with _translated("read", self.path, self._busy_timeout):
             return self._head(self._conn(), stream_id)
 
     def size(self) -> int:
-        with _translated("read", self.path):
+        with _translated("read", self.path, self._busy_timeout):
             (last,) = self._conn().execute(_LAST_SQL).fetchone()
             return int(last)
 
     def log_extent(self) -> tuple[int, int, int]:
-        with _translated("read", self.path):
+        with _translated("read", self.path, self._busy_timeout):
             count, lowest, highest = self._conn().execute(_EXTENT_SQL).fetchone()
             return int(count), int(lowest), int(highest)
 
@@ -848,7 +880,7 @@ class SQLiteStore(ChainedAppends):
         upper = stop if stop is not None else (1 << 62)
         cursor = start
         while cursor <= upper:
-            with _translated("read", self.path):
+            with _translated("read", self.path, self._busy_timeout):
                 page = (
                     self._conn()
                     .execute(
@@ -874,7 +906,7 @@ class SQLiteStore(ChainedAppends):
         upper = stop if stop is not None else (1 << 62)
         cursor = start
         while cursor <= upper:
-            with _translated("read", self.path):
+            with _translated("read", self.path, self._busy_timeout):
                 page = self._conn().execute(_SELECT_RAW, (cursor, upper, page_size)).fetchall()
             if not page:
                 return
@@ -907,7 +939,7 @@ class SQLiteStore(ChainedAppends):
             return
         upper = stop if stop is not None else (1 << 62)
         cursor = start
-        with _translated("read", self.path):
+        with _translated("read", self.path, self._busy_timeout):
             self._conn()  # raises StoreClosed once closed
         try:
             busy_ms = int(min(self._busy_timeout * 1000, 2**31 - 1))
@@ -921,7 +953,7 @@ class SQLiteStore(ChainedAppends):
                 except _KernelError as exc:
                     raise self._failed("read", exc) from exc
                 if page is None:  # something unusual in this page: read it the usual way
-                    with _translated("read", self.path):
+                    with _translated("read", self.path, self._busy_timeout):
                         page = (
                             self._conn()
                             .execute(_SELECT_RAW, (cursor, upper, _VERIFY_PAGE))
@@ -944,7 +976,7 @@ class SQLiteStore(ChainedAppends):
         upper = to_version if to_version is not None else (1 << 62)
         cursor = from_version
         while cursor <= upper:
-            with _translated("read", self.path):
+            with _translated("read", self.path, self._busy_timeout):
                 page = (
                     self._conn()
                     .execute(
@@ -964,7 +996,7 @@ class SQLiteStore(ChainedAppends):
     def stream_positions(
         self, stream_id: str, from_version: int, to_version: int
     ) -> list[tuple[int, int]]:
-        with _translated("read", self.path):
+        with _translated("read", self.path, self._busy_timeout):
             rows = (
                 self._conn()
                 .execute(
@@ -979,13 +1011,13 @@ class SQLiteStore(ChainedAppends):
     # -- checkpoints ---------------------------------------------------------------------
 
     def save_checkpoint(self, size: int, note: str) -> None:
-        with self._write_lock, _translated("checkpoint", self.path):
+        with self._write_lock, _translated("checkpoint", self.path, self._busy_timeout):
             self._conn().execute(
                 "INSERT OR REPLACE INTO checkpoints (size, note) VALUES (?, ?)", (size, note)
             )
 
     def latest_checkpoint(self) -> str | None:
-        with _translated("read", self.path):
+        with _translated("read", self.path, self._busy_timeout):
             row = (
                 self._conn()
                 .execute("SELECT note FROM checkpoints ORDER BY size DESC LIMIT 1")
@@ -994,7 +1026,7 @@ class SQLiteStore(ChainedAppends):
         return None if row is None else str(row[0])
 
     def checkpoints(self) -> list[tuple[int, str]]:
-        with _translated("read", self.path):
+        with _translated("read", self.path, self._busy_timeout):
             rows = (
                 self._conn().execute("SELECT size, note FROM checkpoints ORDER BY size").fetchall()
             )
@@ -1003,7 +1035,7 @@ class SQLiteStore(ChainedAppends):
     # -- Merkle nodes (MerkleNodeStore) -------------------------------------------------
 
     def read_hashes(self, start: int, stop: int) -> list[bytes]:
-        with _translated("read", self.path):
+        with _translated("read", self.path, self._busy_timeout):
             rows = (
                 self._conn()
                 .execute(
@@ -1016,7 +1048,7 @@ class SQLiteStore(ChainedAppends):
         return [h for (h,) in rows]
 
     def merkle_nodes(self, level: int, start: int, stop: int) -> list[bytes]:
-        with _translated("read", self.path):
+        with _translated("read", self.path, self._busy_timeout):
             rows = (
                 self._conn()
                 .execute(
@@ -1031,7 +1063,7 @@ class SQLiteStore(ChainedAppends):
     def merkle_node_count(self, level: int) -> int:
         # Not MAX(idx) + 1 alone: one forged row at 2**40 made that the count. The column
         # is not STRICT, so an index edited by hand may be text or real: it is named.
-        with _translated("read", self.path):
+        with _translated("read", self.path, self._busy_timeout):
             conn = self._conn()
             rows, lowest, highest, odd = conn.execute(
                 "SELECT COUNT(*), MIN(idx), MAX(idx), "
@@ -1049,7 +1081,7 @@ class SQLiteStore(ChainedAppends):
             return node_count(level, int(rows), lowest, highest, first_gap)
 
     def add_merkle_nodes(self, level: int, start: int, hashes: Sequence[bytes]) -> None:
-        with self._write_lock, _translated("write", self.path):
+        with self._write_lock, _translated("write", self.path, self._busy_timeout):
             conn = self._conn()
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -1063,18 +1095,18 @@ class SQLiteStore(ChainedAppends):
                 raise
 
     def drop_merkle_nodes(self) -> None:
-        with self._write_lock, _translated("write", self.path):
+        with self._write_lock, _translated("write", self.path, self._busy_timeout):
             self._conn().execute("DELETE FROM merkle_nodes")
 
     # -- metadata ------------------------------------------------------------------------
 
     def get_meta(self, key: str) -> str | None:
-        with _translated("read", self.path):
+        with _translated("read", self.path, self._busy_timeout):
             row = self._conn().execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return None if row is None else str(row[0])
 
     def set_meta(self, key: str, value: str) -> None:
-        with self._write_lock, _translated("write", self.path):
+        with self._write_lock, _translated("write", self.path, self._busy_timeout):
             self._conn().execute(
                 "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value)
             )
@@ -1092,7 +1124,7 @@ class SQLiteStore(ChainedAppends):
         """
         if not records:
             return
-        with self._write_lock, _translated("import", self.path):
+        with self._write_lock, _translated("import", self.path, self._busy_timeout):
             conn = self._conn()
             conn.execute("BEGIN IMMEDIATE")
             try:
