@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conformance.suite import LedgerStoreSuite
+from tests.conformance.suite import LedgerStoreSuite, note
 from tracebound.store.port import LedgerStore
 from tracebound.store.sqlite import SQLiteStore
 
@@ -42,3 +42,20 @@ class TestSQLiteStore(LedgerStoreSuite):
                 conn.close()  # rolls back: the lock is let go
 
         return held
+
+    def test_a_writer_holding_the_lock_does_not_stop_a_reader_opening_the_store(
+        self,
+        store: LedgerStore,
+        impatient: Callable[[], LedgerStore],
+        hold_write_lock: Callable[[], AbstractContextManager[None]],
+    ) -> None:
+        """WAL lets readers read beside a writer, so `verify` or `log` must not wait for a
+        writer that is stopped mid-transaction: opening a complete ledger writes nothing."""
+        (first,) = store.append("s", [note(1)])
+        with hold_write_lock():
+            reader = impatient()
+            try:
+                assert reader.size() == 1
+                assert [e.event_id for e in reader.read_log()] == [first.event_id]
+            finally:
+                reader.close()

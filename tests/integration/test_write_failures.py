@@ -169,7 +169,8 @@ def test_an_append_past_the_file_size_limit_says_so_and_loses_nothing(tmp_path: 
 
 def test_a_read_only_file_beside_the_ledger_is_named(tmp_path: Path) -> None:
     # "attempt to write a readonly database" named no file: a -shm file an earlier run left
-    # read-only kept every command failing after the ledger file's own mode was put right.
+    # read-only kept every writing command failing after the ledger file's own mode was
+    # put right (reading commands work: opening a complete ledger writes nothing).
     home = Path(tempfile.mkdtemp())  # not under tmp_path: the child's user must reach it
     try:
         SQLiteStore(home / "store").close()
@@ -207,8 +208,10 @@ _OPEN_AND_SAY = """
 import sys
 from tracebound.errors import StorageError
 from tracebound.store.sqlite import SQLiteStore
+store = SQLiteStore(sys.argv[1], create=False)  # opening a ledger writes nothing
+assert store.size() == 0  # and reading works through a read-only -shm
 try:
-    SQLiteStore(sys.argv[1], create=False)
+    store.append("s", [])  # a write: BEGIN IMMEDIATE
 except StorageError as exc:
     print(exc)
 """

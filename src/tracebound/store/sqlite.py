@@ -524,7 +524,10 @@ class SQLiteStore(ChainedAppends):
         with _translated("open", self.path, self._busy_timeout):
             conn = self._conn()
             # Before anything writes: a read command must not turn a file into a ledger.
-            self._check_is_ledger(conn, create=create)
+            if self._check_is_ledger(conn, create=create):
+                # Complete already: write nothing, so that opening (every read command)
+                # never waits for the write lock of a writer that is stopped mid-append.
+                return
             # WAL lets readers run beside the one writer and makes commits a single append.
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("BEGIN IMMEDIATE")
@@ -536,12 +539,14 @@ class SQLiteStore(ChainedAppends):
             )
             conn.execute("COMMIT")
 
-    def _check_is_ledger(self, conn: sqlite3.Connection, *, create: bool) -> None:
-        """Refuse a file that holds no ledger, or another application's database.
+    def _check_is_ledger(self, conn: sqlite3.Connection, *, create: bool) -> bool:
+        """Refuse a file that holds no ledger, or another application's database; whether
+        the ledger is complete (in WAL mode, every table and the schema version row there).
 
-        The schema below is created ``IF NOT EXISTS`` on every open (a ledger made by an
-        older version gains the tables it lacks), so without this check any command would
-        add a ledger's tables to an empty file, or to an application's database.
+        The schema below is created ``IF NOT EXISTS`` on every open that finds it
+        incomplete (a ledger made by an older version gains the tables it lacks), so
+        without this check any command would add a ledger's tables to an empty file, or to
+        an application's database.
 
         Raises:
             StoreNotFound: an empty database and not ``create``.
@@ -555,18 +560,23 @@ class SQLiteStore(ChainedAppends):
                     "`tracebound init` first",
                     place=("sqlite", str(self.path)),
                 )
-            return
+            return False
         ours = _ledger_columns()
         for table in sorted(ours.keys() & tables.keys()):
             if missing := ours[table] - tables[table]:
                 raise _foreign(self.path, f"its {table} table lacks {', '.join(sorted(missing))}")
         # A ledger has its events table, or at least the meta row every open writes (an
         # events table dropped is damage, which verify reports against the checkpoints).
-        if "events" not in tables and not (
-            "meta" in tables
-            and conn.execute("SELECT 1 FROM meta WHERE key = 'schema_version'").fetchone()
-        ):
+        versioned = "meta" in tables and bool(
+            conn.execute("SELECT 1 FROM meta WHERE key = 'schema_version'").fetchone()
+        )
+        if "events" not in tables and not versioned:
             raise _foreign(self.path, f"tables {', '.join(sorted(tables)[:5])}")
+        return (
+            versioned
+            and ours.keys() <= tables.keys()
+            and conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        )
 
     # -- connections ---------------------------------------------------------------------
 
