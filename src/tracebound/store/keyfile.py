@@ -45,6 +45,9 @@ KEY_DIR_ENV = "TRACEBOUND_KEY_DIR"
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
 _MAX_KEY_FILE = 4096
+_MAX_STEM = 227
+"""The longest stem whose temporary file (``.<stem>.jsonl.<16 hex>.tmp``) fits in the 255
+bytes of a file name: longer names never had a usable file, so only their stems change."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,8 +70,10 @@ def file_stem(name: str) -> str:
     so two names that differ only in unsafe characters still get different files.
     """
     safe = _SAFE.sub("_", name).lstrip(".") or "_"
-    if safe != name:
-        safe = f"{safe}-{hashlib.sha256(name.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
+    if safe != name or len(safe) > _MAX_STEM:
+        # Cut to leave room for the hash (the stem is ASCII: one byte a character).
+        digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+        safe = f"{safe[: _MAX_STEM - 9]}-{digest}"
     return safe
 
 

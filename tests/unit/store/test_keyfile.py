@@ -169,6 +169,16 @@ def test_file_stem() -> None:
     assert "/" not in file_stem("../../etc/passwd")
 
 
+def test_file_stem_of_a_long_name_is_a_usable_file_name(tmp_path: Path) -> None:
+    # A run id, workflow id or origin of any length names an evidence, anchor or witness
+    # file; past 255 bytes writing it failed with "File name too long".
+    long, longer = "x" * 300, "x" * 301
+    assert file_stem("y" * 227) == "y" * 227  # names that fitted keep their file
+    assert len(file_stem(long)) == 227 and file_stem(long) != file_stem(longer)
+    for name in (long, "é" * 300, "r" * 100_000):
+        (tmp_path / f".{file_stem(name)}.jsonl.0123456789abcdef.tmp").write_text("ok")
+
+
 def test_a_folder_given_as_the_key_path_is_named_as_a_folder(tmp_path: Path) -> None:
     with pytest.raises(SigningKeyError, match="is a folder") as info:
         generate_keypair("log", path=tmp_path, seed=SEED)
