@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from tracebound.errors import ContractError
@@ -105,12 +105,13 @@ def normalise_timestamp(text: str) -> str:
         raise ContractError(f"not an RFC 3339 timestamp with a time zone: {text!r}")
     day, clock, frac, zone = m.groups()
     nanos = (frac or "").ljust(9, "0")
-    if zone in {"Z", "z", "+00:00", "-00:00"}:
-        return f"{day}T{clock}.{nanos}Z"
-    whole = datetime.fromisoformat(f"{day}T{clock}{zone}")
-    offset = whole.utcoffset() or timedelta(0)
-    utc = (whole - offset).replace(tzinfo=None)
-    return f"{utc:%Y-%m-%dT%H:%M:%S}.{nanos}Z"
+    try:
+        # Parsed even in UTC: the pattern lets "02-30" and "24:00" through.
+        utc = datetime.fromisoformat(f"{day}T{clock}{zone.upper()}").astimezone(UTC)
+    except (ValueError, OverflowError) as exc:  # OverflowError: before year 1 or after 9999
+        raise ContractError(f"not a usable RFC 3339 timestamp: {text!r} ({exc})") from None
+    # The year padded by hand: strftime("%Y") gives "999" on glibc, which sorts after "1990".
+    return f"{utc.year:04d}-{utc:%m-%dT%H:%M:%S}.{nanos}Z"
 
 
 class AuditTrailProjection:

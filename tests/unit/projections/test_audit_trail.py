@@ -68,6 +68,25 @@ def test_timestamps_normalise_to_utc_nanoseconds() -> None:
         normalise_timestamp("2026-05-18 12:00")  # no zone: ambiguous, refused
 
 
+def test_timestamps_before_year_1000_keep_text_order_and_odd_ones_are_refused() -> None:
+    # Was "999-12-31T23:30:00…Z": unpadded, it sorted after "1990-…" in the merged trail.
+    assert normalise_timestamp("1000-01-01T00:30:00+01:00") == "0999-12-31T23:30:00.000000000Z"
+    assert normalise_timestamp("0001-01-01T00:00:00Z") == "0001-01-01T00:00:00.000000000Z"
+    for odd in (
+        "2026-02-30T00:00:00Z",  # no such day (was passed through as written)
+        "2026-05-18T24:00:00Z",
+        "0001-01-01T00:30:00+01:00",  # before year 1 in UTC (was OverflowError)
+        "9999-12-31T23:00:00-02:00",  # after year 9999 in UTC (was OverflowError)
+        "2026-05-18T12:00:00+99:00",  # no such offset (was ValueError)
+    ):
+        with pytest.raises(ContractError, match="timestamp"):
+            normalise_timestamp(odd)
+    with pytest.raises(ContractError, match="timestamp"):  # was a ValueError traceback
+        parse_langgraph_checkpoints(
+            [{"ts": "2026-05-18T12:00:00+99:00", "id": "1"}], workflow_id="w"
+        )
+
+
 @given(
     st.datetimes(
         min_value=datetime(1970, 1, 2), max_value=datetime(9998, 12, 30), timezones=st.just(UTC)
