@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -27,6 +28,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.text import Text
 
 from tracebound.errors import (
     ConfigError,
@@ -140,17 +142,60 @@ def reader_gone() -> NoReturn:
     raise SystemExit(EXIT_BROKEN_PIPE)
 
 
+# Recorded text reaches an auditor's terminal. ESC starts a control sequence (clear the
+# screen, move the cursor up over "OK", an OSC 8 hyperlink), C1 bytes do the same on some
+# terminals, CR and backspace overwrite what was printed, bidi overrides reorder it, and
+# U+2028/U+2029 break lines. Each is shown as a visible escape instead.
+_TERMINAL_UNSAFE = (
+    "\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+)
+_UNSAFE_ANYWHERE = re.compile(f"[{_TERMINAL_UNSAFE}]")
+# Tab and newline are the CLI's own layout, but inside one id or reason a newline would
+# make one table row look like two, or put a forged line under the real ones.
+_UNSAFE_IN_DATA = re.compile(f"[\t\n{_TERMINAL_UNSAFE}]")
+
+
+_NAMED_ESCAPES: Final = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def _escape_char(match: re.Match[str]) -> str:
+    char = match.group()
+    code = ord(char)
+    if char in _NAMED_ESCAPES:
+        return _NAMED_ESCAPES[char]
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def visible(text: str) -> str:
+    """``text`` with every control, bidi and line-breaking character as a visible escape
+    (``\\x1b``, ``\\u202e``): safe to print on a terminal, as plain text."""
+    return _UNSAFE_IN_DATA.sub(_escape_char, text)
+
+
+def safe_text(text: object) -> str:
+    """Recorded or user-given text for a rich markup string: :func:`visible`, and its
+    ``[`` escaped, so ``[red]OK[/red]`` in the data prints as written."""
+    return escape(visible(str(text)))
+
+
 class _Console(Console):
     """rich's console, with :func:`reader_gone` for a stdout whose reader left (rich's own
-    ends the process with exit 1, which the exit-code table reads as damage)."""
+    ends the process with exit 1, which the exit-code table reads as damage), and no
+    terminal control character in anything it prints."""
 
     def on_broken_pipe(self) -> None:
         if not self.quiet:
             reader_gone()
 
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        # Every string printed, a table cell or title too, passes here: recorded text a
+        # message forgot to pass through safe_text() still cannot drive the terminal.
+        return super().render_str(_UNSAFE_ANYWHERE.sub(_escape_char, text), **kwargs)
 
-console = _Console()
-err_console = _Console(stderr=True)
+
+# emoji=False: ":warning:" in recorded text is printed as written, not as an emoji.
+console = _Console(emoji=False)
+err_console = _Console(stderr=True, emoji=False)
 
 StoreOpt = Annotated[
     str | None,
@@ -251,7 +296,7 @@ def fail(
         emit_json({"ok": False, "error": error}, one_line=one_line)
     else:
         # escape: messages quote what files hold ("[/x]" would be read as markup and raise)
-        err_console.print(f"[bold red]error:[/] {escape(message)}")
+        err_console.print(f"[bold red]error:[/] {safe_text(message)}")
     raise typer.Exit(code)
 
 

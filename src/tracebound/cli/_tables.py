@@ -12,6 +12,7 @@ that is too wide, the table drops its outer border and cell padding first.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Literal
 
 from rich import box
@@ -120,6 +121,12 @@ def fit(
         column.overflow = how
         column.no_wrap = how != "fold"
     return avail >= sum(floors)
+
+
+def utc_text(at: datetime) -> str:
+    """``at`` as ``YYYY-MM-DD HH:MM:SS.ffffff``; the year padded by hand, since
+    strftime("%Y") writes year 999 as "999" on glibc."""
+    return f"{at.year:04d}-{at:%m-%d %H:%M:%S.%f}"
 
 
 def hoist_date(stamps: Sequence[str], sep: str = " ") -> tuple[str | None, list[str]]:

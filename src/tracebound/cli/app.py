@@ -16,9 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, NoReturn, TextIO
 import orjson
 import typer
 from pydantic import ValidationError
-from rich.markup import escape
 from rich.table import Table
-from rich.text import Text
 
 from tracebound.canonical import canonical_bytes
 from tracebound.cli._common import (
@@ -45,6 +43,7 @@ from tracebound.cli._common import (
     reader_gone,
     refuse_inside_store,
     resolve_key_path,
+    safe_text,
     signals_held,
     stop_on_sigterm,
     store_dir,
@@ -53,7 +52,7 @@ from tracebound.cli._common import (
     write_stdout,
 )
 from tracebound.cli._group import RootGroup, UsageError
-from tracebound.cli._tables import fit, hoist_date
+from tracebound.cli._tables import fit, hoist_date, utc_text
 from tracebound.cli.copy import copy
 from tracebound.cli.export import export_app
 from tracebound.cli.inspect import AttemptsOpt, inspect_remediation
@@ -216,21 +215,19 @@ def _raw_row(raw: RawRecord) -> dict[str, Any]:
 def _events_table(rows: list[dict[str, Any]], title: str) -> Table:
     """Events as a table that keeps pos, ver, type and time whole at any terminal width:
     long stream and workflow ids are cut with an ellipsis, the hash is cropped."""
-    stamps = [
-        datetime.fromisoformat(r["timestamp"]).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] for r in rows
-    ]
+    stamps = [utc_text(datetime.fromisoformat(r["timestamp"]))[:-3] for r in rows]
     day, times = hoist_date(stamps)
-    title = escape(title)
+    title = safe_text(title)
     table = Table(title=title if day is None else f"{title}, on {day}", show_lines=False)
     for col in ("pos", "stream", "ver", "type", "workflow", "time (UTC)", "hash"):
         table.add_column(col, justify="right" if col in {"pos", "ver"} else "left")
     for r, time_ in zip(rows, times, strict=True):
-        table.add_row(  # Text: ids are data, not markup ("run[/x]" would raise)
+        table.add_row(  # shown: ids are data, not markup ("run[/x]" would raise)
             str(r["position"]),
-            Text(r["stream_id"]),
+            safe_text(r["stream_id"]),
             str(r["stream_version"]),
-            Text(r["event_type"]),
-            Text(r["workflow_id"] or "-"),
+            safe_text(r["event_type"]),
+            safe_text(r["workflow_id"] or "-"),
             time_,
             r["hash"][:12],
         )
@@ -286,7 +283,9 @@ def init(
         emit_json({"ok": True, "store": backend.url, "origin": name, "created": created})
     else:
         verb = "Created" if created else "Already initialised:"
-        console.print(f"{verb} [bold]{escape(backend.url)}[/] (origin [cyan]{escape(name)}[/])")
+        console.print(
+            f"{verb} [bold]{safe_text(backend.url)}[/] (origin [cyan]{safe_text(name)}[/])"
+        )
         if not resolve_key_path(None).exists():
             console.print("Next: [bold]tracebound keys init[/] to create the signing key.")
 
@@ -327,14 +326,14 @@ def keys_init(
         )
     elif generated.completed:
         console.print(
-            f"Signing key already at [bold]{escape(str(path))}[/] (kept); its public key "
+            f"Signing key already at [bold]{safe_text(str(path))}[/] (kept); its public key "
             f"file was missing or another key's, and is written again: "
-            f"[bold]{escape(str(generated.public_path))}[/]"
+            f"[bold]{safe_text(str(generated.public_path))}[/]"
         )
         console.print(f"Verifier key (give this to auditors): [cyan]{verifier}[/]")
     else:
         console.print(
-            f"Signing key: [bold]{escape(str(path))}[/] "
+            f"Signing key: [bold]{safe_text(str(path))}[/] "
             "(keep it secret, keep it away from the store)"
         )
         console.print(f"Verifier key (give this to auditors): [cyan]{verifier}[/]")
@@ -719,9 +718,9 @@ def _print_follow(row: dict[str, Any], as_json: bool) -> None:
     else:
         stamp = datetime.fromisoformat(row["timestamp"])
         console.print(
-            f"{row['position']:>8} {stamp:%H:%M:%S.%f} [cyan]{escape(row['stream_id'])}[/]"
+            f"{row['position']:>8} {stamp:%H:%M:%S.%f} [cyan]{safe_text(row['stream_id'])}[/]"
             f"#{row['stream_version']} [bold]{row['event_type']}[/] "
-            + escape(row["workflow_id"] or "")
+            + safe_text(row["workflow_id"] or "")
         )
 
 
@@ -825,7 +824,7 @@ def inspect(
         if damage is None:
             console.print(f"[green]chain ok[/]: {version} event(s), head {head.hex()[:16]}…")
         else:
-            console.print(f"[bold red]chain broken[/]: {escape(str(damage))}")
+            console.print(f"[bold red]chain broken[/]: {safe_text(str(damage))}")
             console.print(
                 "Run `tracebound verify` for the whole-ledger report. Do not append "
                 "to this ledger until the damage is understood."
@@ -895,7 +894,7 @@ def _verify_table(report: VerifyReport) -> Table:
     for check in ("chain", "positions", "merkle", "signature", "witness"):
         status = report.checks.get(check, "not reached")
         colour = "green" if status == "ok" else ("red" if status in {"failed"} else "yellow")
-        table.add_row(check, f"[{colour}]{escape(status)}[/]")
+        table.add_row(check, f"[{colour}]{safe_text(status)}[/]")
     if report.checks.get("chain") == "failed" and report.damage is not None:
         # The chain stopped at the damage: what lies before it was checked, not counted.
         before = max((report.damage.position or 1) - 1, 0)
@@ -974,7 +973,7 @@ def verify(
     if report.damage is not None:
         d = report.damage
         where = "" if d.position is None else f" at position {d.position}"
-        console.print(f"[bold red]DAMAGED[/]: {d.kind.value}{where}: {escape(d.detail)}")
+        console.print(f"[bold red]DAMAGED[/]: {d.kind.value}{where}: {safe_text(d.detail)}")
     elif report.ok:
         console.print("[bold green]OK[/]: the ledger is intact and matches its signed checkpoints.")
     else:
@@ -1014,7 +1013,8 @@ def prove(
     else:
         console.print(
             f"Inclusion proof of position {position} in a tree of {bundle.tree_size} "
-            f"written to [bold]{escape(str(output))}[/]. Check it with `tracebound verify-proof`."
+            f"written to [bold]{safe_text(output)}[/]. "
+            "Check it with `tracebound verify-proof`."
         )
 
 
@@ -1060,7 +1060,7 @@ def verify_proof(
     else:
         console.print(
             "[bold green]OK[/]: "
-            + escape(
+            + safe_text(
                 f"position {bundle.position} (stream {bundle.stream_id}) is in {cp.origin} "
                 f"(signed tree of {cp.size} events)."
             )

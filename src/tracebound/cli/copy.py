@@ -23,6 +23,7 @@ from tracebound.cli._common import (
     handled,
     interruption,
     progress_bar,
+    safe_text,
     try_verifier,
 )
 from tracebound.errors import ConfigError, LedgerDamaged, TraceboundError
@@ -89,7 +90,8 @@ def copy(
     else:
         resumed = f" (resumed after {report.resumed_from:,})" if report.resumed_from else ""
         console.print(
-            f"Copied [bold]{report.size:,}[/] event(s) to {report.destination}{resumed}: "
+            f"Copied [bold]{report.size:,}[/] event(s) to "
+            f"{safe_text(report.destination)}{resumed}: "
             f"{report.imported:,} written now, root {report.root[:16]}…"
         )
         console.print(

@@ -27,6 +27,7 @@ from tracebound.cli._common import (
     handled,
     open_ledger,
     refuse_inside_store,
+    safe_text,
     store_dir,
     write_output,
 )
@@ -133,4 +134,4 @@ def export_anchors(
     if as_json:
         emit_json({"ok": True, "rows": len(rows), "format": fmt.value, "out": str(out)})
     else:
-        console.print(f"Exported {len(rows)} anchor(s) as {fmt.value} to [bold]{out}[/]")
+        console.print(f"Exported {len(rows)} anchor(s) as {fmt.value} to [bold]{safe_text(out)}[/]")

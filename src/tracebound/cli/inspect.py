@@ -26,6 +26,7 @@ from tracebound.cli._common import (
     err_console,
     fail,
     handled,
+    safe_text,
     store_dir,
 )
 from tracebound.cli._tables import fit
@@ -56,7 +57,7 @@ def _planning_head(store: str | None, run_id: str) -> bytes | None:
 
 
 def _attempts_table(state: AttemptsVerification) -> Table:
-    table = Table(title=f"remediation run {state.run_dir.name}", show_lines=False)
+    table = Table(title=f"remediation run {safe_text(state.run_dir.name)}", show_lines=False)
     for col in ("#", "attempt", "plan", "gates", "confidence", "score", "chain hash"):
         table.add_column(col)
     for record, digest in zip(state.attempts, state.hashes, strict=True):
@@ -67,9 +68,9 @@ def _attempts_table(state: AttemptsVerification) -> Table:
         table.add_row(
             str(record.attempt_index),
             str(record.attempt_id)[:8],
-            record.plan_tag,
+            safe_text(record.plan_tag),
             verdict,
-            "-" if trust is None else trust.confidence,
+            "-" if trust is None else safe_text(trust.confidence),
             "-" if trust is None else str(trust.score),
             digest.hex()[:12],
         )
@@ -117,7 +118,7 @@ def _inspect_run(run_dir: Path, run_id: str, store: str | None, as_json: bool) -
                 f"chain, head {head}{tail}"
             )
         else:
-            err_console.print(f"[bold red]{damage.message()}[/]")
+            err_console.print(f"[bold red]{safe_text(damage.message())}[/]")
     if damage is not None:
         raise typer.Exit(EXIT_DAMAGED)
 

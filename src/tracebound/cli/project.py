@@ -18,7 +18,6 @@ from urllib.parse import urlsplit
 
 import typer
 from blake3 import blake3
-from rich.markup import escape
 from rich.table import Table
 
 from tracebound.cli._common import (
@@ -29,6 +28,7 @@ from tracebound.cli._common import (
     err_console,
     handled,
     progress_bar,
+    safe_text,
     store_dir,
 )
 from tracebound.cli._tables import fit
@@ -341,7 +341,7 @@ def status_cmd(store: StoreOpt = None, views: ViewsOpt = None, as_json: JsonOpt 
             f"{s.position:,}",
             f"[{'green' if s.lag == 0 else 'yellow'}]{s.lag:,}[/]",
             "-" if s.failed_position is None else f"[red]{s.failed_position:,}[/]",
-            escape(s.error or ""),  # it may quote recorded text: not rich markup
+            safe_text(s.error or ""),  # it may quote recorded text: not rich markup
         )
     fit(table, give={"error": "fold"}, console=console)
     console.print(table)

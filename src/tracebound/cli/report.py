@@ -17,10 +17,17 @@ from pathlib import Path
 from typing import Annotated, Any, Final
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
-from tracebound.cli._common import JsonOpt, StoreOpt, console, emit_json, err_console, handled
+from tracebound.cli._common import (
+    JsonOpt,
+    StoreOpt,
+    console,
+    emit_json,
+    err_console,
+    handled,
+    safe_text,
+)
 from tracebound.cli._tables import Give, fit, hoist_date
 from tracebound.cli.project import ViewsOpt, open_runner
 from tracebound.errors import ConfigError
@@ -87,7 +94,7 @@ def _warn_stale(statuses: Sequence[ProjectionStatus]) -> None:
         if s.failed_position is not None:
             err_console.print(
                 f"[bold yellow]warning:[/] projection {s.name!r} stopped at position "
-                f"{s.failed_position:,} ({escape(s.error or '')}); its views end at "
+                f"{s.failed_position:,} ({safe_text(s.error or '')}); its views end at "
                 f"{s.position:,}"
             )
     behind = [s for s in statuses if s.failed_position is None and s.lag > 0]
@@ -189,7 +196,7 @@ def _unfitted(
     for i, col in enumerate(columns):
         table.add_column(col, justify="left" if i == 0 else "right")
     for row in rows:  # escaped: recorded text such as "[/x]" is not rich markup
-        table.add_row(*("-" if v is None else escape(str(v)) for v in row))
+        table.add_row(*("-" if v is None else safe_text(str(v)) for v in row))
     return table
 
 
@@ -468,7 +475,7 @@ def cost_cmd(
     ):
         console.print(table)
     if chart is not None:
-        console.print(f"Chart written to [bold]{chart}[/]")
+        console.print(f"Chart written to [bold]{safe_text(chart)}[/]")
 
 
 @report_app.command("roi")
@@ -570,7 +577,7 @@ def gates_cmd(
         causes, caption = _limited(data[key], limit, first="most frequent")  # ranked already
         console.print(_table(title, ("cause", "count"), causes, caption))
     if chart is not None:
-        console.print(f"Chart written to [bold]{chart}[/]")
+        console.print(f"Chart written to [bold]{safe_text(chart)}[/]")
 
 
 def _engine_rows(workflow: str, temporal: Path | None, langgraph: Path | None) -> list[Any]:
@@ -637,7 +644,7 @@ def trail_cmd(
         emit_json({"ok": True, "workflow_id": workflow, "entries": [e.to_dict() for e in entries]})
         return
     day, times = hoist_date([e.timestamp for e in entries], sep="T")
-    title = f"audit trail of {escape(workflow)}" + ("" if day is None else f", on {day}")
+    title = f"audit trail of {safe_text(workflow)}" + ("" if day is None else f", on {day}")
     table = Table(title=title)
     for col in ("time (UTC)", "source", "seq", "event", "detail"):
         table.add_column(col, justify="right" if col == "seq" else "left")
@@ -647,7 +654,7 @@ def trail_cmd(
             time_, e.source, str(e.seq), e.event_type.removeprefix("EVENT_TYPE_"),
             detail if len(detail) <= 120 else detail[:117] + "...",
         )  # fmt: skip
-        table.add_row(*(escape(c) for c in cells))  # recorded text, not rich markup
+        table.add_row(*(safe_text(c) for c in cells))  # recorded text, not rich markup
     # A Temporal event type is long even without its EVENT_TYPE_ prefix (the JSON keeps
     # it): on a narrow terminal it gives way too, or the detail would be left no width.
     fit(table, give={"detail": "fold", "event": "ellipsis"}, console=console)

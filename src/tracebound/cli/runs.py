@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
 from tracebound.cli._common import (
@@ -40,9 +39,10 @@ from tracebound.cli._common import (
     emit_json,
     handled,
     progress_bar,
+    safe_text,
     try_verifier,
 )
-from tracebound.cli._tables import fit
+from tracebound.cli._tables import fit, utc_text
 from tracebound.errors import ConfigError, PolicyUnusable
 from tracebound.ids import RunId, StepId
 
@@ -254,11 +254,11 @@ def runs(
         # Run ids, names and reasons are recorded data, not markup: escaped, a "[/x]" in one
         # cannot crash the table and a "[green]" cannot restyle it.
         table.add_row(
-            escape(r["run_id"]),
-            escape(r["pipeline"]),
-            f"[{colour}]{escape(r['status'])}[/]",
+            safe_text(r["run_id"]),
+            safe_text(r["pipeline"]),
+            f"[{colour}]{safe_text(r['status'])}[/]",
             str(r["steps"]),
-            escape(waiting),
+            safe_text(waiting),
             r["started"][:19].replace("T", " "),
         )
     # A run id is what approve, reject and resume take: folded onto more lines, never cut.
@@ -330,9 +330,9 @@ def _record_decision(
         )
         return
     console.print(
-        f"[bold]{record.decision.capitalize()}[/] {escape(step)} of run {escape(run)} as "
-        f"{escape(record.approver)} at {record.timestamp:%Y-%m-%d %H:%M:%S} UTC "
-        f"(paths: {escape(', '.join(record.paths) or '-')})."
+        f"[bold]{record.decision.capitalize()}[/] {safe_text(step)} of run {safe_text(run)} as "
+        f"{safe_text(record.approver)} at {utc_text(record.timestamp)[:19]} UTC "
+        f"(paths: {safe_text(', '.join(record.paths) or '-')})."
     )
     console.print(f"Next: {next_cmd}", soft_wrap=True, markup=False, highlight=False)
     if ref is None:
@@ -400,16 +400,16 @@ def reject_cmd(
 
 
 def _steps_table(result: RunResult) -> Table:
-    table = Table(title=f"run {escape(result.run_id)}: {result.status}")
+    table = Table(title=f"run {safe_text(result.run_id)}: {result.status}")
     for col in ("step", "role", "status", "artifact", "reason"):
         table.add_column(col)
     for s in result.steps:
         table.add_row(
-            escape(s.step_id),
+            safe_text(s.step_id),
             s.role,
             s.status,
             (s.artifact_hash or "-")[:19],
-            escape((s.reason or "")[:80]),
+            safe_text((s.reason or "")[:80]),
         )
     fit(table, give={"step": "ellipsis", "artifact": "crop", "reason": "fold"}, console=console)
     return table
@@ -522,12 +522,12 @@ def resume(
     console.print(_steps_table(result))
     if result.status == "gated":
         console.print(
-            f"[yellow]Still waiting[/] at {escape(result.gated_step or '')}: approve it first."
+            f"[yellow]Still waiting[/] at {safe_text(result.gated_step or '')}: approve it first."
         )
     elif result.status != "completed":
-        console.print(f"[red]{result.status}[/]: {escape(result.reason or '')}")
+        console.print(f"[red]{result.status}[/]: {safe_text(result.reason or '')}")
     if evidence:
-        console.print(f"Evidence: [bold]{escape(evidence)}[/]")
+        console.print(f"Evidence: [bold]{safe_text(evidence)}[/]")
     raise typer.Exit(code)
 
 
@@ -575,7 +575,7 @@ def _metrics_table(title: str, groups: dict[str, GroupMetrics]) -> Table:
     for name, g in sorted(groups.items()):
         d = _group(g)
         table.add_row(
-            escape(name), str(g.outputs), str(g.failures), d["repair_rate"] or "-",
+            safe_text(name), str(g.outputs), str(g.failures), d["repair_rate"] or "-",
             d["harm_rate"] or "-", str(g.unresolved), d["cost_est_per_step_usd"] or "-",
             str(d["p50_latency_ms"] if d["p50_latency_ms"] is not None else "-"),
             str(d["p95_latency_ms"] if d["p95_latency_ms"] is not None else "-"),
@@ -644,7 +644,7 @@ def metrics(
         console.print(_metrics_table("by role", m.by_role))
         console.print(_metrics_table("by pipeline type", m.by_pipeline_type))
         for v in violations:
-            console.print(f"[bold red]SLO violation[/]: {escape(v.describe())}")
+            console.print(f"[bold red]SLO violation[/]: {safe_text(v.describe())}")
         if not violations:
             console.print("[green]No SLO violations[/] in critical pipelines.")
     if failed:
@@ -712,7 +712,7 @@ def replay(
         out["rerun"] = None if again is None else again.as_dict()
         emit_json(out)
         raise typer.Exit(EXIT_DAMAGED if failed else 0)
-    table = Table(title=escape(f"run {run} ({report.pipeline}): {report.status}"))
+    table = Table(title=safe_text(f"run {run} ({report.pipeline}): {report.status}"))
     for col in ("pos", "step", "parent", "role", "status", "artifact", "blob"):
         table.add_column(col)
     for s in report.steps:
@@ -723,9 +723,9 @@ def replay(
         # would pay for with the artifact hash. A run without a take-over looks as before.
         gone = s.abandoned_by is not None
         table.add_row(
-            f"{s.position}*" if gone else str(s.position), escape(s.step_id),
-            escape(s.parent_step_id or "-"), s.role, s.status, s.artifact_hash[:19],
-            f"[{colour}]{escape(s.blob)}[/]", style="dim" if gone else None,
+            f"{s.position}*" if gone else str(s.position), safe_text(s.step_id),
+            safe_text(s.parent_step_id or "-"), s.role, s.status, s.artifact_hash[:19],
+            f"[{colour}]{safe_text(s.blob)}[/]", style="dim" if gone else None,
         )  # fmt: skip
     fit(
         table,
@@ -745,7 +745,7 @@ def replay(
             if abandoned
             else f"the {who} abandoned no step"
         )
-        console.print(f"[dim]{escape(note)}[/]")
+        console.print(f"[dim]{safe_text(note)}[/]")
     first, last = report.positions
     console.print(
         f"[green]chain ok[/]: {report.events} event(s), head {report.head.hex()[:16]}…; "
@@ -759,8 +759,8 @@ def replay(
         )
     for f in report.failures:
         console.print(
-            f"[bold red]{escape(f.kind)}[/] "
-            + escape(f"{f.what} of {f.step_id or 'the run'}: {f.detail}")
+            f"[bold red]{safe_text(f.kind)}[/] "
+            + safe_text(f"{f.what} of {f.step_id or 'the run'}: {f.detail}")
         )
     if again is not None:
         # The rerun is compared with the steps that count: say how many it left out.
@@ -776,7 +776,7 @@ def replay(
             )
         else:
             console.print(
-                f"[bold red]rerun diverges[/] at {escape(again.divergence.describe())}" + skipped
+                f"[bold red]rerun diverges[/] at {safe_text(again.divergence.describe())}" + skipped
             )
     raise typer.Exit(EXIT_DAMAGED if failed else 0)
 
@@ -829,7 +829,7 @@ def verify_evidence_cmd(
     if report.signed:
         console.print(
             "[bold green]OK[/]: "
-            + escape(
+            + safe_text(
                 f"run {report.run_id} ({report.pipeline}, {report.status}): "
                 f"{report.events} event(s) and {report.artifacts} digest(s), in {report.origin} "
                 f"(signed tree of {report.tree_size})."
@@ -844,12 +844,12 @@ def verify_evidence_cmd(
             )
         if not report.final:
             console.print(
-                f"[yellow]NOT FINAL[/]: {escape(report.status)} is not how a run ends; the "
+                f"[yellow]NOT FINAL[/]: {safe_text(report.status)} is not how a run ends; the "
                 "file shows the run up to here, and a later copy may hold more of it."
             )
     else:
         console.print(
-            f"[yellow]UNSIGNED[/]: run {escape(str(report.run_id))}'s records chain correctly, "
+            f"[yellow]UNSIGNED[/]: run {safe_text(str(report.run_id))}'s records chain correctly, "
             "but no "
             "signed checkpoint vouches for them (run `tracebound keys init`, then resume or "
             "re-export)."
