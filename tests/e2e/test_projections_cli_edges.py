@@ -192,7 +192,14 @@ def test_the_follow_summary_counts_what_was_followed(cli: CLI) -> None:
             follower.communicate()
     assert follower.returncode == 0, err
     # Before: {"applied": 0, "head": 5}: only the catch-up, while the views were at 6.
-    assert json.loads(out) == {"ok": True, "applied": 1, "batches": 1, "head": 6}
+    assert json.loads(out) == {
+        "command": "project run",
+        "schema_version": 1,
+        "ok": True,
+        "applied": 1,
+        "batches": 1,
+        "head": 6,
+    }
 
 
 def test_a_failed_projection_is_named_with_the_others_and_flagged_by_no_update(cli: CLI) -> None:

@@ -52,6 +52,15 @@ from tracebound.store.url import DEFAULT_STORE_DIR, is_postgres_url, open_store,
 from tracebound.store.witness import OriginMismatch, choose_witness
 from tracebound.system import RandomIds, SystemClock
 
+try:  # Typer bundles its own copy of Click since 0.2x; before, it used Click itself.
+    from typer._click import Context
+    from typer._click.globals import get_current_context
+except ImportError:  # pragma: no cover - an older Typer
+    from click import (  # type: ignore[no-redef,import-not-found,unused-ignore]
+        Context,
+        get_current_context,
+    )
+
 EXIT_OK = 0
 EXIT_DAMAGED = 1
 EXIT_USAGE = 2
@@ -261,10 +270,37 @@ OriginOpt = Annotated[
 T = TypeVar("T")
 
 
-def emit_json(data: Any, *, one_line: bool = False) -> None:
-    """One JSON document on stdout; ``one_line`` for a JSON Lines stream (a follow mode)."""
+JSON_SCHEMA_VERSION: Final = 1
+"""The version of the shape of every `--json` document, its ``schema_version``.
+
+Raised when a key a script may read is renamed or removed, or its value changes type or
+meaning; a new key does not raise it. Scripts check it with ``command`` (which document
+this is) before they read the rest.
+"""
+
+
+def command_path(ctx: Context | None) -> str | None:
+    """The command a context runs, as typed after `tracebound` (`report cost`), or None at
+    the top level (no command was recognised)."""
+    names: list[str] = []
+    while ctx is not None and ctx.parent is not None:
+        names.append(ctx.info_name or "")
+        ctx = ctx.parent
+    return " ".join(reversed(names)) or None
+
+
+def emit_json(data: dict[str, Any], *, one_line: bool = False, command: str | None = None) -> None:
+    """One JSON document on stdout; ``one_line`` for a JSON Lines stream (a follow mode).
+
+    Every document says which command printed it and the version of its shape
+    (``command``, ``schema_version``): a script reading stored outputs, or a newer
+    tracebound's, can tell them apart. ``command``: the running command's by default.
+    """
+    if command is None:
+        command = command_path(get_current_context(silent=True))
+    document = {"command": command, "schema_version": JSON_SCHEMA_VERSION, **data}
     indent = None if one_line else 2
-    write_stdout(json.dumps(data, indent=indent, sort_keys=True, default=str) + "\n")
+    write_stdout(json.dumps(document, indent=indent, sort_keys=True, default=str) + "\n")
 
 
 def write_stdout(text: str) -> None:

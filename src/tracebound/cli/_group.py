@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
-from tracebound.cli._common import EXIT_USAGE, emit_json
+from tracebound.cli._common import EXIT_USAGE, command_path, emit_json
 
 try:  # Typer bundles its own copy of Click since 0.2x; before, it used Click itself.
     from typer._click import Command, Context
@@ -104,8 +104,11 @@ def _tidy(command: Command) -> None:
             _tidy(sub)
 
 
-def _json_error(kind: str, message: str) -> None:
-    emit_json({"ok": False, "error": {"kind": kind, "message": message}})
+def _json_error(kind: str, message: str, ctx: Context | None) -> None:
+    # Click has left the command's context when its error arrives here: the command the
+    # error names comes from the one the exception carries (None before one was chosen).
+    error = {"kind": kind, "message": message}
+    emit_json({"ok": False, "error": error}, command=command_path(ctx))
 
 
 class RootGroup(_Group):
@@ -151,10 +154,10 @@ class RootGroup(_Group):
                 **extra,
             )
         except UsageError as exc:
-            _json_error("UsageError", exc.format_message())
+            _json_error("UsageError", exc.format_message(), exc.ctx)
             code = EXIT_USAGE
         except ClickException as exc:  # a file option that cannot be opened, say
-            _json_error(type(exc).__name__, exc.format_message())
+            _json_error(type(exc).__name__, exc.format_message(), None)
             code = exc.exit_code
         except typer.Abort:
             if not standalone_mode:
