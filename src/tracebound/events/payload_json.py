@@ -29,6 +29,7 @@ from tracebound.canonical import plain_values
 __all__ = ["payload_json"]
 
 _NONE: Final = type(None)
+_MISSING: Final = object()
 _SCALARS: Final[Mapping[str, type]] = {"str": str, "int": int, "bool": bool}
 # Validators only: pydantic serializes these with their inner schema's serializer.
 _VALIDATOR_WRAPPERS: Final = frozenset({"function-after", "function-before", "function-wrap"})
@@ -64,11 +65,11 @@ def payload_json(payload: BaseModel) -> Any:
         values = payload.__dict__
         out: dict[str, Any] = {}
         for name, passed, serializer in plan:
-            value = values[name]
+            value = values.get(name, _MISSING)  # model_construct may leave a field out
             kind = type(value)
             if kind in passed:
                 out[name] = value
-            elif serializer is None or value is None:
+            elif serializer is None or value is None or value is _MISSING:
                 break
             else:
                 try:

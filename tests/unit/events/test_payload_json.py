@@ -192,6 +192,7 @@ def test_a_flat_class_gets_a_plan_with_its_serializer() -> None:
 @pytest.mark.parametrize(
     "values",
     [
+        {"count": 1},  # no name at all
         {"name": _Text("sub")},  # a str subclass: pydantic decides what it becomes
         {"name": _Colour.RED},
         {"name": "a", "count": True},  # a bool where an int was validated
