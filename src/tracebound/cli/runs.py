@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib
 import shlex
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final
 
@@ -49,6 +49,7 @@ from tracebound.ids import RunId, StepId
 if TYPE_CHECKING:
     from tracebound.events.catalog import GateRequested
     from tracebound.events.envelope import RecordedEvent
+    from tracebound.events.record import RawRecord
     from tracebound.ledger import Ledger
     from tracebound.pipeline.config import RunnerConfig
     from tracebound.pipeline.metrics import GroupMetrics
@@ -222,6 +223,21 @@ def _run_rows(events: Iterable[RecordedEvent]) -> list[dict[str, Any]]:
     return list(rows.values())
 
 
+def _run_records(raws: Iterable[RawRecord]) -> Iterator[RawRecord]:
+    """The records :func:`_run_rows` folds, the rest left undecoded (most of a big log):
+    the run events, and every record of a stream from its first gate on (what a take-over
+    abandons is counted, of any type)."""
+    from tracebound.events.takeover import TAKE_OVER_KINDS  # noqa: PLC0415 - lazy, for startup time
+
+    kinds = TAKE_OVER_KINDS | {"run_started", "step_recorded", "approval_recorded"}
+    gated: set[str] = set()
+    for raw in raws:
+        if raw.event_type == "gate_requested":
+            gated.add(raw.stream_id)
+        if raw.event_type in kinds or raw.stream_id in gated:
+            yield raw
+
+
 def runs(
     store: StoreOpt = None,
     pipeline: Annotated[str | None, typer.Option(help="Only runs of this pipeline.")] = None,
@@ -233,7 +249,7 @@ def runs(
     with handled(as_json):
         ledger = _config(store).open_ledger()
         try:
-            rows = _run_rows(decode_known(ledger.store.read_raw()))
+            rows = _run_rows(decode_known(_run_records(ledger.store.read_raw())))
         finally:
             ledger.close()
     if pipeline is not None:
@@ -584,6 +600,21 @@ def _metrics_table(title: str, groups: dict[str, GroupMetrics]) -> Table:
     return table
 
 
+def _runs_of(ledger: Ledger, pipeline: str) -> set[str | None]:
+    """The ids of the pipeline's runs (a first pass that decodes only ``run_started``)."""
+    from tracebound.events.catalog import RunStarted  # noqa: PLC0415 - lazy, for startup time
+    from tracebound.events.record import decode_known  # noqa: PLC0415 - lazy, for startup time
+
+    run_ids: set[str | None] = {
+        str(e.payload.run_id)
+        for e in decode_known(ledger.store.read_raw(), kinds={"run_started"})
+        if isinstance(e.payload, RunStarted) and e.payload.pipeline == pipeline
+    }
+    if not run_ids:
+        raise ConfigError(f"no runs of pipeline {pipeline!r} in this ledger")
+    return run_ids
+
+
 def metrics(
     check: Annotated[
         bool,
@@ -603,26 +634,19 @@ def metrics(
     Computed from the ledger every time (nothing is cached). With --check, each SLO
     violation of a critical pipeline is listed and the exit code is 1.
     """
-    from tracebound.events.catalog import RunStarted  # noqa: PLC0415 - lazy, for startup time
-    from tracebound.events.record import decode_known  # noqa: PLC0415 - lazy, for startup time
-    from tracebound.pipeline.metrics import compute_metrics, slo_violations  # noqa: PLC0415 - lazy, for startup time
+    from tracebound.pipeline.metrics import ledger_metrics, slo_violations  # noqa: PLC0415 - lazy, for startup time
 
     with handled(as_json):
         ledger = _config(store).open_ledger()
         try:
-            events: list[RecordedEvent] = list(decode_known(ledger.store.read_raw()))
+            raws: Iterable[RawRecord] = ledger.store.read_raw()
+            if pipeline is not None:
+                run_ids = _runs_of(ledger, pipeline)
+                raws = (r for r in ledger.store.read_raw() if r.workflow_id in run_ids)
+            # One pass, one record at a time: the log is not held in memory.
+            m = ledger_metrics(raws)
         finally:
             ledger.close()
-        if pipeline is not None:
-            run_ids: set[str | None] = {
-                str(e.payload.run_id)
-                for e in events
-                if isinstance(e.payload, RunStarted) and e.payload.pipeline == pipeline
-            }
-            if not run_ids:
-                raise ConfigError(f"no runs of pipeline {pipeline!r} in this ledger")
-            events = [e for e in events if e.workflow_id in run_ids]
-        m = compute_metrics(events)
         violations = slo_violations(m)
     failed = check and bool(violations)
     if as_json:

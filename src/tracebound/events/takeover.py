@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Final, Literal
 
 from tracebound.events.catalog import (
     FINAL_RUN_STATUSES,
@@ -37,7 +37,11 @@ from tracebound.events.catalog import (
 )
 from tracebound.events.envelope import RecordedEvent
 
-__all__ = ["ClaimCursor", "TakeOver", "TakeOvers", "abandoned_events"]
+__all__ = ["TAKE_OVER_KINDS", "ClaimCursor", "TakeOver", "TakeOvers", "abandoned_events"]
+
+TAKE_OVER_KINDS: Final = frozenset({"gate_requested", "run_resumed", "run_finished"})
+"""The event types that find a take-over (which positions it abandoned). The abandoned
+events themselves are the run stream's records of any type between two claims."""
 
 
 @dataclass(frozen=True, slots=True)

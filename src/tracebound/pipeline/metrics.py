@@ -28,6 +28,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import Final
 
 from tracebound.events.anchor import MONEY_CONTEXT
 from tracebound.events.catalog import (
@@ -38,16 +39,34 @@ from tracebound.events.catalog import (
     StepRecorded,
 )
 from tracebound.events.envelope import RecordedEvent
-from tracebound.events.takeover import TakeOvers
+from tracebound.events.record import RawRecord, decode_known
+from tracebound.events.takeover import TAKE_OVER_KINDS, TakeOvers
 
 __all__ = [
+    "METRICS_KINDS",
+    "SLO_KINDS",
     "GroupMetrics",
     "RunMetrics",
     "SloViolation",
     "compute_metrics",
+    "ledger_metrics",
     "shown",
     "slo_violations",
 ]
+
+METRICS_KINDS: Final = TAKE_OVER_KINDS | {
+    "run_started",
+    "step_recorded",
+    "blame_assigned",
+    "repair_attempted",
+    "cost_incurred",
+}
+"""The event types :func:`compute_metrics` reads: the rest of a log changes none of its
+numbers, so a reader of a big log decodes only these (:func:`ledger_metrics`)."""
+
+SLO_KINDS: Final = METRICS_KINDS - {"cost_incurred"}
+"""What :func:`slo_violations` depends on: harm and blame, not what was spent (costs are
+most of an LLM pipeline's log)."""
 
 _MICRO = Decimal("0.000001")  # what the report shows of a rate or an amount
 
@@ -230,6 +249,12 @@ def compute_metrics(events: Iterable[RecordedEvent]) -> RunMetrics:
         for g in groups(run_id or "", role):
             g.cost_usd = MONEY_CONTEXT.add(g.cost_usd, cost.amount_usd)
     return m
+
+
+def ledger_metrics(raws: Iterable[RawRecord], kinds: frozenset[str] = METRICS_KINDS) -> RunMetrics:
+    """:func:`compute_metrics` of stored records, decoding only the ``kinds`` it reads
+    (:data:`SLO_KINDS` is enough for :func:`slo_violations`), one record at a time."""
+    return compute_metrics(decode_known(raws, kinds=kinds))
 
 
 def _count_blames(

@@ -66,12 +66,11 @@ from tracebound.events.catalog import (
     Validations,
 )
 from tracebound.events.envelope import Payload, RecordedEvent
-from tracebound.events.record import decode_known
 from tracebound.ids import RunId, Sha256Digest, StepId
 from tracebound.ledger import Ledger
 from tracebound.pipeline.codeowners import CodeOwners
 from tracebound.pipeline.critic import Finding, check_constraints
-from tracebound.pipeline.metrics import compute_metrics, slo_violations
+from tracebound.pipeline.metrics import SLO_KINDS, ledger_metrics, slo_violations
 from tracebound.pipeline.policy import Policy, normalise_path, request_from_artifact
 from tracebound.pipeline.redaction import Redaction, Redactor
 from tracebound.pipeline.runtime import Pipeline, RoleName, StepContext, StepSpec
@@ -648,7 +647,7 @@ class Runner:
             repair_notes=notes,
             findings=findings,
             workspace=self.workspace,
-            metrics_source=lambda: compute_metrics(decode_known(self.ledger.store.read_raw())),
+            metrics_source=lambda: ledger_metrics(self.ledger.store.read_raw()),
         )
 
     async def _call(self, sr: _StepRun, ctx: StepContext) -> Mapping[str, Any] | None:
@@ -962,8 +961,9 @@ class Runner:
             self.evidence(self.ledger, self.blobs, run.run_id)
 
     def _check_slo(self, run: _Run) -> None:
-        events = decode_known(self.ledger.store.read_raw())
-        for v in slo_violations(compute_metrics(events)):
+        # Only the records the SLOs stand on are decoded: this runs after every critical
+        # run, over the whole log.
+        for v in slo_violations(ledger_metrics(self.ledger.store.read_raw(), SLO_KINDS)):
             if v.pipeline != run.pipeline.name:
                 continue
             self._emit(

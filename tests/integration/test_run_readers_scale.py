@@ -1,0 +1,130 @@
+"""Readers of pipeline runs decode only the records they fold, whatever else the log holds.
+
+A ledger that also records a team's own activity (an LLM cost per call, plugin lookups,
+anchors: hundreds of thousands of events) made `tracebound runs` and `tracebound metrics`
+decode every one of them (13 s and 36 s, 1.7 GB for `metrics`, at 500,000 events with no
+run at all), and the runner did the same at the end of every critical run (its SLO check)
+and at each ``ctx.metrics()``. The shape asserted here: the number of records decoded does
+not grow when the log grows by records those readers do not read, and what they say stays
+the same, take-overs included.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.integration.pipeline_kit import Kit, tpc
+from tests.integration.test_gate_owners_and_resume_claim import runner_on
+from tests.integration.test_take_over_accounting import Script, taken_over
+from tracebound.cli.app import app
+from tracebound.events import record
+from tracebound.events.catalog import PluginResolved, PluginScope
+from tracebound.ids import PluginId
+from tracebound.pipeline.runtime import Pipeline
+
+PADDING = 600
+
+
+@pytest.fixture
+def kit(tmp_path: Path) -> Kit:
+    return Kit(tmp_path)
+
+
+@pytest.fixture
+def decoded(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many stored records were decoded (one counter, reset by the test)."""
+    count = [0]
+    real = record.decode_record
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        count[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(record, "decode_record", counting)
+    return count
+
+
+def _pad(kit: Kit, streams: int = 3) -> None:
+    """Records no run reader reads, on streams of their own and with workflow ids."""
+    with runner_on(kit, 77).ledger as ledger:
+        for s in range(streams):
+            payloads = [
+                PluginResolved(
+                    plugin_id=PluginId(f"plugin-{i}"),
+                    extends_chain=(),
+                    matched_scope=PluginScope("npm/express"),
+                    fallback_used=False,
+                )
+                for i in range(PADDING // streams)
+            ]
+            ledger.record(f"team/activity-{s}", payloads, workflow_id=f"wf-{s}")
+
+
+def _cli(kit: Kit, decoded: list[int], *args: str) -> tuple[dict[str, Any], int]:
+    decoded[0] = 0
+    out = CliRunner().invoke(app, [*args, "--json", "--store", str(kit.store_dir)])
+    assert out.exit_code == 0, out.output
+    data: dict[str, Any] = json.loads(out.stdout)
+    return data, decoded[0]
+
+
+def test_runs_and_metrics_decode_only_what_they_fold(kit: Kit, decoded: list[int]) -> None:
+    script = Script()
+    taken_over(kit, script, script.pipeline())
+    before = {cmd: _cli(kit, decoded, *cmd) for cmd in [("runs",), ("metrics",),
+              ("metrics", "--pipeline", "handover")]}  # fmt: skip
+    _pad(kit)
+    after = {cmd: _cli(kit, decoded, *cmd) for cmd in before}
+    for cmd, (data, count) in after.items():
+        assert data == before[cmd][0], cmd
+        assert count == before[cmd][1], (cmd, count, before[cmd][1])
+    assert after[("runs",)][0]["runs"][0]["take_overs"][0]["abandoned_steps"] == 5
+
+
+def _critical(name: str) -> Pipeline:
+    pipe = Pipeline(name, pipeline_type="remediation", critical=True)
+    pipe.planner(name="plan")(lambda ctx: tpc("Planner"))
+    return pipe
+
+
+_namespaces = iter(range(30, 90))  # each runner its own event ids
+
+
+def _decodes_of_a_run(kit: Kit, decoded: list[int], pipe: Pipeline) -> int:
+    runner = runner_on(kit, next(_namespaces))
+    with runner.ledger:
+        decoded[0] = 0
+        assert runner.run(pipe, {}).status == "completed"
+        return decoded[0]
+
+
+def test_a_critical_runs_slo_check_decodes_only_what_it_folds(kit: Kit, decoded: list[int]) -> None:
+    pipe = _critical("small")
+    _decodes_of_a_run(kit, decoded, pipe)  # the log holds one run already
+    first = _decodes_of_a_run(kit, decoded, pipe)
+    _pad(kit)
+    assert _decodes_of_a_run(kit, decoded, pipe) <= first + 10  # one run more, not PADDING
+
+
+def test_a_steps_metrics_decode_only_what_they_fold(kit: Kit, decoded: list[int]) -> None:
+    seen: list[int] = []
+
+    def step(ctx: Any) -> dict[str, Any]:
+        before = decoded[0]
+        ctx.metrics()
+        seen.append(decoded[0] - before)
+        return tpc("Planner")
+
+    pipe = Pipeline("asks", pipeline_type="remediation")
+    pipe.planner(name="plan")(step)
+    measure: Callable[[], int] = lambda: _decodes_of_a_run(kit, decoded, pipe)  # noqa: E731
+    measure()
+    _pad(kit)
+    measure()
+    assert seen[1] <= seen[0] + 10, seen
