@@ -128,3 +128,25 @@ def test_a_steps_metrics_decode_only_what_they_fold(kit: Kit, decoded: list[int]
     _pad(kit)
     measure()
     assert seen[1] <= seen[0] + 10, seen
+
+
+def test_anchor_export_decodes_only_the_anchor_records(tmp_path: Path, decoded: list[int]) -> None:
+    """`export anchors` (AnchorStore.sync) folds one event type: a log of other records
+    around it is skipped undecoded."""
+    from decimal import Decimal
+
+    from tests.unit.events.test_catalog import SAMPLES
+    from tracebound import FixedClock, Ledger, SequentialIds, SQLiteStore
+    from tracebound.events.catalog import AttemptAnchorRecorded, CostIncurred, CostSource
+    from tracebound.pipeline.retry.anchors import anchor_events
+
+    (anchor,) = [p for p in SAMPLES if isinstance(p, AttemptAnchorRecorded)][:1]
+    cost = CostIncurred(tier="direct", amount_usd=Decimal(1), source=CostSource("s"))
+    with Ledger(SQLiteStore(tmp_path / "l"), clock=FixedClock(), ids=SequentialIds()) as led:
+        led.record("noise", [cost] * PADDING)
+        led.record("attempts", [anchor])
+        led.record("noise", [cost] * PADDING)
+        decoded[0] = 0
+        found = list(anchor_events(led))
+    assert [event.stream_id for event, _ in found] == ["attempts"]
+    assert decoded[0] == 1
