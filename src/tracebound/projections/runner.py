@@ -33,6 +33,7 @@ from tracebound.errors import (
     ContractError,
     IntegrityError,
     StorageError,
+    StoreBusy,
     TraceboundError,
 )
 from tracebound.events.registry import EventRegistry
@@ -494,6 +495,9 @@ class ProjectionRunner(Generic[ViewsT]):
             ContractError: a projection failed on an event (or an event could not be
                 upcast); the healthy projections have been committed to the head first.
             IntegrityError: a stored record cannot be decoded.
+            StoreBusy: another process held the ledger's lock past its timeout while this
+                run read it; no projection is marked failed, and the next run resumes from
+                the last commit.
             StorageError, ConcurrencyConflict: the views could not be written.
         """
         live = self._prepare()
@@ -595,6 +599,11 @@ class ProjectionRunner(Generic[ViewsT]):
             for page in pages:
                 records.extend(page)
                 self._dispatch(in_step, page, records, broken)
+        except StoreBusy:
+            # Another process holds the ledger's lock: no record is bad, so no projection
+            # is marked failed; nothing of this batch is committed, and the next run reads
+            # it again from the last commit.
+            raise
         except TraceboundError as bad_record:  # the records before it still count
             read_error = bad_record
         if read_error is not None:

@@ -7,6 +7,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -16,8 +17,9 @@ from uuid import UUID
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.conformance.test_jsonl_conformance import flock_held_by_another_process
 
-from tracebound.errors import ConcurrencyConflict, ContractError, StorageError
+from tracebound.errors import ConcurrencyConflict, ContractError, StorageError, StoreBusy
 from tracebound.events import default_registry
 from tracebound.events.catalog import (
     AdapterDegraded,
@@ -42,6 +44,8 @@ from tracebound.projections.base import Column, EventRecord, Rows, Table
 from tracebound.projections.memory import project
 from tracebound.projections.records import read_records
 from tracebound.projections.reports import all_tables, json_rows, views_snapshot
+from tracebound.store.jsonl import JsonlStore
+from tracebound.store.port import LedgerStore
 from tracebound.store.sqlite import SQLiteStore
 
 T0 = datetime(2026, 5, 18, 12, 0, tzinfo=UTC)
@@ -177,7 +181,7 @@ def _events(stream: list[tuple[str | None, Payload]]) -> list[Event]:
     ]
 
 
-def _append(store: SQLiteStore, events: list[Event]) -> None:
+def _append(store: LedgerStore, events: list[Event]) -> None:
     for e in events:
         store.append(e.workflow_id or "portfolio", [e])
 
@@ -389,6 +393,35 @@ def test_view_storage_errors_are_typed(ledger: SQLiteStore, tmp_path: Path) -> N
     views.close()
     with pytest.raises(StorageError):
         ProjectionRunner(ledger, views).run()
+
+
+def test_a_busy_store_stops_the_run_without_failing_a_projection(tmp_path: Path) -> None:
+    """Another process holding the ledger's lock while a run reads is not a bad record:
+    StoreBusy comes out as it is, no projection is marked failed, and the next run goes on
+    from the last commit."""
+    store = JsonlStore(tmp_path / "ledger", lock_timeout=0.2)
+    cost = CostIncurred(tier="direct", amount_usd=Decimal("1"), source=CostSource("x"))
+    _append(store, _events([("a", cost), ("a", cost), ("a", cost)]))
+    holder = ExitStack()
+    commits: list[int] = []
+
+    def lock_after_first_batch(position: int) -> None:
+        commits.append(position)
+        if len(commits) == 1:  # the holder takes the lock between two batches' reads
+            holder.enter_context(flock_held_by_another_process(tmp_path / "ledger" / "lock"))
+
+    views = _views(tmp_path / "v.db")
+    runner = ProjectionRunner(store, views, batch_size=1, on_commit=lock_after_first_batch)
+    with holder, pytest.raises(StoreBusy) as info:
+        runner.run()
+    assert type(info.value) is StoreBusy
+    assert commits == [1]  # nothing committed after the busy read
+    status = runner.status()
+    assert {(s.position, s.failed_position, s.error) for s in status} == {(1, None, None)}
+    assert runner.run().events == 2  # the lock let go: the next run resumes at position 2
+    assert {(s.position, s.failed_position) for s in runner.status()} == {(3, None)}
+    views.close()
+    store.close()
 
 
 def test_a_new_projection_version_is_rebuilt(ledger: SQLiteStore, tmp_path: Path) -> None:
