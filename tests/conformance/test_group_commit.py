@@ -16,6 +16,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,9 +26,16 @@ import psycopg
 import pytest
 
 from tests.conformance.suite import note
+from tests.conformance.test_jsonl_conformance import flock_held_by_another_process
 from tests.group_commit_harness import run_and_kill
 from tests.pg import PgServer, crash_and_restart
-from tracebound.errors import ConcurrencyConflict, LedgerDamaged, StorageError, StoreClosed
+from tracebound.errors import (
+    ConcurrencyConflict,
+    LedgerDamaged,
+    StorageError,
+    StoreBusy,
+    StoreClosed,
+)
 from tracebound.events.envelope import RecordedEvent
 from tracebound.ids import StreamId
 from tracebound.integrity.keys import NoteSigner
@@ -283,6 +291,46 @@ def test_a_failed_commit_fails_every_request_of_the_group(backend: Backend, tmp_
         (rec,) = committer.append("s", [note(3)])
         assert (rec.position, rec.stream_version) == (2, 2)
     committer.close()
+
+
+def test_a_busy_group_commit_raises_store_busy(backend: Backend, tmp_path: Path) -> None:
+    """Another session holding the write lock past the timeout: each caller of the group
+    gets a StoreBusy (``except StoreBusy`` works through group commit, as on the store
+    itself), which is still a GroupCommitError; nothing is written, and the next append,
+    once the lock is let go, lands where it should."""
+    timeout = {"sqlite": "busy_timeout", "postgres": "lock_timeout"}.get(backend.name)
+    store = backend.open(**{timeout or "lock_timeout": 0.2})
+    committer: GroupCommitter[Any] = GroupCommitter(store)
+    committer.append("s", [note(1)])
+    with _write_lock_held(backend, tmp_path), ThreadPoolExecutor(3) as pool:
+        futures = [pool.submit(committer.append, f"x{i}", [note(10 + i)]) for i in range(3)]
+        errors = [f.exception(GUARD) for f in futures]
+    for err in errors:
+        assert isinstance(err, StoreBusy), err
+        assert isinstance(err, GroupCommitError)
+        assert isinstance(err.__cause__, StoreBusy)
+        assert err.waited == 0.2
+        assert err.store == err.__cause__.store
+    assert len({id(e) for e in errors}) == len(errors)  # one error object per caller
+    assert committer.size() == 1
+    (rec,) = committer.append("s", [note(2)])
+    assert (rec.position, rec.stream_version) == (2, 2)
+    committer.close()
+
+
+@contextmanager
+def _write_lock_held(backend: Backend, tmp_path: Path) -> Iterator[None]:
+    """Another session holds the store's write lock until the block ends."""
+    if backend.name == "jsonl":
+        with flock_held_by_another_process(tmp_path / "store" / "lock"):
+            yield
+        return
+    blocker = _Blocker(backend, tmp_path)
+    blocker.start()
+    try:
+        yield
+    finally:
+        blocker.stop()
 
 
 class _Blocker:

@@ -11,7 +11,9 @@ transaction with **one** flush. Each caller still gets its own answer:
   does not hold. That request writes nothing; the others in the group still commit;
 * or, when the group's commit itself fails, a :class:`GroupCommitError` (a
   :class:`~tracebound.errors.StorageError` whose ``__cause__`` is the backend's error):
-  every request of that group fails, none is half-written or silently dropped.
+  every request of that group fails, none is half-written or silently dropped. When the
+  commit failed because another process held the write lock past the timeout, that error
+  is a :class:`GroupCommitBusy`, which is also a :class:`~tracebound.errors.StoreBusy`.
 
 Who commits: an appending *thread* that finds no commit under way and no caller of the
 last group still on its way back commits the queued group itself (leader/follower: no
@@ -54,7 +56,13 @@ from collections.abc import Callable, Iterator, Sequence
 from time import monotonic
 from typing import Any, Final, Generic, Protocol, Self, TypeVar
 
-from tracebound.errors import ConcurrencyConflict, ConfigError, StorageError, StoreClosed
+from tracebound.errors import (
+    ConcurrencyConflict,
+    ConfigError,
+    StorageError,
+    StoreBusy,
+    StoreClosed,
+)
 from tracebound.events.envelope import Event, RecordedEvent
 from tracebound.ids import StreamId
 from tracebound.store.port import (
@@ -72,6 +80,7 @@ __all__ = [
     "DEFAULT_MAX_PENDING_BYTES",
     "DEFAULT_MAX_PENDING_EVENTS",
     "GroupCommitBackend",
+    "GroupCommitBusy",
     "GroupCommitError",
     "GroupCommitter",
 ]
@@ -96,7 +105,17 @@ class GroupCommitError(StorageError):
     """The commit of a group failed, so every request in it failed; nothing was written.
 
     ``__cause__`` is the backend's error (a StorageError for I/O, a LedgerDamaged for a
-    torn tail, a ConcurrencyError for a PostgreSQL lock timeout, ...).
+    torn tail, a :class:`GroupCommitBusy` when another process held the write lock, ...).
+    """
+
+
+class GroupCommitBusy(GroupCommitError, StoreBusy):
+    """The group's commit waited past the timeout for a write lock another process held.
+
+    Both a :class:`GroupCommitError` (the whole group failed, nothing was written) and a
+    :class:`~tracebound.errors.StoreBusy`, with the store, wait and hint of the backend's
+    StoreBusy (its ``__cause__``): ``except StoreBusy`` works the same with or without
+    group commit.
     """
 
 
@@ -197,6 +216,8 @@ def _group_error(exc: BaseException) -> BaseException:
     between threads: raising it sets its traceback)."""
     if isinstance(exc, StoreClosed):
         err: BaseException = StoreClosed(str(exc))
+    elif isinstance(exc, StoreBusy):
+        err = GroupCommitBusy(exc.store, exc.waited, exc.hint)
     else:
         err = GroupCommitError(
             f"group commit failed, so this append was not written: {type(exc).__name__}: {exc}"
@@ -685,7 +706,8 @@ class GroupCommitter(Generic[_P]):
 
         Raises:
             ConcurrencyConflict: the stream is not at ``expected_version`` (nothing written).
-            GroupCommitError: the group's commit failed (nothing written).
+            GroupCommitError: the group's commit failed (nothing written); a
+                :class:`GroupCommitBusy` (a StoreBusy) if another process held the lock.
             StoreClosed: the committer is closed.
         """
         return self._core.append_batch(
