@@ -24,7 +24,7 @@ import pytest
 
 from tests.pg import login_role
 from tracebound.canonical import canonical_bytes
-from tracebound.errors import ConcurrencyConflict, ContractError
+from tracebound.errors import ConcurrencyConflict, ContractError, StoreBusy
 from tracebound.events.envelope import Event, RecordedEvent
 from tracebound.projections import ProjectionRunner, SQLiteViews, default_projections
 from tracebound.projections.base import EventRecord, Rows
@@ -225,6 +225,28 @@ def test_a_second_runner_cannot_commit_over_the_first(tmp_path: Path, views_url:
         with PostgresViews(views_url("alone")) as alone:
             ProjectionRunner(store, alone, [CostLedgerProjection()]).run()
             assert a.snapshot(tables) == alone.snapshot(tables)  # nothing applied twice
+
+
+def test_views_locked_by_another_session_are_store_busy(
+    tmp_path: Path, views_url: Any, postgres_dsn: str
+) -> None:
+    """Another session holding a position row past the views session's ``lock_timeout``:
+    StoreBusy (not a plain StorageError), nothing marked failed, the next run goes on."""
+    store = _ledger(tmp_path / "ledger", ["successful"])
+    url = views_url("locked_views") + "&options=-c%20lock_timeout%3D200"
+    with PostgresViews(url) as views:
+        runner = ProjectionRunner(store, views, [CostLedgerProjection()], batch_size=2)
+        runner.run(until_caught_up=False)  # position 0 -> 2
+        with psycopg.connect(postgres_dsn) as holder:  # its own session: its own backend
+            holder.execute('SELECT position FROM "locked_views".projection_positions FOR UPDATE')
+            with pytest.raises(StoreBusy) as info:
+                runner.run(until_caught_up=False)
+            holder.rollback()
+        assert "locked_views" in info.value.store
+        assert "lock timeout" in str(info.value)
+        runner.run()
+        (status,) = runner.status()
+        assert (status.lag, status.failed_position) == (0, None)
 
 
 def test_cli_project_commands_take_a_postgresql_views_url(

@@ -40,7 +40,7 @@ from tracebound.errors import ConcurrencyConflict, ConfigError, StorageError
 from tracebound.projections.base import Key, Projection, Row, Table
 from tracebound.projections.sqlite_views import _ENCODERS, PositionRecord, TableWrite, _codec
 from tracebound.projections.trail import ENGINE_HISTORY
-from tracebound.store.postgres import parse_url
+from tracebound.store.postgres import display_url, lock_wait_error, parse_url
 
 __all__ = ["DEFAULT_VIEWS_SCHEMA", "PostgresViews"]
 
@@ -54,10 +54,16 @@ _Conn = psycopg.Connection[tuple[Any, ...]]
 
 
 @contextmanager
-def _translated(what: str) -> Iterator[None]:
-    """No psycopg error escapes: they become StorageError, like the SQLite views'."""
+def _translated(what: str, place: str) -> Iterator[None]:
+    """No psycopg error escapes: they become StorageError, like the SQLite views', and a
+    lock another session held past ``lock_timeout`` StoreBusy (``place``: for its message).
+    """
     try:
         yield
+    except psycopg.errors.LockNotAvailable as exc:
+        busy = lock_wait_error(exc, place, None)  # the session's lock_timeout: the URL's
+        assert busy is not None
+        raise busy from exc
     except psycopg.errors.InsufficientPrivilege as exc:
         raise StorageError(
             f"postgresql views {what} failed: {exc}: this role may not update the views "
@@ -89,9 +95,10 @@ class PostgresViews:
             raise ConfigError(f"schema must be 1-{_MAX_IDENTIFIER} bytes, not {schema!r}")
         self.schema = schema
         self.url = url
+        self.place = display_url(dsn, schema)  # for messages: without the password
         self._lock = threading.RLock()
         self._tables: dict[str, Table] = {ENGINE_HISTORY.name: ENGINE_HISTORY}
-        with _translated("open"):
+        with _translated("open", self.place):
             self._conn: _Conn = psycopg.connect(dsn, autocommit=True, application_name="tracebound")
             set_json_loads(orjson.loads, self._conn)
             try:
@@ -197,7 +204,7 @@ class PostgresViews:
 
     def prepare(self, projection: Projection) -> PositionRecord:
         """Create the projection's tables and position row; a new version starts over."""
-        with self._lock, _translated("prepare"):
+        with self._lock, _translated("prepare", self.place):
             stored = self.position_record(projection.name)
             if stored is not None and stored.version != projection.version:
                 self.reset(projection)
@@ -225,7 +232,7 @@ class PostgresViews:
 
     def reset(self, projection: Projection) -> None:
         """Drop the projection's tables and position: the next run replays from position 0."""
-        with self._lock, _translated("reset"), self._conn.transaction():
+        with self._lock, _translated("reset", self.place), self._conn.transaction():
             self._serialise_ddl()
             for table in projection.tables:
                 self._conn.execute(
@@ -246,14 +253,14 @@ class PostgresViews:
         )
 
     def position_record(self, name: str) -> PositionRecord | None:
-        with self._lock, _translated("read"):
+        with self._lock, _translated("read", self.place):
             row = self._conn.execute(
                 self._positions_query(sql.SQL("WHERE name = %s")), (name,)
             ).fetchone()
         return None if row is None else PositionRecord(*row)
 
     def positions(self) -> list[PositionRecord]:
-        with self._lock, _translated("read"):
+        with self._lock, _translated("read", self.place):
             rows = self._conn.execute(
                 self._positions_query(sql.SQL('ORDER BY name COLLATE "C"'))
             ).fetchall()
@@ -268,7 +275,7 @@ class PostgresViews:
             self._name(table.name),
             sql.SQL(" AND ").join(sql.SQL("{} = %s").format(sql.Identifier(k)) for k in table.key),
         )
-        with self._lock, _translated("read"):
+        with self._lock, _translated("read", self.place):
             found = self._conn.execute(query, key).fetchone()
         return None if found is None else self._decode(table, found)
 
@@ -318,7 +325,7 @@ class PostgresViews:
         ).format(self._name("projection_positions"))
         with (
             self._lock,
-            _translated("commit"),
+            _translated("commit", self.place),
             self._conn.transaction(),
             self._conn.cursor() as cur,
         ):
@@ -351,7 +358,7 @@ class PostgresViews:
         """Store engine-history rows (see :mod:`.trail`); re-importing replaces, by key."""
         with (
             self._lock,
-            _translated("import"),
+            _translated("import", self.place),
             self._conn.transaction(),
             self._conn.cursor() as cur,
         ):
@@ -389,7 +396,7 @@ class PostgresViews:
         query += sql.SQL(" ORDER BY ") + order
         with self._lock:
             try:
-                with _translated("read"):
+                with _translated("read", self.place):
                     found = self._conn.execute(query, params).fetchall()
             except StorageError as exc:
                 if isinstance(exc.__cause__, psycopg.errors.UndefinedTable):

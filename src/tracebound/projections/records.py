@@ -24,7 +24,6 @@ import orjson
 
 from tracebound.errors import (
     IntegrityError,
-    StorageError,
     StoreClosed,
     TraceboundError,
     UnknownEventType,
@@ -34,7 +33,7 @@ from tracebound.events.record import record_dict
 from tracebound.events.registry import EventRegistry, default_registry
 from tracebound.projections.base import EventRecord
 from tracebound.store.port import LogStore
-from tracebound.store.sqlite import SQLiteStore
+from tracebound.store.sqlite import SQLiteStore, sqlite_failure
 
 __all__ = ["RecordDecoder", "read_record_pages", "read_records", "records_of"]
 
@@ -239,7 +238,7 @@ def _sqlite_pages(
     try:
         conn = sqlite3.connect(store.path, check_same_thread=False, timeout=store.busy_timeout)
     except sqlite3.Error as exc:
-        raise StorageError(f"sqlite read failed: {exc}") from exc
+        raise sqlite_failure("read", exc, store.path, store.busy_timeout) from exc
     try:
         cursor = start
         while cursor <= upper:
@@ -250,7 +249,7 @@ def _sqlite_pages(
             try:
                 page = conn.execute(sql, args).fetchall()
             except sqlite3.Error as exc:
-                raise StorageError(f"sqlite read failed: {exc}") from exc
+                raise sqlite_failure("read", exc, store.path, store.busy_timeout) from exc
             if not page:
                 return
             out: list[dict[str, Any]] = []

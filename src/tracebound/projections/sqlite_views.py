@@ -34,7 +34,7 @@ from tracebound.errors import ConcurrencyConflict, ConfigError, StorageError
 from tracebound.projections.base import Column, Key, Projection, Row, Table
 from tracebound.projections.trail import ENGINE_HISTORY
 from tracebound.store.files import create_private_file
-from tracebound.store.sqlite import io_cause, rollback_open
+from tracebound.store.sqlite import rollback_open, sqlite_failure
 
 __all__ = ["VIEWS_FILENAME", "PositionRecord", "SQLiteViews", "TableWrite"]
 
@@ -60,13 +60,18 @@ CREATE TABLE IF NOT EXISTS projection_positions (
 """
 
 
+DEFAULT_BUSY_TIMEOUT: Final = 5.0
+"""Seconds a views statement waits for another process's lock (sqlite3's default)."""
+
+
 @contextmanager
-def _translated(what: str, path: Path) -> Iterator[None]:
-    """No sqlite3 error escapes: they become StorageError, like the ledger store's."""
+def _translated(what: str, path: Path, busy_timeout: float) -> Iterator[None]:
+    """No sqlite3 error escapes: they become StorageError, like the ledger store's, and a
+    lock another process held past ``busy_timeout`` StoreBusy."""
     try:
         yield
     except sqlite3.Error as exc:
-        raise StorageError(f"views {what} failed: {exc}{io_cause(exc, path)}") from exc
+        raise sqlite_failure(f"views {what}", exc, path, busy_timeout) from exc
 
 
 def _json_default(value: Any) -> Any:
@@ -148,22 +153,29 @@ class SQLiteViews:
     Safe to share between threads (one connection behind a lock). One runner per file: each
     commit checks that the stored position is the one the runner started from, and raises
     :class:`~tracebound.errors.ConcurrencyConflict` if another runner moved it.
+
+    ``busy_timeout``: seconds a statement waits for a lock another process holds on the
+    views file (a runner or report committing) before raising
+    :class:`~tracebound.errors.StoreBusy`; sqlite3's own default.
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> None:
         p = Path(path)
         if p.is_dir():
             p = p / VIEWS_FILENAME
         self.path = p
+        self.busy_timeout = busy_timeout
         self._lock = threading.RLock()
         self._tables: dict[str, Table] = {ENGINE_HISTORY.name: ENGINE_HISTORY}
         self._unindexed: set[str] = set()  # fresh tables whose indexes wait for catch-up
         self._indexed: set[str] = set()
         self._writers: dict[Table, tuple[str, Callable[[Row], Sequence[Any]]]] = {}
-        with _translated("open", self.path):
+        with _translated("open", self.path, self.busy_timeout):
             p.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             create_private_file(p)  # what the views hold is the ledger's: owner-only too
-            self._conn = sqlite3.connect(p, isolation_level=None, check_same_thread=False)
+            self._conn = sqlite3.connect(
+                p, isolation_level=None, check_same_thread=False, timeout=busy_timeout
+            )
             self._refuse_a_ledger(p)
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=NORMAL")
@@ -244,7 +256,7 @@ class SQLiteViews:
         todo = [t for p in projections for t in p.tables if t.name in self._unindexed]
         if not todo:
             return
-        with self._lock, _translated("index", self.path):
+        with self._lock, _translated("index", self.path, self.busy_timeout):
             for table in todo:
                 self._create_indexes(table)
 
@@ -253,7 +265,7 @@ class SQLiteViews:
 
         Returns the stored position record (position 0 for a new or rebuilt projection).
         """
-        with self._lock, _translated("prepare", self.path):
+        with self._lock, _translated("prepare", self.path, self.busy_timeout):
             stored = self.position_record(projection.name)
             if stored is not None and stored.version != projection.version:
                 self.reset(projection)
@@ -284,7 +296,7 @@ class SQLiteViews:
 
     def reset(self, projection: Projection) -> None:
         """Drop the projection's tables and position: the next run replays from position 0."""
-        with self._lock, _translated("reset", self.path):
+        with self._lock, _translated("reset", self.path, self.busy_timeout):
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 for table in projection.tables:
@@ -300,7 +312,7 @@ class SQLiteViews:
     # -- positions -----------------------------------------------------------------------
 
     def position_record(self, name: str) -> PositionRecord | None:
-        with self._lock, _translated("read", self.path):
+        with self._lock, _translated("read", self.path, self.busy_timeout):
             row = self._conn.execute(
                 "SELECT name, version, position, failed_position, error "
                 "FROM projection_positions WHERE name = ?",
@@ -309,7 +321,7 @@ class SQLiteViews:
         return None if row is None else PositionRecord(*row)
 
     def positions(self) -> list[PositionRecord]:
-        with self._lock, _translated("read", self.path):
+        with self._lock, _translated("read", self.path, self.busy_timeout):
             rows = self._conn.execute(
                 "SELECT name, version, position, failed_position, error "
                 "FROM projection_positions ORDER BY name"
@@ -322,7 +334,7 @@ class SQLiteViews:
         """One row by primary key (the projections' read-through on a cache miss)."""
         where = " AND ".join(f"{_quote(k)} = ?" for k in table.key)
         cols = ", ".join(_quote(c) for c in table.column_names)
-        with self._lock, _translated("read", self.path):
+        with self._lock, _translated("read", self.path, self.busy_timeout):
             found = self._conn.execute(
                 f"SELECT {cols} FROM {_quote(table.name)} WHERE {where}",  # noqa: S608 - quoted names
                 key,
@@ -389,7 +401,7 @@ class SQLiteViews:
             ConcurrencyConflict: another runner moved a position since this one read it.
             StorageError: SQLite failed; nothing was written.
         """
-        with self._lock, _translated("commit", self.path):
+        with self._lock, _translated("commit", self.path, self.busy_timeout):
             conn = self._conn
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -425,7 +437,7 @@ class SQLiteViews:
 
     def import_engine_history(self, rows: Sequence[Row]) -> int:
         """Store engine-history rows (see :mod:`.trail`); re-importing replaces, by key."""
-        with self._lock, _translated("import", self.path):
+        with self._lock, _translated("import", self.path, self.busy_timeout):
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 self._upsert(ENGINE_HISTORY, rows)
@@ -455,7 +467,7 @@ class SQLiteViews:
             sql += " WHERE " + " AND ".join(f"{_quote(k)} = ?" for k in where)
             params = list(where.values())
         sql += " ORDER BY " + ", ".join(_quote(c) for c in (order_by or table.key))
-        with self._lock, _translated("read", self.path):
+        with self._lock, _translated("read", self.path, self.busy_timeout):
             try:
                 found = self._conn.execute(sql, params).fetchall()
             except sqlite3.OperationalError as exc:

@@ -217,14 +217,24 @@ _BUSY_HINT: Final = (
 _UNNAMED: Final = ("the PostgreSQL ledger", None)
 
 
+def lock_wait_error(exc: psycopg.Error, place: str, waited: float | None) -> StoreBusy | None:
+    """:class:`StoreBusy` for a lock waited for past ``lock_timeout`` (``place``: the URL
+    without password; ``waited``: the timeout, None if it is the server's); else None.
+
+    Shared with the PostgreSQL views, so a held lock is the same StoreBusy there."""
+    if isinstance(exc, psycopg.errors.LockNotAvailable):
+        return StoreBusy(place, waited, f"{_BUSY_HINT}. PostgreSQL said: {exc}")
+    return None
+
+
 def _translate(
     exc: psycopg.Error, what: str, busy: tuple[str, float | None] = _UNNAMED
 ) -> TraceboundError:
     """The tracebound error for a psycopg error: the retryable ones become ConcurrencyError,
     a lock waited for past ``lock_timeout`` :class:`StoreBusy` (``busy``: the store's URL
     and the timeout, for its message)."""
-    if isinstance(exc, psycopg.errors.LockNotAvailable):
-        return StoreBusy(busy[0], busy[1], f"{_BUSY_HINT}. PostgreSQL said: {exc}")
+    if (locked := lock_wait_error(exc, *busy)) is not None:
+        return locked
     if isinstance(exc, psycopg.errors.SerializationFailure | psycopg.errors.DeadlockDetected):
         return ConcurrencyError(f"postgresql {what} lost a race, retry: {exc}")
     if isinstance(exc, psycopg.errors.InvalidSchemaName | psycopg.errors.UndefinedTable):
@@ -293,7 +303,7 @@ def _scrub(text: str, passwords: Sequence[str]) -> str:
     return text
 
 
-def _display_url(conninfo: str, schema: str, *, with_password: bool = False) -> str:
+def display_url(conninfo: str, schema: str, *, with_password: bool = False) -> str:
     """A ``postgresql://`` URL that reopens this store, without the password.
 
     The URL is shown to people (``tracebound init`` prints it), so a password given in the
@@ -503,10 +513,10 @@ class PostgresStore(ChainedAppends):
         self._dsn = dsn
         self.schema = schema
         self.channel = _channel(schema)
-        self.url = _display_url(dsn, schema)
+        self.url = display_url(dsn, schema)
         # Verify's worker processes reopen the store from this: it keeps the password, and
         # reaches them through a pipe, never a command line. Never print it.
-        self.worker_url = _display_url(dsn, schema, with_password=True)
+        self.worker_url = display_url(dsn, schema, with_password=True)
         self._notify = notify
         self._lock_timeout = lock_timeout
         self._connect_timeout = connect_timeout

@@ -303,11 +303,14 @@ def _is_busy(exc: BaseException) -> bool:
     return any(text in str(exc) for text in _BUSY_TEXTS)  # the kernel's errors: text only
 
 
-def _failure(
+def sqlite_failure(
     what: str, exc: BaseException, path: Path | None, busy_timeout: float | None = None
 ) -> StorageError:
     """The error of a statement that failed: :class:`StoreBusy` if another connection held
-    the lock all through ``busy_timeout``, else a StorageError with what can be seen of why."""
+    the lock all through ``busy_timeout``, else a StorageError with what can be seen of why.
+
+    Shared with the views database and the projections' reader, so a locked file is the
+    same StoreBusy wherever SQLite met it."""
     if path is not None and _is_busy(exc):
         return StoreBusy(
             str(path),
@@ -338,7 +341,7 @@ def _translated(
                 f"{where}SQLite cannot read the ledger file ({exc}); it is damaged, not "
                 "repaired (restore it from a copy; `tracebound copy` makes verified copies)",
             ) from exc
-        raise _failure(what, exc, path, busy_timeout) from exc
+        raise sqlite_failure(what, exc, path, busy_timeout) from exc
 
 
 _IO_CODES: Final = frozenset({3, 8, 10, 13, 14})  # PERM, READONLY, IOERR, FULL, CANTOPEN
@@ -611,7 +614,7 @@ class SQLiteStore(ChainedAppends):
 
     def _failed(self, what: str, exc: BaseException) -> StorageError:
         """The error of a statement that failed, with what can be seen of why."""
-        return _failure(what, exc, self.path, self._busy_timeout)
+        return sqlite_failure(what, exc, self.path, self._busy_timeout)
 
     def _writer(self) -> _WriterState:
         """The connection every append writes through and what it knows of the log's head

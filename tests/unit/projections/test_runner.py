@@ -3,6 +3,7 @@ about failures, and live in follow mode."""
 
 from __future__ import annotations
 
+import sqlite3
 import tempfile
 import threading
 import time
@@ -422,6 +423,28 @@ def test_a_busy_store_stops_the_run_without_failing_a_projection(tmp_path: Path)
     assert {(s.position, s.failed_position) for s in runner.status()} == {(3, None)}
     views.close()
     store.close()
+
+
+def test_views_locked_by_another_process_are_store_busy(
+    ledger: SQLiteStore, tmp_path: Path
+) -> None:
+    """Another process holding the views file's write lock past the timeout: StoreBusy
+    naming the views file (not a plain StorageError), and nothing is marked failed."""
+    cost = CostIncurred(tier="direct", amount_usd=Decimal("1"), source=CostSource("x"))
+    _append(ledger, _events([("a", cost)]))
+    views = SQLiteViews(tmp_path / "v.db", busy_timeout=0.2)
+    runner = ProjectionRunner(ledger, views)
+    runner.run()
+    _append(ledger, _events([("a", cost)]))
+    holder = sqlite3.connect(tmp_path / "v.db", isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # SQLite's one write lock, held
+    with pytest.raises(StoreBusy) as info:
+        runner.run()
+    holder.close()  # rolls back: the lock is let go
+    assert (info.value.store, info.value.waited) == (str(tmp_path / "v.db"), 0.2)
+    assert runner.run().events == 1
+    assert {(s.position, s.failed_position) for s in runner.status()} == {(2, None)}
+    views.close()
 
 
 def test_a_new_projection_version_is_rebuilt(ledger: SQLiteStore, tmp_path: Path) -> None:
