@@ -486,7 +486,9 @@ class PostgresStore(ChainedAppends):
             lock at commit; appends are serialised anyway, so it only costs if other
             applications in the same database notify heavily.
         lock_timeout: seconds an append waits for the log's lock before failing with
-            ConcurrencyError; None waits as long as it takes.
+            StoreBusy; None leaves the session's own (the server's, the role's or the
+            URL's ``options``; none by default: as long as it takes). 60 is recommended
+            (docs/postgresql.md).
         connect_timeout: seconds to wait for a connection.
     """
 
