@@ -8,17 +8,27 @@ constraints or introduce regressions", "SLO guardrails: alert if harm_rate > 0".
 from __future__ import annotations
 
 import json
+import tracemalloc
 from datetime import UTC, datetime
 from decimal import Decimal, localcontext
 from pathlib import Path
+from typing import Any
 
 from typer.testing import CliRunner
 
 from tracebound.cli.app import app
-from tracebound.events.catalog import BlameAssigned, RunStarted, StepRecorded
+from tracebound.events.catalog import (
+    BlameAssigned,
+    CostIncurred,
+    CostSource,
+    Role,
+    RunStarted,
+    StepRecorded,
+)
 from tracebound.events.envelope import Payload
+from tracebound.events.record import decode_known
 from tracebound.ledger import Ledger
-from tracebound.pipeline.metrics import compute_metrics, slo_violations
+from tracebound.pipeline.metrics import METRICS_KINDS, compute_metrics, slo_violations
 from tracebound.sources import FixedClock, SequentialIds
 from tracebound.store.sqlite import SQLiteStore
 
@@ -103,3 +113,57 @@ def test_cli_cost_estimate_per_step_is_a_plain_decimal(tmp_path: Path) -> None:
     assert shown["overall"]["cost_est_usd"] == "300"
     assert shown["overall"]["cost_est_per_step_usd"] == "100"
     assert shown["by_role"]["Critic"]["cost_est_per_step_usd"] == "100"
+
+
+def _cost(amount: str, role: Role | None) -> CostIncurred:
+    return CostIncurred(
+        tier="direct", amount_usd=Decimal(amount), source=CostSource("s"), role=role
+    )
+
+
+def _costs_ledger(path: Path, per_key: int) -> Ledger:
+    """Two runs of two pipelines, with costs charged to roles, to no role, to no run, and
+    to a run before its ``run_started`` (a team's own cost call may come first)."""
+    ledger = Ledger(SQLiteStore(path), clock=FixedClock(), ids=SequentialIds())
+    ledger.record("run/r2", [_cost("0.5", "Planner")] * per_key, workflow_id="r2")
+    ledger.record("run/r1", _run(), workflow_id="r1")
+    r2 = _run()[0].model_copy(update={"run_id": "r2", "pipeline": "q", "pipeline_type": "t"})
+    ledger.record("run/r2", [r2], workflow_id="r2")
+    for _ in range(per_key):
+        ledger.record("run/r1", [_cost("0.1", "Planner"), _cost("0.01", None)], workflow_id="r1")
+        ledger.record("team/costs", [_cost("1", "Executor")])
+    return ledger
+
+
+def test_costs_are_summed_per_role_pipeline_and_run(tmp_path: Path) -> None:
+    # By hand, 3 costs of each kind: Planner 3 x 0.1 (r1) + 3 x 0.5 (r2) = 1.8, no role
+    # 0.03 ("unattributed"), Executor 3 x 1 with no run; pipeline p (r1) 0.33, q (r2) 1.5.
+    with _costs_ledger(tmp_path / "l", 3) as ledger:
+        shown = compute_metrics(ledger.store.read_log()).as_dict()
+    by_role: Any = shown["by_role"]
+    assert {r: g["cost_usd"] for r, g in by_role.items()} == {
+        "Executor": "3", "Planner": "1.8", "unattributed": "0.03"}  # fmt: skip
+    by_pipeline: Any = shown["by_pipeline"]
+    assert {p: g["cost_usd"] for p, g in by_pipeline.items()} == {"p": "0.33", "q": "1.5"}
+    by_type: Any = shown["by_pipeline_type"]
+    assert by_type["t"]["cost_usd"] == "1.5"
+    overall: Any = shown["overall"]
+    assert overall["cost_usd"] == "4.83"
+
+
+def test_memory_of_metrics_does_not_grow_with_cost_events(tmp_path: Path) -> None:
+    # `tracebound metrics` kept every cost event until the end of its pass (309 MB at
+    # 500,000 events): the costs are summed per run and role as they are read, so what
+    # the fold holds on to is the same for 100 cost events per key as for 1,000.
+    def peak(per_key: int) -> int:
+        with _costs_ledger(tmp_path / f"l{per_key}", per_key) as ledger:
+            raws = list(ledger.store.read_raw())  # what the store hands over, not the fold's
+        tracemalloc.start()
+        try:
+            compute_metrics(decode_known(iter(raws), kinds=METRICS_KINDS))
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    small, large = peak(100), peak(1000)
+    assert large - small < 64 * 1024, (small, large)
