@@ -150,3 +150,30 @@ def test_anchor_export_decodes_only_the_anchor_records(tmp_path: Path, decoded: 
         found = list(anchor_events(led))
     assert [event.stream_id for event, _ in found] == ["attempts"]
     assert decoded[0] == 1
+
+
+def test_otel_export_decodes_only_what_it_folds(kit: Kit, decoded: list[int]) -> None:
+    """`export_ledger_metrics` (a backfill of the OpenTelemetry instruments) decoded every
+    record of the log; the records it does not fold are now skipped undecoded, and the
+    numbers it exports stay the same (a take-over's abandoned steps included)."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from tests.unit.export.test_otel import _points
+    from tracebound.export.otel import export_ledger_metrics
+
+    def export() -> tuple[dict[str, Any], int, int]:
+        reader = InMemoryMetricReader()
+        with runner_on(kit, 78).ledger as ledger:
+            decoded[0] = 0
+            read = export_ledger_metrics(ledger.store, MeterProvider(metric_readers=[reader]))
+            return _points(reader), decoded[0], read
+
+    script = Script()
+    taken_over(kit, script, script.pipeline())
+    points, count, read = export()
+    assert points["tracebound.pipeline.abandoned_steps"]
+    _pad(kit)
+    after, count_after, read_after = export()
+    assert (after, count_after) == (points, count)
+    assert read_after == read + PADDING  # every record is read (and counted), not decoded

@@ -75,7 +75,7 @@ from tracebound.events.catalog import (
 )
 from tracebound.events.envelope import RecordedEvent
 from tracebound.events.record import RawRecord, decode_known
-from tracebound.events.takeover import TakeOver, TakeOvers
+from tracebound.events.takeover import TAKE_OVER_KINDS, TakeOver, TakeOvers
 from tracebound.pipeline.redaction import RedactionStats
 from tracebound.pipeline.runner import run_stream
 from tracebound.store.port import LedgerStore
@@ -93,6 +93,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 __all__ = [
+    "FOLDED_KINDS",
     "METER_NAME",
     "OtelRunHook",
     "PipelineInstruments",
@@ -155,6 +156,16 @@ class PipelineInstruments:
         self.cost = meter.create_histogram(
             "tracebound.pipeline.step.cost", unit="USD", description="Step cost estimate"
         )
+
+
+FOLDED_KINDS: Final = TAKE_OVER_KINDS | {
+    "run_started",
+    "step_recorded",
+    "repair_attempted",
+    "slo_alert_raised",
+}
+"""The event types :class:`_Fold` counts or reads: :func:`export_ledger_metrics` skips the
+rest of a log undecoded (most of an LLM pipeline's log is costs and a team's own events)."""
 
 
 class _Fold:
@@ -282,8 +293,9 @@ def export_ledger_metrics(
 ) -> int:
     """Feed every event of the ledger (from ``start``) into the pipeline instruments.
 
-    Events of a type this process has no model for (a user's own type, registered only in
-    the code that wrote it) are read and skipped: none of them is a pipeline metric.
+    Only the event types the instruments fold (:data:`FOLDED_KINDS`) are decoded; the rest,
+    a user's own types (registered only in the code that wrote them) included, are read and
+    skipped: none of them is a pipeline metric.
     Returns the number of events read, so a caller can continue from ``start + n`` later
     and get the same numbers as one export of the whole range.
     """
@@ -296,7 +308,7 @@ def export_ledger_metrics(
             read += 1  # the skipped records too: the caller continues after them
             yield raw
 
-    for event in decode_known(counted()):
+    for event in decode_known(counted(), kinds=FOLDED_KINDS):
         fold.add(event)
     return read
 
