@@ -60,8 +60,10 @@ CREATE TABLE IF NOT EXISTS projection_positions (
 """
 
 
-DEFAULT_BUSY_TIMEOUT: Final = 5.0
-"""Seconds a views statement waits for another process's lock (sqlite3's default)."""
+DEFAULT_BUSY_TIMEOUT: Final = 60.0
+"""Seconds a views statement waits for another process's lock: the SQLite ledger's wait, so
+a report catching up beside ``project run --follow`` (or a parallel rebuild's other process)
+waits as long as the README's busy-store promise says, not sqlite3's 5 s."""
 
 
 @contextmanager
@@ -156,7 +158,7 @@ class SQLiteViews:
 
     ``busy_timeout``: seconds a statement waits for a lock another process holds on the
     views file (a runner or report committing) before raising
-    :class:`~tracebound.errors.StoreBusy`; sqlite3's own default.
+    :class:`~tracebound.errors.StoreBusy`; 60 s by default, as the SQLite ledger.
     """
 
     def __init__(self, path: str | Path, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> None:

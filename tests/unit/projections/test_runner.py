@@ -425,6 +425,19 @@ def test_a_busy_store_stops_the_run_without_failing_a_projection(tmp_path: Path)
     store.close()
 
 
+def test_views_wait_for_a_lock_as_long_as_the_ledger(tmp_path: Path) -> None:
+    """A report catching up beside `project run --follow`, or a parallel rebuild's second
+    process, waited 5 s for the views file's lock while the ledger waits 60 s (the README's
+    busy-store figure): the views now wait as long as a SQLite ledger does, by default."""
+    import inspect
+
+    ledger_default = inspect.signature(SQLiteStore).parameters["busy_timeout"].default
+    views = SQLiteViews(tmp_path / "v.db")
+    (waits_ms,) = views._conn.execute("PRAGMA busy_timeout").fetchone()
+    views.close()
+    assert (views.busy_timeout, waits_ms) == (ledger_default, ledger_default * 1000)
+
+
 def test_views_locked_by_another_process_are_store_busy(
     ledger: SQLiteStore, tmp_path: Path
 ) -> None:
