@@ -21,6 +21,7 @@ from tracebound.errors import (
     ConcurrencyError,
     ConfigError,
     StorageError,
+    StoreBusy,
     StoreNotFound,
 )
 from tracebound.store.port import (
@@ -254,6 +255,67 @@ def test_lock_timeout_is_a_retryable_concurrency_error(postgres_dsn: str) -> Non
     assert [e.stream_id for e in impatient.read_log()] == ["a", "b"]
     holder.close()
     impatient.close()
+
+
+# --- lock_timeout: 60 s unless someone set one -----------------------------------------------
+
+
+def _session_lock_timeout(store: PostgresStore) -> str:
+    row = store._conn().execute("SHOW lock_timeout").fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def _set_for_this_role(dsn: str, value: str) -> None:
+    """A DBA's setting for the role, in this test's database only (dropped with it)."""
+    dbname = dsn.rsplit("dbname=", 1)[1]
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(
+            sql.SQL("ALTER ROLE CURRENT_USER IN DATABASE {} SET lock_timeout = {}").format(
+                sql.Identifier(dbname), sql.Literal(value)
+            )
+        )
+
+
+def test_a_session_nobody_set_a_lock_timeout_for_waits_60_s(postgres_dsn: str) -> None:
+    """PostgreSQL's own default (0) waits for ever behind a stopped or hung writer, where
+    SQLite and JSONL stop with StoreBusy after 60 s: with nothing set, 60 s here too."""
+    with PostgresStore(postgres_dsn) as store:
+        assert (_session_lock_timeout(store), store.lock_timeout) == ("1min", 60.0)
+
+
+def test_a_lock_timeout_set_for_the_role_or_in_the_url_is_kept(postgres_dsn: str) -> None:
+    # The URL's options, even "0" (wait for ever), are the user's; a role's setting the DBA's.
+    with PostgresStore(f"{postgres_dsn} options='-c lock_timeout=0'") as store:
+        assert (_session_lock_timeout(store), store.lock_timeout) == ("0", None)
+    _set_for_this_role(postgres_dsn, "7s")
+    with PostgresStore(postgres_dsn) as store:
+        assert (_session_lock_timeout(store), store.lock_timeout) == ("7s", 7.0)
+    with PostgresStore(postgres_dsn, lock_timeout=0.25) as store:  # an explicit one wins
+        assert (_session_lock_timeout(store), store.lock_timeout) == ("250ms", 0.25)
+
+
+def test_store_busy_names_the_effective_lock_timeout(postgres_dsn: str) -> None:
+    """A role's 250 ms, not the argument's None: StoreBusy says how long it waited."""
+    _set_for_this_role(postgres_dsn, "250ms")
+    with PostgresStore(postgres_dsn) as holder, PostgresStore(postgres_dsn) as waiting:
+        with holder.tracking("hold"):
+            holder.append("a", [note(1)])  # holds the log's lock until this block ends
+            with pytest.raises(StoreBusy) as info:
+                waiting.append("b", [note(2)])
+        assert info.value.waited == 0.25
+        assert "within 0.25 s" in str(info.value)
+
+
+def test_lock_timeout_does_not_bound_a_long_append_or_a_checkpoint(postgres_dsn: str) -> None:
+    """lock_timeout bounds waiting for a lock, never the work done holding one: a bulk
+    append (COPY) and a checkpoint go through with the shortest timeout there is."""
+    with PostgresStore(postgres_dsn, lock_timeout=0.001) as store:
+        events = store.append_batch(
+            [AppendRequest(f"s{k}", [note(i) for i in range(5000)]) for k in range(4)]  # type: ignore[arg-type]
+        )
+        store.save_checkpoint(len(events), "n\n")
+        assert (store.size(), store.checkpoints()) == (20000, [(20000, "n\n")])
 
 
 @pytest.mark.parametrize("schema", ["Mixed Case", 'per%cent%s"quote', "ünï"])

@@ -244,9 +244,18 @@ def test_views_locked_by_another_session_are_store_busy(
             holder.rollback()
         assert "locked_views" in info.value.store
         assert "lock timeout" in str(info.value)
+        assert info.value.waited == 0.2  # the URL's, which the views keep
         runner.run()
         (status,) = runner.status()
         assert (status.lag, status.failed_position) == (0, None)
+
+
+def test_views_nobody_set_a_lock_timeout_for_wait_60_s(views_url: Any) -> None:
+    """As the ledger's sessions: PostgreSQL's own default (none) would wait for ever behind
+    a session hung holding a position row; the SQLite views and ledgers wait 60 s."""
+    with PostgresViews(views_url("default_wait")) as views:
+        row = views._conn.execute("SHOW lock_timeout").fetchone()
+        assert (row, views.lock_timeout) == (("1min",), 60.0)
 
 
 def test_cli_project_commands_take_a_postgresql_views_url(

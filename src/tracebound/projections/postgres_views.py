@@ -40,7 +40,7 @@ from tracebound.errors import ConcurrencyConflict, ConfigError, StorageError
 from tracebound.projections.base import Key, Projection, Row, Table
 from tracebound.projections.sqlite_views import _ENCODERS, PositionRecord, TableWrite, _codec
 from tracebound.projections.trail import ENGINE_HISTORY
-from tracebound.store.postgres import display_url, lock_wait_error, parse_url
+from tracebound.store.postgres import apply_lock_timeout, display_url, lock_wait_error, parse_url
 
 __all__ = ["DEFAULT_VIEWS_SCHEMA", "PostgresViews"]
 
@@ -54,14 +54,15 @@ _Conn = psycopg.Connection[tuple[Any, ...]]
 
 
 @contextmanager
-def _translated(what: str, place: str) -> Iterator[None]:
+def _translated(what: str, place: str, waited: float | None = None) -> Iterator[None]:
     """No psycopg error escapes: they become StorageError, like the SQLite views', and a
-    lock another session held past ``lock_timeout`` StoreBusy (``place``: for its message).
+    lock another session held past ``lock_timeout`` StoreBusy (``place`` and ``waited``, the
+    session's lock_timeout: for its message).
     """
     try:
         yield
     except psycopg.errors.LockNotAvailable as exc:
-        busy = lock_wait_error(exc, place, None)  # the session's lock_timeout: the URL's
+        busy = lock_wait_error(exc, place, waited)
         assert busy is not None
         raise busy from exc
     except psycopg.errors.InsufficientPrivilege as exc:
@@ -98,10 +99,14 @@ class PostgresViews:
         self.place = display_url(dsn, schema)  # for messages: without the password
         self._lock = threading.RLock()
         self._tables: dict[str, Table] = {ENGINE_HISTORY.name: ENGINE_HISTORY}
-        with _translated("open", self.place):
+        # seconds its session waits for a lock (None: none): the URL's or the role's
+        # lock_timeout if one is set, else the ledger's 60 s (apply_lock_timeout)
+        self.lock_timeout: float | None = None
+        with _translated("open", self.place, self.lock_timeout):
             self._conn: _Conn = psycopg.connect(dsn, autocommit=True, application_name="tracebound")
             set_json_loads(orjson.loads, self._conn)
             try:
+                self.lock_timeout = apply_lock_timeout(self._conn, None)
                 if create:
                     self._set_up()
                 else:  # a read-only role may run it: no DDL, not even IF NOT EXISTS
@@ -204,7 +209,7 @@ class PostgresViews:
 
     def prepare(self, projection: Projection) -> PositionRecord:
         """Create the projection's tables and position row; a new version starts over."""
-        with self._lock, _translated("prepare", self.place):
+        with self._lock, _translated("prepare", self.place, self.lock_timeout):
             stored = self.position_record(projection.name)
             if stored is not None and stored.version != projection.version:
                 self.reset(projection)
@@ -232,7 +237,11 @@ class PostgresViews:
 
     def reset(self, projection: Projection) -> None:
         """Drop the projection's tables and position: the next run replays from position 0."""
-        with self._lock, _translated("reset", self.place), self._conn.transaction():
+        with (
+            self._lock,
+            _translated("reset", self.place, self.lock_timeout),
+            self._conn.transaction(),
+        ):
             self._serialise_ddl()
             for table in projection.tables:
                 self._conn.execute(
@@ -253,14 +262,14 @@ class PostgresViews:
         )
 
     def position_record(self, name: str) -> PositionRecord | None:
-        with self._lock, _translated("read", self.place):
+        with self._lock, _translated("read", self.place, self.lock_timeout):
             row = self._conn.execute(
                 self._positions_query(sql.SQL("WHERE name = %s")), (name,)
             ).fetchone()
         return None if row is None else PositionRecord(*row)
 
     def positions(self) -> list[PositionRecord]:
-        with self._lock, _translated("read", self.place):
+        with self._lock, _translated("read", self.place, self.lock_timeout):
             rows = self._conn.execute(
                 self._positions_query(sql.SQL('ORDER BY name COLLATE "C"'))
             ).fetchall()
@@ -275,7 +284,7 @@ class PostgresViews:
             self._name(table.name),
             sql.SQL(" AND ").join(sql.SQL("{} = %s").format(sql.Identifier(k)) for k in table.key),
         )
-        with self._lock, _translated("read", self.place):
+        with self._lock, _translated("read", self.place, self.lock_timeout):
             found = self._conn.execute(query, key).fetchone()
         return None if found is None else self._decode(table, found)
 
@@ -325,7 +334,7 @@ class PostgresViews:
         ).format(self._name("projection_positions"))
         with (
             self._lock,
-            _translated("commit", self.place),
+            _translated("commit", self.place, self.lock_timeout),
             self._conn.transaction(),
             self._conn.cursor() as cur,
         ):
@@ -358,7 +367,7 @@ class PostgresViews:
         """Store engine-history rows (see :mod:`.trail`); re-importing replaces, by key."""
         with (
             self._lock,
-            _translated("import", self.place),
+            _translated("import", self.place, self.lock_timeout),
             self._conn.transaction(),
             self._conn.cursor() as cur,
         ):
@@ -396,7 +405,7 @@ class PostgresViews:
         query += sql.SQL(" ORDER BY ") + order
         with self._lock:
             try:
-                with _translated("read", self.place):
+                with _translated("read", self.place, self.lock_timeout):
                     found = self._conn.execute(query, params).fetchall()
             except StorageError as exc:
                 if isinstance(exc.__cause__, psycopg.errors.UndefinedTable):

@@ -47,7 +47,7 @@ import re
 import threading
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager, suppress
+from contextlib import contextmanager, suppress
 from time import monotonic
 from typing import TYPE_CHECKING, Any, Final, Self
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
@@ -216,6 +216,15 @@ _BUSY_HINT: Final = (
 )
 _UNNAMED: Final = ("the PostgreSQL ledger", None)
 
+DEFAULT_LOCK_TIMEOUT: Final = 60.0
+"""Seconds a session waits for a lock when nobody set ``lock_timeout``: PostgreSQL's own
+default (0) waits for ever behind a stopped or hung writer, where SQLite's ``busy_timeout``
+and JSONL's ``lock_timeout`` give up with StoreBusy after 60 s."""
+
+_LOCK_TIMEOUT_SETTING: Final = (
+    "SELECT setting::bigint, source FROM pg_settings WHERE name = 'lock_timeout'"
+)
+
 
 def lock_wait_error(exc: psycopg.Error, place: str, waited: float | None) -> StoreBusy | None:
     """:class:`StoreBusy` for a lock waited for past ``lock_timeout`` (``place``: the URL
@@ -225,6 +234,25 @@ def lock_wait_error(exc: psycopg.Error, place: str, waited: float | None) -> Sto
     if isinstance(exc, psycopg.errors.LockNotAvailable):
         return StoreBusy(place, waited, f"{_BUSY_HINT}. PostgreSQL said: {exc}")
     return None
+
+
+def apply_lock_timeout(conn: psycopg.Connection[Any], wanted: float | None) -> float | None:
+    """Give a session its lock_timeout; return it in seconds (None: none, wait for ever).
+
+    ``wanted`` (an explicit value) wins. Otherwise one someone set (its ``source`` is not
+    ``default``: a DBA's for the server, database or role, or the URL's ``options``) is
+    kept, even 0; only a session nobody set one for gets :data:`DEFAULT_LOCK_TIMEOUT`. It
+    bounds the wait for a lock, never the statement holding one (a bulk append, a
+    checkpoint). Shared with the PostgreSQL views, whose sessions wait the same.
+    """
+    if wanted is None:
+        row = conn.execute(_LOCK_TIMEOUT_SETTING).fetchone()
+        if row is not None and row[1] != "default":
+            return int(row[0]) / 1000 if row[0] else None
+        wanted = DEFAULT_LOCK_TIMEOUT
+    ms = max(1, round(wanted * 1000))
+    conn.execute(sql.SQL("SET lock_timeout TO {}").format(sql.Literal(ms)))
+    return ms / 1000
 
 
 def _translate(
@@ -486,9 +514,10 @@ class PostgresStore(ChainedAppends):
             lock at commit; appends are serialised anyway, so it only costs if other
             applications in the same database notify heavily.
         lock_timeout: seconds an append waits for the log's lock before failing with
-            StoreBusy; None leaves the session's own (the server's, the role's or the
-            URL's ``options``; none by default: as long as it takes). 60 is recommended
-            (docs/postgresql.md).
+            StoreBusy. None keeps one that was set for the session (the server's
+            configuration, the database's or the role's, the URL's ``options`` or
+            ``PGOPTIONS``; ``0`` there waits for ever), and gives a session nobody set one
+            for :data:`DEFAULT_LOCK_TIMEOUT` (60 s). :attr:`lock_timeout` is the result.
         connect_timeout: seconds to wait for a connection.
     """
 
@@ -521,6 +550,8 @@ class PostgresStore(ChainedAppends):
         self.worker_url = display_url(dsn, schema, with_password=True)
         self._notify = notify
         self._lock_timeout = lock_timeout
+        # what the sessions really wait (set at each connect), for StoreBusy's message
+        self._waits: float | None = lock_timeout
         self._connect_timeout = connect_timeout
         self._local = threading.local()
         self._closed = False
@@ -591,9 +622,19 @@ class PostgresStore(ChainedAppends):
                     "application's tables; give the ledger a schema of its own (?schema=…)"
                 )
 
-    def _errors(self, what: str) -> AbstractContextManager[None]:
-        """:func:`_translated`, naming this store in a StoreBusy."""
-        return _translated(what, (self.url, self._lock_timeout))
+    @property
+    def lock_timeout(self) -> float | None:
+        """Seconds this store's sessions wait for a lock (None: as long as it takes)."""
+        return self._waits
+
+    @contextmanager
+    def _errors(self, what: str) -> Iterator[None]:
+        """:func:`_translated`, naming this store and how long it waited in a StoreBusy
+        (read when the error happens: the first connection is made inside the block)."""
+        try:
+            yield
+        except psycopg.Error as exc:
+            raise _translate(exc, what, (self.url, self._waits)) from exc
 
     # -- connections ---------------------------------------------------------------------
 
@@ -614,9 +655,7 @@ class PostgresStore(ChainedAppends):
             raise
         try:
             conn.execute("SET synchronous_commit TO on")
-            if self._lock_timeout is not None:
-                ms = max(1, round(self._lock_timeout * 1000))
-                conn.execute(sql.SQL("SET lock_timeout TO {}").format(sql.Literal(ms)))
+            self._waits = apply_lock_timeout(conn, self._lock_timeout)
         except BaseException:
             conn.close()
             raise
