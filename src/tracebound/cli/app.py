@@ -7,7 +7,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from datetime import datetime
 from importlib import metadata
 from pathlib import Path
@@ -88,7 +88,13 @@ from tracebound.ledger import (
     verify_bundle,
 )
 from tracebound.store.keyfile import generate_keypair
-from tracebound.store.port import AppendRequest, LedgerStore, StreamIndex, stream_positions
+from tracebound.store.port import (
+    AppendRequest,
+    LedgerStore,
+    StreamIndex,
+    position_runs,
+    stream_positions,
+)
 from tracebound.store.url import open_store
 from tracebound.store.witness import bind_store, binding_path, store_identity
 from tracebound.system import RandomIds, SystemClock
@@ -751,27 +757,13 @@ _INDEX_PAGE: Final = 1000
 """Stream versions looked up in the stream index at a time."""
 
 
-def _position_runs(positions: Iterable[int]) -> Iterator[tuple[int, int]]:
-    """Ascending positions as (first, last) runs of neighbours: one read each."""
-    first = last = None
-    for position in positions:
-        if last is not None and position == last + 1:
-            last = position
-            continue
-        if first is not None and last is not None:
-            yield first, last
-        first = last = position
-    if first is not None and last is not None:
-        yield first, last
-
-
 def _indexed_stream(backend: LedgerStore, stream: str, *, start: int = 1) -> Iterator[RawRecord]:
     """A stream's stored records at positions >= ``start``, in version order, found through
     the store's stream index: the work is the stream's, not the log's. Undecoded, so of
     any type."""
     version = 1
     while page := stream_positions(backend, stream, version, version + _INDEX_PAGE - 1):
-        for first, last in _position_runs(p for _, p in page if p >= start):
+        for first, last in position_runs(p for _, p in page if p >= start):
             yield from backend.read_raw(start=first, stop=last)
         version = page[-1][0] + 1
 

@@ -47,7 +47,6 @@ the run *did* (``lineage``, ``blame``, ``status``) is built from the records tha
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -85,7 +84,7 @@ from tracebound.ledger import Ledger
 from tracebound.pipeline.runner import run_stream
 from tracebound.store.blobs import BlobStore
 from tracebound.store.nodes import LogNodes
-from tracebound.store.port import LedgerStore, MerkleNodeStore
+from tracebound.store.port import LedgerStore, MerkleNodeStore, position_runs
 
 __all__ = [
     "AbandonedBy",
@@ -276,20 +275,6 @@ class ReplayReport:
         }
 
 
-def _ranges(positions: Iterable[int]) -> Iterator[tuple[int, int]]:
-    """Consecutive positions as (first, last) ranges: one read per range, not per event."""
-    first = last = None
-    for p in sorted(positions):
-        if last is not None and p == last + 1:
-            last = p
-            continue
-        if first is not None and last is not None:
-            yield first, last
-        first = last = p
-    if first is not None and last is not None:
-        yield first, last
-
-
 _SPAN_PAGE = 1 << 16  # positions whose hashes are counted per read
 
 
@@ -413,7 +398,7 @@ def _read_run(
     if not positions:
         raise ConfigError(f"no run {run_id!r} in this ledger")
     raws: list[RawRecord] = []
-    for first, last in _ranges(positions):
+    for first, last in position_runs(sorted(positions)):
         raws += store.read_raw(start=first, stop=last)
     span = _span(store, min(positions), max(positions))
     # A run whose first record left is not its first version lost its start somewhere

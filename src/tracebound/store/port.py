@@ -50,6 +50,7 @@ __all__ = [
     "check_import",
     "contiguous_nodes",
     "node_count",
+    "position_runs",
     "stream_positions",
 ]
 
@@ -155,6 +156,21 @@ def stream_positions(
         return store.stream_positions(stream_id, from_version, to_version)
     events = store.read_stream(stream_id, from_version=from_version, to_version=to_version)
     return [(int(e.stream_version), e.position) for e in events]
+
+
+def position_runs(positions: Iterable[int]) -> Iterator[tuple[int, int]]:
+    """Ascending positions as ``(first, last)`` runs of neighbours: one ``read_raw`` each,
+    not one per event."""
+    first = last = None
+    for position in positions:
+        if last is not None and position == last + 1:
+            last = position
+            continue
+        if first is not None and last is not None:
+            yield first, last
+        first = last = position
+    if first is not None and last is not None:
+        yield first, last
 
 
 @runtime_checkable
