@@ -243,7 +243,9 @@ WitnessOpt = Annotated[
         "--witness",
         envvar="TRACEBOUND_WITNESS",
         help="Witness file holding the newest checkpoint, outside the store. "
-        "Default: ~/.local/state/tracebound/witness/<origin>.note",
+        "Default: ~/.local/state/tracebound/witness/<origin>.note (the origin made a "
+        "file name: other characters than A-Z a-z 0-9 . _ - as _, plus 8 hex digits of "
+        "its SHA-256 when any were)",
         show_default=False,
     ),
 ]
