@@ -84,6 +84,41 @@ def test_the_tamper_table_says_what_jsonl_reports_for_a_deleted_middle_event() -
     assert "`gap`" in row and "JSONL" in row and "docs/jsonl.md" in row
 
 
+def _guides() -> str:
+    return "\n".join(
+        [TEXT, *(p.read_text(encoding="utf-8") for p in sorted(README.parent.glob("docs/*.md")))]
+    )
+
+
+def test_every_public_name_is_documented() -> None:
+    """A user reads the README and the guides, not tests/unit/test_public_api.py: each name
+    `import tracebound` exports is named there (`ANY_VERSION`, `NoteVerifier`, … were not)."""
+    import tracebound
+
+    text = _guides()
+    missing = [n for n in tracebound.__all__ if n != "__version__" and f"`{n}`" not in text]
+    assert missing == []
+
+
+def test_every_environment_variable_of_the_cli_is_documented() -> None:
+    """The variables are read from the CLI's options, so a new one cannot go unmentioned
+    (`TRACEBOUND_VERIFIER_KEY`, `TRACEBOUND_REDACTION_KEY`, `TRACEBOUND_POLICY`, … were)."""
+    from typer.main import get_command
+
+    from tracebound.cli.app import app
+
+    def envvars(command: object) -> set[str]:
+        found = {p.envvar for p in getattr(command, "params", ()) if isinstance(p.envvar, str)}
+        for sub in getattr(command, "commands", {}).values():
+            found |= envvars(sub)
+        return found
+
+    declared = envvars(get_command(app))
+    assert "TRACEBOUND_STORE" in declared
+    text = _guides()
+    assert sorted(v for v in declared if f"`{v}`" not in text) == []
+
+
 # -- examples/remediation/README.md --------------------------------------------------------
 
 REMEDIATION = README.parent / "examples" / "remediation" / "README.md"
