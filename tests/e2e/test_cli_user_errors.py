@@ -215,6 +215,35 @@ def test_a_reader_gone_is_exit_141_not_damage(cli: CLI, args: tuple[str, ...]) -
     assert proc.stderr == ""  # no traceback, no "Exception ignored" at exit
 
 
+@pytest.mark.parametrize("unbuffered", [False, True])
+@pytest.mark.parametrize("args", [("log", "--limit", "0", "--json"), ("log", "--limit", "0")])
+def test_a_reader_that_leaves_mid_output_is_exit_141(
+    tmp_path: Path, args: tuple[str, ...], unbuffered: bool
+) -> None:
+    # `tracebound log --limit 0 | head -c 10` with PYTHONUNBUFFERED=1, as container images
+    # set it: stdout was a text wrapper straight over the pipe, which dropped the rest of a
+    # write the reader's leaving cut short. The output was cut and the exit code was 0,
+    # as if it had all been written. The output (> 64 KB, a pipe's capacity) is still
+    # being written when the reader leaves, so the write is cut short every time.
+    cli = ready_cli(tmp_path, 1500)
+    env = {k: v for k, v in cli.env.items() if k != "PYTHONUNBUFFERED"}
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tracebound", *args],
+        cwd=cli.cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    assert os.read(proc.stdout.fileno(), 10)
+    proc.stdout.close()
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141, stderr
+    assert stderr == ""
+
+
 @pytest.mark.parametrize(
     "args",
     [

@@ -1112,6 +1112,29 @@ def demo(
         raise typer.Exit(EXIT_DAMAGED)
 
 
+def _buffered_stdout() -> None:
+    """Give stdout a buffer when PYTHONUNBUFFERED (or ``-u``) left it without one.
+
+    Unbuffered, stdout's text wrapper writes straight to the file and drops what a write
+    cut short did not take: a pipe whose reader leaves mid-write (`| head -c 10`) cut the
+    output with exit 0, as if all of it had been written. A buffered writer writes the rest
+    or raises BrokenPipeError (exit 141). Every command flushes what it prints, so output
+    still appears as it is printed (`tail --follow`).
+    """
+    stdout = sys.stdout
+    if not isinstance(getattr(stdout, "buffer", None), io.RawIOBase):
+        return
+    stdout.flush()
+    raw = io.FileIO(stdout.fileno(), "w", closefd=False)  # the original stays usable
+    sys.stdout = io.TextIOWrapper(
+        io.BufferedWriter(raw),
+        encoding=stdout.encoding,
+        errors=stdout.errors,
+        line_buffering=bool(stdout.line_buffering),
+        write_through=True,
+    )
+
+
 def main() -> None:
     """Console-script entry point."""
     # A closed stdout or stderr (a cron job's `>&-`) leaves Python's sys.stdout None: every
@@ -1122,6 +1145,7 @@ def main() -> None:
         sys.stdout = Path(os.devnull).open("w", encoding="utf-8")  # noqa: SIM115 - process-long
     if sys.stderr is None:
         sys.stderr = Path(os.devnull).open("w", encoding="utf-8")  # noqa: SIM115 - process-long
+    _buffered_stdout()
     stop_on_sigterm()
     try:
         app()
