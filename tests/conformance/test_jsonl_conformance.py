@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import json
+import os
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -198,3 +201,59 @@ def test_a_reader_of_a_store_a_hung_writer_holds_gives_up_and_says_why(tmp_path:
     busy = opening.value
     assert (busy.store, busy.waited) == (str(root / "lock"), 0.2)
     assert f"fuser -v {root / 'lock'}" in str(busy)
+
+
+_WAITER = """
+import sys
+from tests.conformance.suite import note
+from tracebound.store.jsonl import JsonlStore
+store = JsonlStore(sys.argv[1])
+print("open", flush=True)
+sys.stdin.readline()
+store.append("waiter", [note(2)])
+"""
+
+
+def _queue_held_by_another_process(folder: Path) -> bool:
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # releases it, if this process got it
+    return False
+
+
+def test_a_writer_that_lets_go_does_not_take_the_lock_back_before_one_waiting(
+    tmp_path: Path,
+) -> None:
+    """Waiters polled the flock with pauses up to 10 ms, and a writer that let go took it
+    straight back: under busy writers one process waited seconds (minutes were possible)
+    while the others took turns. A waiter now queues on the folder's flock, and a writer
+    coming back waits behind it: the waiter's append lands first, every time."""
+    root = tmp_path / "store"
+    with JsonlStore(root) as store:
+        store.append("s", [note(1)])
+        waiter = subprocess.Popen(
+            [sys.executable, "-c", _WAITER, str(root)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=Path(__file__).resolve().parents[2],
+        )
+        assert waiter.stdin is not None and waiter.stdout is not None
+        try:
+            assert waiter.stdout.readline() == "open\n"
+            with store._mutex, store._exclusive():  # a writer mid-append
+                waiter.stdin.write("go\n")
+                waiter.stdin.flush()
+                deadline = time.monotonic() + 30
+                while not _queue_held_by_another_process(root):  # the waiter queued
+                    assert time.monotonic() < deadline, "the waiter never queued"
+                    time.sleep(0.01)
+            store.append("s", [note(3)])  # at once, as a writer in a loop does
+        finally:
+            waiter.stdin.close()
+            assert waiter.wait(timeout=60) == 0
+        assert [e.stream_id for e in store.read_log()] == ["s", "waiter", "s"]

@@ -16,6 +16,7 @@ Layout (``docs/adr/0006-jsonl-layout.md``, ``docs/jsonl.md``)::
       nodes-<L>.bin      0600  stored Merkle nodes of level L (32 bytes each, in index
                                order): derived from the log, checked on every use
       lock               0600  the flock that serialises writers across processes
+                               (waiters queue on a flock of <dir> itself)
 
 An event's position is its line number. The record is inlined verbatim after a fixed-shape
 prefix, so the hashed bytes are recovered by slicing the line, never by re-encoding it.
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import math
 import os
 import re
 import threading
@@ -107,8 +109,10 @@ _STRIDE: Final = 256  # lines (and stream versions) between index marks
 _BUFFER: Final = 1 << 16
 _REFRESH_TRIES: Final = 5
 DEFAULT_LOCK_TIMEOUT: Final = 60.0  # seconds, as SQLite's busy_timeout
+_LOCK_PAUSE_MIN: Final = 0.0005
 _LOCK_PAUSE_MAX: Final = 0.01  # seconds between tries at a held flock (SQLite's busy
 # handler sleeps the same way: flock has no timeout, and a signal would be the caller's)
+_QUEUE_PATIENCE: Final = 1.0  # seconds a waiter stays behind the queue's holder (_flock_within)
 
 # The fixed-shape start of a log line. Keys are in RFC 8785 order, so a line is itself
 # canonical JSON, and the record starts right after `"record":`.
@@ -230,28 +234,49 @@ def _io(what: str) -> Iterator[None]:
         raise StorageError(f"jsonl {what} failed: {exc}") from exc
 
 
-def _flock_within(fd: int, mode: int, timeout: float | None) -> bool:
+def _try_flock(fd: int, mode: int) -> bool:
+    try:
+        fcntl.flock(fd, mode | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _flock_within(fd: int, mode: int, timeout: float | None, queue: int | None = None) -> bool:
     """``flock(fd, mode)``, waiting at most ``timeout`` seconds (None: as long as it takes).
 
-    False if another process held it all that time. An uncontended lock costs one call,
-    as before; a held one is tried again after pauses growing to ``_LOCK_PAUSE_MAX``.
+    False if another process held it all that time. An uncontended lock costs one call
+    (three with ``queue``); a held one is tried again after pauses growing to
+    ``_LOCK_PAUSE_MAX``.
+
+    ``queue`` (an exclusive flock on another file) makes the wait fair: without it, a
+    process that lets go and at once wants the lock again takes it back before the others
+    wake from their pause, again and again (seconds of waiting for them under a busy
+    writer). A waiter holds ``queue`` while it waits, so a process coming back must queue
+    behind it; whoever waited ``_QUEUE_PATIENCE`` also tries the lock itself, so one that
+    stopped while it held the queue holds the others up that long, not until they time out.
     """
-    if timeout is None:
-        fcntl.flock(fd, mode)
-        return True
-    deadline = time.monotonic() + timeout
-    pause = 0.0005
-    while True:
-        try:
-            fcntl.flock(fd, mode | fcntl.LOCK_NB)
-        except BlockingIOError:
+    start = time.monotonic()
+    deadline = math.inf if timeout is None else start + timeout
+    queued = False
+    pause = _LOCK_PAUSE_MIN
+    try:
+        while True:
+            if queue is not None and not queued:
+                queued = _try_flock(queue, fcntl.LOCK_EX)
+            impatient = time.monotonic() - start >= _QUEUE_PATIENCE
+            if (queue is None or queued or impatient) and _try_flock(fd, mode):
+                return True
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
-            time.sleep(min(pause, left))
+            # The queue's holder is next, and the lock idles until it looks again: it looks
+            # often (one process does), the others back off.
+            time.sleep(min(_LOCK_PAUSE_MIN if queued else pause, left))
             pause = min(pause * 2, _LOCK_PAUSE_MAX)
-        else:
-            return True
+    finally:
+        if queued and queue is not None:
+            fcntl.flock(queue, fcntl.LOCK_UN)
 
 
 def _fd_ident(fd: int) -> tuple[int, int]:
@@ -483,6 +508,9 @@ class JsonlStore(ChainedAppends):
             if fmt is not None and fmt != FORMAT:
                 raise ConfigError(f"{d} holds a {fmt!r} ledger; this version reads {FORMAT!r}")
             self._lock_fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+            # Waiters for the lock queue on the folder's own flock (_flock_within): a
+            # folder needs no new file, and it is not replaced as the lock file can be.
+            self._queue_fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
             self._log_fd = os.open(self._log_path, os.O_WRONLY | os.O_APPEND)
             # Which file each descriptor holds: fixed for the descriptor's life, so it is
             # read once here instead of once per append (an fstat each).
@@ -541,7 +569,7 @@ class JsonlStore(ChainedAppends):
             if self._closed:
                 return
             self._closed = True
-            for fd in (self._lock_fd, self._log_fd):
+            for fd in (self._lock_fd, self._queue_fd, self._log_fd):
                 with suppress(OSError):  # best effort: the store is unusable either way
                     os.close(fd)
 
@@ -557,13 +585,13 @@ class JsonlStore(ChainedAppends):
 
     # -- locks ---------------------------------------------------------------------------
 
-    def _flock(self, fd: int, mode: int) -> None:
-        """flock ``fd`` within ``lock_timeout``.
+    def _flock(self, fd: int, mode: int, queue: int | None = None) -> None:
+        """flock ``fd`` within ``lock_timeout`` (waiting in turn behind ``queue``).
 
         Raises:
             StoreBusy: another process held the lock all that time.
         """
-        if not _flock_within(fd, mode, self._lock_timeout):
+        if not _flock_within(fd, mode, self._lock_timeout, queue):
             raise StoreBusy(
                 str(self._lock_path),
                 self._lock_timeout,
@@ -577,7 +605,7 @@ class JsonlStore(ChainedAppends):
         """flock the lock file, reopening it if it was replaced (a lock on a deleted inode
         would exclude nobody)."""
         while True:
-            self._flock(self._lock_fd, mode)
+            self._flock(self._lock_fd, mode, self._queue_fd)
             try:
                 current = self._lock_path.stat()
             except FileNotFoundError:
