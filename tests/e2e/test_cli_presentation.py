@@ -298,3 +298,38 @@ def test_project_status_does_not_create_a_missing_views_file(tmp_path: Path) -> 
     assert not (c.cwd / ".tracebound" / "views.db").exists()
     c.json("project", "run")  # `run` creates them; then status reads them
     assert {s["lag"] for s in c.json("project", "status")["projections"]} == {0}
+
+
+def _squeezed(text: str) -> str:
+    """`text` without whitespace and box borders: a word rich folded over two lines of a
+    panel reads as one again."""
+    return "".join(text.replace("│", " ").split())
+
+
+@pytest.mark.parametrize(
+    "path", ALL_COMMANDS, ids=[" ".join(p) or "tracebound" for p in ALL_COMMANDS]
+)
+def test_help_at_80_and_120_columns_shows_every_option_and_its_whole_help(
+    path: tuple[str, ...], tmp_path: Path
+) -> None:
+    # At 80 columns a default longer than the help column (`--key`'s
+    # ~/.config/tracebound/keys/tracebound.key, `--witness`'s path) was cut to
+    # `~/.config/tracebound/keys/trace…`: the one thing the user looked for, unreadable.
+    command = get_command(app)
+    for name in path:
+        command = command.commands[name]  # type: ignore[attr-defined]
+    cli = CLI(tmp_path)
+    for columns in ("80", "120"):
+        cli.env["COLUMNS"] = columns
+        proc = cli.run(*path, "--help")
+        assert proc.returncode == 0, proc.stderr
+        assert "…" not in proc.stdout, proc.stdout
+        assert max(len(line) for line in proc.stdout.splitlines()) <= int(columns)
+        page = _squeezed(proc.stdout)
+        for param in command.params:
+            for opt in (*param.opts, *param.secondary_opts):
+                if opt.startswith("-"):
+                    assert re.search(rf"(?<![\w-]){opt}(?![\w-])", proc.stdout), (opt, columns)
+            helptext = getattr(param, "help", None)
+            if helptext:
+                assert _squeezed(helptext) in page, (param.name, columns, proc.stdout)

@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import inspect
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any, ClassVar
 
 import typer
+import typer.rich_utils
+from rich.text import Text
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from tracebound.cli._common import EXIT_USAGE, command_path, emit_json
@@ -61,14 +64,53 @@ def _tidy_help_option(option: Any) -> Any:
     return option
 
 
+def _folding(parameter_help: Callable[..., Any]) -> Callable[..., Any]:
+    def fold(**kwargs: Any) -> Any:
+        cell = parameter_help(**kwargs)
+        for item in getattr(cell, "renderables", ()):
+            if isinstance(item, Text):
+                item.overflow = "fold"
+        return cell
+
+    return fold
+
+
+@contextmanager
+def _long_words_folded() -> Iterator[None]:
+    """Fold, not cut, a word wider than an option's help column while a page is printed.
+
+    Rich's tables end such a word with "…": at 80 columns `--key`'s default read
+    `~/.config/tracebound/keys/trace…`, the one thing the user looked for. Folded, it goes
+    on over the next line and can be read whole. Typer builds each help cell in
+    ``rich_utils._get_parameter_help``; a Typer without it prints its own way.
+    """
+    original = getattr(typer.rich_utils, "_get_parameter_help", None)
+    if original is None:  # pragma: no cover - another Typer
+        yield
+        return
+    typer.rich_utils._get_parameter_help = _folding(original)
+    try:
+        yield
+    finally:
+        typer.rich_utils._get_parameter_help = original
+
+
 class _Command(TyperCommand):
     def get_help_option(self, ctx: Context) -> Any:
         return _tidy_help_option(super().get_help_option(ctx))
+
+    def format_help(self, ctx: Context, formatter: Any) -> None:
+        with _long_words_folded():
+            super().format_help(ctx, formatter)
 
 
 class _Group(TyperGroup):
     def get_help_option(self, ctx: Context) -> Any:
         return _tidy_help_option(super().get_help_option(ctx))
+
+    def format_help(self, ctx: Context, formatter: Any) -> None:
+        with _long_words_folded():
+            super().format_help(ctx, formatter)
 
 
 def _unwrap(text: str | None) -> str | None:
