@@ -198,6 +198,35 @@ def test_inspect_reports_damage_in_the_shape_verify_uses(cli: CLI) -> None:
     assert [e["stream_version"] for e in inspected["events"]] == [1]
 
 
+def test_inspect_shows_a_window_of_a_long_stream_and_still_verifies_all_of_it(cli: CLI) -> None:
+    # `inspect` printed every event of a stream (100,000 events: 600 MB resident, 72 MB of
+    # JSON). --start VERSION and --limit N bound what is shown, as `log` bounds a listing;
+    # the chain is still verified from genesis through the stream's last event.
+    cli.json("append", stdin=_lines(20))  # run-0: versions 1..10 at positions 1, 3, .., 19
+    window = cli.json("inspect", "run-0", "--start", "3", "--limit", "4")
+    assert [e["stream_version"] for e in window["events"]] == [3, 4, 5, 6]
+    assert (window["ok"], window["version"]) == (True, 10)
+    assert window["omitted"] == {"before": 2, "after": 4} and window["next_start"] == 7
+    whole = cli.json("inspect", "run-0")  # no bound: every event, as before
+    assert len(whole["events"]) == 10 and whole["omitted"] == {"before": 0, "after": 0}
+    assert whole["next_start"] is None and whole["head"] == window["head"]
+    human = cli.run("inspect", "run-0", "--limit", "2")
+    assert human.returncode == 0, human.stderr
+    assert "--start 3 continues" in human.stdout and "10 event(s)" in human.stdout
+    # damage after the window is still found: the verdict is the whole stream's
+    conn = sqlite3.connect(cli.cwd / ".tracebound" / "ledger.db")
+    with conn:  # run-0's version 9 is position 17
+        conn.execute(
+            "UPDATE events SET body = CAST(replace(CAST(body AS TEXT), '0.0016', '0.9016') "
+            "AS BLOB) WHERE position = 17"
+        )
+    conn.close()
+    damaged = cli.json("inspect", "run-0", "--limit", "2", code=1)
+    assert damaged["damage"]["position"] == 17 and damaged["version"] == 8
+    assert [e["stream_version"] for e in damaged["events"]] == [1, 2]
+    assert damaged["omitted"] == {"before": 0, "after": 6} and damaged["next_start"] == 3
+
+
 def test_checkpoint_verifies_only_new_events_unless_full(cli: CLI) -> None:
     cli.json("append", stdin=_lines(5))
     first = cli.json("checkpoint")

@@ -8,6 +8,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from datetime import datetime
 from importlib import metadata
 from pathlib import Path
@@ -785,6 +786,74 @@ def _stream_records(backend: LedgerStore, stream: str) -> Iterator[RawRecord]:
         yield raw
 
 
+@dataclass
+class _StreamWalk:
+    """A stream verified from genesis: the events in the asked-for window, and how many
+    verified events lay before and after it."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    version: int = 0
+    head: bytes = bytes(GENESIS)
+    damage: LedgerDamaged | None = None
+    before: int = 0
+    after: int = 0
+
+    @property
+    def next_start(self) -> int | None:
+        return self.rows[-1]["stream_version"] + 1 if self.after else None
+
+
+def _walk_stream(backend: LedgerStore, stream: str, *, start: int, limit: int) -> _StreamWalk:
+    """Verify every link of ``stream``, keeping only versions ``start`` onwards, at most
+    ``limit`` of them (0: all): the verdict is the whole stream's, what is held in memory
+    the window's."""
+    walk = _StreamWalk()
+    for raw in _stream_records(backend, stream):
+        # Re-hash the stored bytes, not the decoded event: that is what was signed.
+        walk.damage = link_damage(stream, walk.version, walk.head, raw)
+        if walk.damage is None and chain_hash(raw.prev_hash, raw.body) != raw.hash:
+            walk.damage = LedgerDamaged(
+                DamageKind.TAMPER, raw.position, "the bytes do not hash to the stored hash"
+            )
+        if walk.damage is not None:
+            break
+        row = _raw_row(raw)  # decoded outside the window too: its position is checked
+        walk.version, walk.head = raw.stream_version, raw.hash
+        if raw.stream_version < start:
+            walk.before += 1
+        elif limit and len(walk.rows) == limit:
+            walk.after += 1
+        else:
+            walk.rows.append(row)
+    return walk
+
+
+def _missing_stream(backend: LedgerStore, stream: str) -> ConfigError:
+    hint = ""
+    if backend.stream_head(f"run/{stream}") is not None:
+        # `tracebound runs` lists run ids; a pipeline run's events are run/<id>.
+        hint = f" (a pipeline run's stream is run/{stream}: tracebound inspect run/{stream})"
+    return ConfigError(f"no stream {stream!r} in this ledger{hint}")
+
+
+def _print_walk(walk: _StreamWalk, stream: str, *, start: int, limit: int) -> None:
+    console.print(_events_table(walk.rows, f"stream {stream}"))
+    if not walk.rows and walk.before:
+        console.print(f"[dim]no event at --start {start} or later[/]")
+    if walk.next_start is not None:
+        console.print(
+            f"[dim]--limit {limit} reached: --start {walk.next_start} continues (--limit 0: all)[/]"
+        )
+    if walk.damage is None:
+        console.print(f"[green]chain ok[/]: {walk.version} event(s), head {walk.head.hex()[:16]}…")
+        return
+    console.print(f"[bold red]chain broken[/]: {safe_text(str(walk.damage))}")
+    console.print(
+        "Run `tracebound verify` for the whole-ledger report. Do not append "
+        "to this ledger until the damage is understood."
+    )
+
+
 @app.command()
 def inspect(
     ctx: typer.Context,
@@ -797,10 +866,18 @@ def inspect(
         ),
     ] = None,
     store: StoreOpt = None,
+    start: Annotated[
+        int, typer.Option(min=1, help="First stream version shown (every one is verified).")
+    ] = 1,
+    limit: Annotated[int, typer.Option(min=0, help="At most this many events shown (0: all).")] = 0,
     attempts: AttemptsOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Show one stream and re-verify its chain from genesis (every time it runs).
+
+    Every event is shown unless --start/--limit bound the stream's events shown; the chain
+    is verified through the last event either way, and the JSON's ``omitted`` counts the
+    events left out before and after, ``next_start`` (else null) the --start that continues.
 
     A remediation run id (<store>/remediation/<id>/) or --attempts PATH re-verifies that
     run's attempts log from chain_head.bin through every line instead (docs/retry.md).
@@ -811,52 +888,28 @@ def inspect(
     with handled(as_json):
         backend = open_store(store)
         try:
-            rows: list[dict[str, Any]] = []
-            version, head = 0, bytes(GENESIS)
-            damage: LedgerDamaged | None = None
-            for raw in _stream_records(backend, stream):
-                # Re-hash the stored bytes, not the decoded event: that is what was signed.
-                damage = link_damage(stream, version, head, raw)
-                if damage is None and chain_hash(raw.prev_hash, raw.body) != raw.hash:
-                    damage = LedgerDamaged(
-                        DamageKind.TAMPER, raw.position, "the bytes do not hash to the stored hash"
-                    )
-                if damage is not None:
-                    break
-                version, head = raw.stream_version, raw.hash
-                rows.append(_raw_row(raw))
-            hint = ""
-            if not rows and damage is None and backend.stream_head(f"run/{stream}") is not None:
-                # `tracebound runs` lists run ids; a pipeline run's events are run/<id>.
-                hint = (
-                    f" (a pipeline run's stream is run/{stream}: tracebound inspect run/{stream})"
-                )
+            walk = _walk_stream(backend, stream, start=start, limit=limit)
+            if walk.version == 0 and walk.damage is None:
+                raise _missing_stream(backend, stream)
         finally:
             backend.close()
-        if not rows and damage is None:
-            raise ConfigError(f"no stream {stream!r} in this ledger{hint}")
     if as_json:
+        damage = walk.damage
         emit_json(
             {
                 "ok": damage is None,
                 "stream_id": stream,
-                "version": version,
-                "head": head.hex(),
+                "version": walk.version,
+                "head": walk.head.hex(),
                 "damage": None if damage is None else {**damage.as_dict(), "message": str(damage)},
-                "events": rows,
+                "events": walk.rows,
+                "omitted": {"before": walk.before, "after": walk.after},
+                "next_start": walk.next_start,
             }
         )
     else:
-        console.print(_events_table(rows, f"stream {stream}"))
-        if damage is None:
-            console.print(f"[green]chain ok[/]: {version} event(s), head {head.hex()[:16]}…")
-        else:
-            console.print(f"[bold red]chain broken[/]: {safe_text(str(damage))}")
-            console.print(
-                "Run `tracebound verify` for the whole-ledger report. Do not append "
-                "to this ledger until the damage is understood."
-            )
-    if damage is not None:
+        _print_walk(walk, stream, start=start, limit=limit)
+    if walk.damage is not None:
         raise typer.Exit(EXIT_DAMAGED)
 
 
