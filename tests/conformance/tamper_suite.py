@@ -388,6 +388,33 @@ class TamperSuite:
         d = damage_of(world)
         assert (d.kind, d.position) == (DamageKind.FORGED_SIGNATURE, 30)
 
+    def test_rewrite_resigned_with_the_leaked_key_is_caught_by_the_witness(
+        self, filled: Callable[[int], LedgerWorld], attacker: Attacker
+    ) -> None:
+        """The attacker holds the signing key too (it leaked): the rewritten log carries a
+        checkpoint that verifies. Only the witness, kept outside the store, still holds the
+        root that was signed before, and the log is not an extension of it."""
+        world = filled(30)
+        with world.open() as ledger:
+            witnessed = ledger.witness.latest(world.signer.verifier)  # type: ignore[union-attr]
+        attacker.rewrite_chain(14)
+        with world.open() as ledger:
+            forged_root = bytes.fromhex(ledger.verify(workers=1).root)
+        note = sign_checkpoint(Checkpoint(origin=ORIGIN, size=30, root=forged_root), world.signer)
+        attacker.replace_checkpoints([(30, note)])
+        with world.open() as ledger:
+            report = ledger.verify(workers=1)
+        assert report.checks["signature"] == "ok"  # the forgery is validly signed...
+        assert report.checks["witness"] == "failed"  # ...but not what the witness saw
+        d = report.damage
+        assert d is not None and (d.kind, d.position) == (DamageKind.FORK, 1)
+        assert "witness" in d.detail and "signing key" in d.detail
+        with world.open() as ledger, pytest.raises(LedgerDamaged) as info:
+            ledger.checkpoint()
+        assert info.value.kind is DamageKind.FORK
+        with world.open() as ledger:  # the witness keeps the honest checkpoint
+            assert ledger.witness.latest(world.signer.verifier) == witnessed  # type: ignore[union-attr]
+
     def test_rewrite_and_drop_checkpoints_is_caught_by_witness(
         self, filled: Callable[[int], LedgerWorld], attacker: Attacker
     ) -> None:

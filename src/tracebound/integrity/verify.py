@@ -554,6 +554,22 @@ def check_length(
         )
 
 
+def _resigned(log: VerifiedLog, checkpoints: Sequence[Checkpoint], good: int) -> str:
+    """Say so when the forked log carries a signed checkpoint of its own past ``good``.
+
+    Such a checkpoint verified with the ledger's key yet vouches for a log the witness never
+    saw: it was signed by someone holding that key, without this witness.
+    """
+    own = [c.size for c in checkpoints if c.size > good and log.roots.get(c.size) == c.root]
+    if not own:
+        return ""
+    return (
+        f"; yet the store's checkpoint of {max(own)} events over the forked log is signed "
+        "with the ledger's signing key, by someone who did not update this witness: unless "
+        "that was you, treat the signing key as leaked"
+    )
+
+
 def check_against_checkpoints(
     log: VerifiedLog,
     checkpoints: Sequence[Checkpoint],
@@ -598,7 +614,7 @@ def check_against_checkpoints(
                 good + 1,
                 f"the witness's checkpoint of {cp.size} events has a different root than the "
                 f"log's first {cp.size}{grown}: the log forked from what was signed somewhere "
-                f"in positions {good + 1}..{cp.size}",
+                f"in positions {good + 1}..{cp.size}{_resigned(log, checkpoints, good)}",
             )
         raise LedgerDamaged(
             DamageKind.TAMPER,
