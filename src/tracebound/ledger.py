@@ -1108,10 +1108,16 @@ class Ledger:
             try:
                 cp = open_checkpoint(note, self.verifier)
             except (SignatureInvalid, CheckpointError) as exc:
+                hint = (
+                    " (for a ledger signed with another key, check it with that key's "
+                    "public key: `verify --verifier-key`)"
+                    if isinstance(exc, SignatureInvalid)
+                    else ""
+                )
                 report.damage = LedgerDamaged(
                     DamageKind.FORGED_SIGNATURE,
                     size,
-                    f"the checkpoint stored for size {size} does not verify: {exc}",
+                    f"the checkpoint stored for size {size} does not verify: {exc}{hint}",
                 )
                 report.checks["signature"] = "failed"
                 return None

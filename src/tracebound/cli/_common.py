@@ -47,6 +47,7 @@ from tracebound.store.keyfile import (
     default_key_path,
     load_signer,
     load_verifier,
+    missing_signer_error,
 )
 from tracebound.store.url import DEFAULT_STORE_DIR, is_postgres_url, open_store, store_path
 from tracebound.store.witness import OriginMismatch, choose_witness
@@ -457,9 +458,7 @@ def open_ledger_checked(
     """
     signer = try_signer(key)
     if need_signer and signer is None:
-        raise SigningKeyError(
-            f"no signing key at {resolve_key_path(key)}; run `tracebound keys init` first"
-        )
+        raise missing_signer_error(resolve_key_path(key))
     # An explicit --verifier-key is what the caller wants the log checked against, even
     # on a machine that also holds a signing key: an auditor asking "signed by X?" must
     # not be answered with "signed by whatever key is here".

@@ -315,7 +315,8 @@ def keys_init(
     """Create the signing key outside the store directory (mode 0600) and its .pub file.
 
     A key that is there already is kept; only its .pub is written again when it is
-    missing or another key's (a `keys init` killed between the two files).
+    missing or another key's (a `keys init` killed between the two files). A .pub whose
+    key is gone is kept too: it still verifies what that key signed (--force replaces it).
     """
     with handled(as_json):
         path = resolve_key_path(key)
@@ -329,6 +330,9 @@ def keys_init(
                 "public": str(generated.public_path),
                 "verifier_key": verifier,
                 "completed": generated.completed,
+                "replaced_verifier_key": (
+                    None if generated.replaced is None else generated.replaced.format()
+                ),
             }
         )
     elif generated.completed:
@@ -344,6 +348,11 @@ def keys_init(
             "(keep it secret, keep it away from the store)"
         )
         console.print(f"Verifier key (give this to auditors): [cyan]{verifier}[/]")
+        if generated.replaced is not None and generated.replaced.format() != verifier:
+            console.print(
+                f"It replaces [cyan]{generated.replaced.format()}[/]: the checkpoints signed "
+                "before verify only with that key (`--verifier-key`); keep it."
+            )
 
 
 @keys_app.command("show")

@@ -303,7 +303,23 @@ class SignedNote:
         missing = [v for ident, v in by_id.items() if ident not in signed]
         if missing:
             names = ", ".join(f"{v.name!r} ({v.key_hash:08x})" for v in missing)
-            raise SignatureInvalid(f"note is not signed by expected key(s) {names}")
+            raise SignatureInvalid(
+                f"note is not signed by expected key(s) {names}{self._others(by_id)}"
+            )
+
+    def _others(self, expected: dict[tuple[str, int], NoteVerifier]) -> str:
+        """Name the keys that did sign, from their lines' key IDs: a note signed by another
+        key (a replaced or lost one, or someone else's) is not one whose signature is bad,
+        and whoever checks it needs to know which key to look for."""
+        others = [s for s in self.signatures if (s.name, s.key_hash) not in expected]
+        if not others:
+            return ""
+        names = ", ".join(f"key {s.name!r} ({s.key_hash:08x})" for s in others[:3])
+        more = f" and {len(others) - 3} more" if len(others) > 3 else ""
+        return (
+            f"; it is signed by {names}{more}: another key than the one it was checked with "
+            "(the signing key was replaced, or someone else signed it)"
+        )
 
     @classmethod
     def open(

@@ -55,6 +55,7 @@ from tracebound.store.keyfile import (
     default_key_path,
     load_signer,
     load_verifier,
+    missing_signer_error,
 )
 from tracebound.store.sqlite import SQLiteStore
 from tracebound.store.sqlite_blobs import SQLiteBlobStore
@@ -379,10 +380,7 @@ class RunnerConfig:
         """
         signer = self._signer()
         if need_signer and signer is None:
-            raise SigningKeyError(
-                f"no signing key at {default_key_path(_SIGNING_KEY_NAME)}; "
-                "run `tracebound keys init` first"
-            )
+            raise missing_signer_error(default_key_path(_SIGNING_KEY_NAME))
         verifier = self._verifier(signer)
         backend = open_store(self.store_url)
         ledger = Ledger(

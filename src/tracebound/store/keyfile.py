@@ -22,6 +22,7 @@ import secrets
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 from tracebound.errors import SigningKeyError
 from tracebound.integrity.keys import NoteSigner, NoteVerifier, is_valid_key_name
@@ -37,6 +38,7 @@ __all__ = [
     "generate_keypair",
     "load_signer",
     "load_verifier",
+    "missing_signer_error",
     "public_key_path",
 ]
 
@@ -60,6 +62,9 @@ class GeneratedKey:
     completed: bool = False
     """The key was there already and only its ``.pub`` was written (see
     :func:`generate_keypair`)."""
+    replaced: NoteVerifier | None = None
+    """With ``force``: the public key the old ``.pub`` held, which the checkpoints signed
+    before now need (``None`` when there was none, or it could not be read)."""
 
 
 def file_stem(name: str) -> str:
@@ -148,6 +153,9 @@ def generate_keypair(
     signer = NoteSigner(name, seed if seed is not None else secrets.token_bytes(32))
     if not force and key_path.exists():
         return _complete_pair(key_path, pub_path, store_dir)
+    replaced = _held_verifier(pub_path)
+    if not force and pub_path.exists():
+        _refuse_orphaned_pub(key_path, pub_path, replaced)
     try:
         make_private_dir(key_path.parent)
         write_file_atomic(
@@ -160,7 +168,31 @@ def generate_keypair(
         raise SigningKeyError(f"a signing key already exists at {key_path}") from exc
     except OSError as exc:
         raise SigningKeyError(f"could not write the signing key {key_path}: {exc}") from exc
-    return GeneratedKey(private_path=key_path, public_path=pub_path, verifier=signer.verifier)
+    return GeneratedKey(key_path, pub_path, signer.verifier, replaced=replaced)
+
+
+def _held_verifier(pub_path: Path) -> NoteVerifier | None:
+    """The key a ``.pub`` holds, or ``None`` when it is missing or unreadable."""
+    try:
+        return load_verifier(pub_path) if pub_path.exists() else None
+    except SigningKeyError:
+        return None
+
+
+def _refuse_orphaned_pub(key_path: Path, pub_path: Path, held: NoteVerifier | None) -> NoReturn:
+    """Refuse to write a new pair over the ``.pub`` of a key that is gone (deleted, lost).
+
+    That ``.pub`` is what still verifies every checkpoint the lost key signed; a new pair
+    written over it silently made all of them read as forged.
+    """
+    which = f"the public key {held.format()}" if held is not None else "a public key"
+    raise SigningKeyError(
+        f"{pub_path} holds {which}, but its signing key {key_path} is missing: the "
+        "checkpoints it signed still verify with that .pub, and a new key would replace it. "
+        f"Put the key back if you have a copy; otherwise save {pub_path} elsewhere (auditors "
+        "need it for the old checkpoints) and run `tracebound keys init --force` (README: "
+        "'Losing, leaking or replacing the signing key')"
+    )
 
 
 def _complete_pair(key_path: Path, pub_path: Path, store_dir: Path | None) -> GeneratedKey:
@@ -293,3 +325,25 @@ def load_verifier(path_or_text: Path | str) -> NoteVerifier:
     else:
         path = path_or_text.expanduser()
     return NoteVerifier.parse(_read_small(path, "verifier key"))
+
+
+def missing_signer_error(path: Path) -> SigningKeyError:
+    """No signing key at ``path``: a first run, or a key lost beside its ``.pub``.
+
+    `keys init` is the answer to the first only: after a lost key it would make a new one,
+    and the checkpoints the lost key signed would then read as forged.
+    """
+    pub = path.with_suffix(".pub")
+    if not pub.exists():
+        return SigningKeyError(f"no signing key at {path}; run `tracebound keys init` first")
+    try:
+        held = f" ({load_verifier(pub).format()})"
+    except SigningKeyError:
+        held = ""
+    return SigningKeyError(
+        f"no signing key at {path}, but its public key {pub}{held} is there: the key was "
+        "deleted or moved. The checkpoints it signed still verify (`verify`, `prove` and "
+        "`verify-proof` work), but no new checkpoint can be signed without it. Put the key "
+        "back if you have a copy; if it is lost, see README 'Losing, leaking or replacing "
+        "the signing key'"
+    )

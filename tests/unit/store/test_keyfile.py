@@ -79,6 +79,22 @@ def test_refuses_to_overwrite_unless_forced(tmp_path: Path) -> None:
     assert load_verifier(second.public_path) == second.verifier
 
 
+def test_a_pub_whose_key_is_gone_is_not_replaced_unless_forced(tmp_path: Path) -> None:
+    """The .pub of a lost key is what still verifies its checkpoints: a new pair written
+    over it silently made every one of them read as forged."""
+    path = tmp_path / "k" / "log.key"
+    first = generate_keypair("log", path=path, seed=SEED)
+    path.unlink()
+    with pytest.raises(SigningKeyError, match="is missing") as info:
+        generate_keypair("log", path=path, seed=bytes(32))
+    assert first.verifier.format() in str(info.value)
+    assert not path.exists()
+    assert load_verifier(first.public_path) == first.verifier
+    forced = generate_keypair("log", path=path, seed=bytes(32), force=True)
+    assert forced.replaced == first.verifier
+    assert load_verifier(forced.public_path) == forced.verifier != first.verifier
+
+
 def test_refuses_key_inside_store(tmp_path: Path) -> None:
     store = tmp_path / "project" / ".tracebound"
     store.mkdir(parents=True)
