@@ -271,6 +271,18 @@ def test_demo_runs_and_catches_its_tampered_copy(tmp_path: Path) -> None:
     assert out["tampered"]["damage"]["position"] == out["tampered"]["changed_position"]
 
 
+def test_demo_rerun_after_its_key_was_deleted_makes_a_new_one(tmp_path: Path) -> None:
+    # The demo replaces its own store and witness, so the .pub of a deleted demo key
+    # verifies nothing it keeps: it is not an orphan to protect (keys init still is).
+    c = CLI(tmp_path)
+    demo = tmp_path / "demo"
+    assert c.json("demo", "--dir", str(demo))["ok"] is True
+    (demo / "keys" / "demo.key").unlink()
+    out = c.json("demo", "--dir", str(demo))
+    assert out["ok"] is True
+    assert out["verify"]["ok"] is True
+
+
 @pytest.mark.parametrize(
     "command",
     [[], ["init"], ["keys", "init"], ["append"], ["log"], ["tail"], ["inspect"], ["checkpoint"],

@@ -237,7 +237,9 @@ def run_demo(workdir: Path | None, *, console: Console | None) -> dict[str, Any]
     if store_dir.exists():
         shutil.rmtree(store_dir)
     if not key_path.exists():
-        generate_keypair("tracebound-demo", path=key_path, store_dir=store_dir)
+        # force: a .pub a deleted demo.key left behind verifies nothing the demo keeps (its
+        # store and witness are replaced just above and below), so it is not an orphan.
+        generate_keypair("tracebound-demo", path=key_path, store_dir=store_dir, force=True)
     signer = load_signer(key_path, store_dir=store_dir)
     witness_path.unlink(missing_ok=True)
 
