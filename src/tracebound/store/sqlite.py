@@ -20,7 +20,7 @@ import importlib
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
 from typing import Any, Final
 
@@ -524,7 +524,7 @@ class SQLiteStore(ChainedAppends):
 
     def _open(self, *, create: bool) -> None:
         """Check the file is a ledger (or may become one), then set it up."""
-        with _translated("open", self.path, self._busy_timeout):
+        with self._io("open"):
             conn = self._conn()
             # Before anything writes: a read command must not turn a file into a ledger.
             if self._check_is_ledger(conn, create=create):
@@ -612,6 +612,10 @@ class SQLiteStore(ChainedAppends):
             "PRAGMA foreign_keys=ON;"
         )
 
+    def _io(self, what: str) -> AbstractContextManager[None]:
+        """:func:`_translated` for this store's file and lock wait."""
+        return _translated(what, self.path, self._busy_timeout)
+
     def _failed(self, what: str, exc: BaseException) -> StorageError:
         """The error of a statement that failed, with what can be seen of why."""
         return sqlite_failure(what, exc, self.path, self._busy_timeout)
@@ -632,7 +636,7 @@ class SQLiteStore(ChainedAppends):
         writer = self._writer_conn
         if writer is None:
             if _KernelWriter is not None:
-                with _translated("open", self.path, self._busy_timeout):
+                with self._io("open"):
                     db = _KernelWriter(
                         str(self.path), int(self._busy_timeout * 1000), self._setup_sql()
                     )
@@ -874,16 +878,16 @@ class SQLiteStore(ChainedAppends):
     # -- reads ---------------------------------------------------------------------------
 
     def stream_head(self, stream_id: str) -> StreamHead | None:
-        with _translated("read", self.path, self._busy_timeout):
+        with self._io("read"):
             return self._head(self._conn(), stream_id)
 
     def size(self) -> int:
-        with _translated("read", self.path, self._busy_timeout):
+        with self._io("read"):
             (last,) = self._conn().execute(_LAST_SQL).fetchone()
             return int(last)
 
     def log_extent(self) -> tuple[int, int, int]:
-        with _translated("read", self.path, self._busy_timeout):
+        with self._io("read"):
             count, lowest, highest = self._conn().execute(_EXTENT_SQL).fetchone()
             return int(count), int(lowest), int(highest)
 
@@ -893,7 +897,7 @@ class SQLiteStore(ChainedAppends):
         upper = stop if stop is not None else (1 << 62)
         cursor = start
         while cursor <= upper:
-            with _translated("read", self.path, self._busy_timeout):
+            with self._io("read"):
                 page = (
                     self._conn()
                     .execute(
@@ -919,7 +923,7 @@ class SQLiteStore(ChainedAppends):
         upper = stop if stop is not None else (1 << 62)
         cursor = start
         while cursor <= upper:
-            with _translated("read", self.path, self._busy_timeout):
+            with self._io("read"):
                 page = self._conn().execute(_SELECT_RAW, (cursor, upper, page_size)).fetchall()
             if not page:
                 return
@@ -952,7 +956,7 @@ class SQLiteStore(ChainedAppends):
             return
         upper = stop if stop is not None else (1 << 62)
         cursor = start
-        with _translated("read", self.path, self._busy_timeout):
+        with self._io("read"):
             self._conn()  # raises StoreClosed once closed
         try:
             busy_ms = int(min(self._busy_timeout * 1000, 2**31 - 1))
@@ -966,7 +970,7 @@ class SQLiteStore(ChainedAppends):
                 except _KernelError as exc:
                     raise self._failed("read", exc) from exc
                 if page is None:  # something unusual in this page: read it the usual way
-                    with _translated("read", self.path, self._busy_timeout):
+                    with self._io("read"):
                         page = (
                             self._conn()
                             .execute(_SELECT_RAW, (cursor, upper, _VERIFY_PAGE))
@@ -989,7 +993,7 @@ class SQLiteStore(ChainedAppends):
         upper = to_version if to_version is not None else (1 << 62)
         cursor = from_version
         while cursor <= upper:
-            with _translated("read", self.path, self._busy_timeout):
+            with self._io("read"):
                 page = (
                     self._conn()
                     .execute(
@@ -1009,7 +1013,7 @@ class SQLiteStore(ChainedAppends):
     def stream_positions(
         self, stream_id: str, from_version: int, to_version: int
     ) -> list[tuple[int, int]]:
-        with _translated("read", self.path, self._busy_timeout):
+        with self._io("read"):
             rows = (
                 self._conn()
                 .execute(
@@ -1024,13 +1028,13 @@ class SQLiteStore(ChainedAppends):
     # -- checkpoints ---------------------------------------------------------------------
 
     def save_checkpoint(self, size: int, note: str) -> None:
-        with self._write_lock, _translated("checkpoint", self.path, self._busy_timeout):
+        with self._write_lock, self._io("checkpoint"):
             self._conn().execute(
                 "INSERT OR REPLACE INTO checkpoints (size, note) VALUES (?, ?)", (size, note)
             )
 
     def latest_checkpoint(self) -> str | None:
-        with _translated("read", self.path, self._busy_timeout):
+        with self._io("read"):
             row = (
                 self._conn()
                 .execute("SELECT note FROM checkpoints ORDER BY size DESC LIMIT 1")
@@ -1039,7 +1043,7 @@ class SQLiteStore(ChainedAppends):
         return None if row is None else str(row[0])
 
     def checkpoints(self) -> list[tuple[int, str]]:
-        with _translated("read", self.path, self._busy_timeout):
+        with self._io("read"):
             rows = (
                 self._conn().execute("SELECT size, note FROM checkpoints ORDER BY size").fetchall()
             )
@@ -1048,7 +1052,7 @@ class SQLiteStore(ChainedAppends):
     # -- Merkle nodes (MerkleNodeStore) -------------------------------------------------
 
     def read_hashes(self, start: int, stop: int) -> list[bytes]:
-        with _translated("read", self.path, self._busy_timeout):
+        with self._io("read"):
             rows = (
                 self._conn()
                 .execute(
@@ -1061,7 +1065,7 @@ class SQLiteStore(ChainedAppends):
         return [h for (h,) in rows]
 
     def merkle_nodes(self, level: int, start: int, stop: int) -> list[bytes]:
-        with _translated("read", self.path, self._busy_timeout):
+        with self._io("read"):
             rows = (
                 self._conn()
                 .execute(
@@ -1076,7 +1080,7 @@ class SQLiteStore(ChainedAppends):
     def merkle_node_count(self, level: int) -> int:
         # Not MAX(idx) + 1 alone: one forged row at 2**40 made that the count. The column
         # is not STRICT, so an index edited by hand may be text or real: it is named.
-        with _translated("read", self.path, self._busy_timeout):
+        with self._io("read"):
             conn = self._conn()
             rows, lowest, highest, odd = conn.execute(
                 "SELECT COUNT(*), MIN(idx), MAX(idx), "
@@ -1094,7 +1098,7 @@ class SQLiteStore(ChainedAppends):
             return node_count(level, int(rows), lowest, highest, first_gap)
 
     def add_merkle_nodes(self, level: int, start: int, hashes: Sequence[bytes]) -> None:
-        with self._write_lock, _translated("write", self.path, self._busy_timeout):
+        with self._write_lock, self._io("write"):
             conn = self._conn()
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -1108,18 +1112,18 @@ class SQLiteStore(ChainedAppends):
                 raise
 
     def drop_merkle_nodes(self) -> None:
-        with self._write_lock, _translated("write", self.path, self._busy_timeout):
+        with self._write_lock, self._io("write"):
             self._conn().execute("DELETE FROM merkle_nodes")
 
     # -- metadata ------------------------------------------------------------------------
 
     def get_meta(self, key: str) -> str | None:
-        with _translated("read", self.path, self._busy_timeout):
+        with self._io("read"):
             row = self._conn().execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return None if row is None else str(row[0])
 
     def set_meta(self, key: str, value: str) -> None:
-        with self._write_lock, _translated("write", self.path, self._busy_timeout):
+        with self._write_lock, self._io("write"):
             self._conn().execute(
                 "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value)
             )
@@ -1137,7 +1141,7 @@ class SQLiteStore(ChainedAppends):
         """
         if not records:
             return
-        with self._write_lock, _translated("import", self.path, self._busy_timeout):
+        with self._write_lock, self._io("import"):
             conn = self._conn()
             conn.execute("BEGIN IMMEDIATE")
             try:
