@@ -54,7 +54,9 @@ MAX_TREE_SIZE = (1 << 64) - 1
 """Tree sizes are uint64 in the transparency-log ecosystem."""
 
 _SIG_PREFIX = "\u2014 "  # EM DASH, SPACE
-_DECIMAL = re.compile(r"0|[1-9][0-9]*")
+# At most 20 digits (2**64 - 1 has 20): the range check follows, and int() of more than
+# 4300 digits raises ValueError, which would escape a parser of untrusted text.
+_DECIMAL = re.compile(r"0|[1-9][0-9]{0,19}")
 
 
 def _b64decode_strict(text: str, what: str) -> bytes:
@@ -149,7 +151,9 @@ def parse_checkpoint(body: str) -> Checkpoint:
         raise CheckpointError("checkpoint lines must be non-empty")
     origin, size_text, root_text, *extensions = lines
     if not _DECIMAL.fullmatch(size_text):
-        raise CheckpointError(f"checkpoint size {size_text!r} is not a plain decimal number")
+        raise CheckpointError(
+            f"checkpoint size {size_text!r:.40} is not a plain decimal number below 2**64"
+        )
     size = int(size_text)
     root = _b64decode_strict(root_text, "checkpoint root")
     if len(root) != HASH_SIZE:

@@ -56,7 +56,7 @@ RUN_HEAD_FORMAT: Final = "tracebound-run-head/1"
 RUN_STATUSES: Final = FINAL_RUN_STATUSES | {"running", "gated"}
 """What a run head (and an evidence file) may say a run is: finished, paused, or going on."""
 
-_DECIMAL = re.compile(r"0|[1-9][0-9]*")
+_DECIMAL = re.compile(r"0|[1-9][0-9]{0,19}")  # 20 digits at most: see the note module
 _HEX = re.compile(r"[0-9a-f]{64}")
 _KEYS: Final = ("origin", "run", "stream-version", "hash", "status", "tree-size", "root")
 
@@ -137,7 +137,9 @@ def parse_run_head(body: str) -> RunHead:
         values[key] = value
     for key in ("stream-version", "tree-size"):
         if not _DECIMAL.fullmatch(values[key]):
-            raise CheckpointError(f"run head {key} {values[key]!r:.40} is not plain decimal")
+            raise CheckpointError(
+                f"run head {key} {values[key]!r:.40} is not plain decimal below 2**64"
+            )
     for key in ("hash", "root"):
         if not _HEX.fullmatch(values[key]):
             raise CheckpointError(f"run head {key} is not 64 lower-case hex digits")

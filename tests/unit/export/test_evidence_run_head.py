@@ -10,12 +10,15 @@ resumed).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tests.unit.export.test_evidence import VERIFIER
 from tests.unit.export.test_evidence_forgeries import (
     OWNER,
@@ -284,6 +287,8 @@ def test_a_run_head_can_never_be_read_as_a_checkpoint_nor_the_reverse() -> None:
     [
         ("stream-version 7\n", "stream-version 07\n"),
         ("tree-size 12\n", "tree-size +12\n"),
+        ("stream-version 7\n", f"stream-version {'9' * 5000}\n"),  # int() refuses > 4300
+        ("tree-size 12\n", f"tree-size 1{'0' * 20}\n"),
         ("hash 00", "hash 00 "),
         ('run "r-1"', 'run "\\u0072-1"'),
         ('run "r-1"', "run r-1"),
@@ -299,6 +304,39 @@ def test_a_run_head_not_in_its_written_form_is_refused(old: str, new: str) -> No
     assert text.count(old) == 1
     with pytest.raises(CheckpointError):
         parse_run_head(text.replace(old, new))
+
+
+# Pieces an edit may splice in: other values' spellings, a number past Python's 4300-digit
+# int() limit (which raises ValueError, not a parse error), escapes, a lone surrogate.
+_SPLICES = st.sampled_from(
+    ["9" * 5000, "1" * 21, "0", "-1", " ", "\n", '"', "\\u0000", "\ud800", "\u00e9", "NaN"]
+)
+
+
+@settings(max_examples=200)
+@given(data=st.data())
+def test_an_edited_run_head_text_is_another_head_or_a_checkpoint_error(
+    data: st.DataObject,
+) -> None:
+    text = format_run_head_body(_sample())
+    i = data.draw(st.integers(0, len(text)))
+    j = data.draw(st.integers(i, min(len(text), i + 80)))
+    edited = text[:i] + data.draw(_SPLICES | st.text(max_size=6)) + text[j:]
+    try:
+        got = parse_run_head(edited)
+    except CheckpointError:
+        return
+    # An edit may name another origin or run; what parses is then that head, in its one
+    # written form, and differs from the original unless the text is unchanged.
+    assert format_run_head_body(got) == edited
+    assert (got == _sample()) == (edited == text)
+
+
+@settings(max_examples=200)
+@given(st.text(alphabet=st.sampled_from('tracebound-hdorign 0123456789af"\n\ud800'), max_size=400))
+def test_any_text_is_a_run_head_or_a_checkpoint_error(text: str) -> None:
+    with contextlib.suppress(CheckpointError):
+        assert format_run_head_body(parse_run_head(text)) == text
 
 
 def test_a_run_head_note_edited_after_signing_is_refused() -> None:

@@ -271,6 +271,17 @@ def test_fuzz_structured_text_only_typed_errors(text: str) -> None:
         open_checkpoint(text, LOG.verifier)
 
 
+@given(digits=st.integers(21, 6000), lead=st.sampled_from("123456789"))
+def test_a_size_of_any_length_is_a_checkpoint_error_not_a_value_error(
+    digits: int, lead: str
+) -> None:
+    # Past 4300 digits Python's int() raises ValueError (CVE-2020-10735); a note is read
+    # before its signature is trusted, so its size must be refused by the parser itself.
+    root = base64.b64encode(bytes(32)).decode()
+    with pytest.raises(CheckpointError, match="size"):
+        parse_checkpoint(f"o\n{lead}{'0' * (digits - 1)}\n{root}\n")
+
+
 @given(st.data())
 def test_fuzz_mutated_good_note_never_verifies_differently(data: st.DataObject) -> None:
     # Any single-character change to a signed checkpoint either still opens to the same
