@@ -151,6 +151,20 @@ def test_float_in_payload_is_refused_with_line_number(cli: CLI) -> None:
     assert "line 1" in out["error"]["message"]
 
 
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        ('{"stream_id": "x", "payload": ' + "1" * 5000 + "}", "4300 digits"),
+        ("[" * 100_000, "nested too deeply"),
+    ],
+)
+def test_json_python_cannot_hold_is_refused_with_line_number(cli: CLI, line: str, why: str) -> None:
+    out = cli.json("append", code=2, stdin=line + "\n")
+    assert out["error"]["message"].startswith("line 1: not JSON this tool reads")
+    assert why in out["error"]["message"]
+    assert cli.json("log")["events"] == []
+
+
 def test_key_inside_store_is_refused(cli: CLI) -> None:
     out = cli.json("keys", "init", "--key", ".tracebound/k.key", code=2)
     assert "inside the store" in out["error"]["message"]

@@ -385,14 +385,24 @@ def _not_json(number: int, line: str, exc: json.JSONDecodeError) -> ConfigError:
     )
 
 
+def _line_json(number: int, line: str) -> Any:
+    """Line ``number`` parsed; ``line`` comes without its newline (a position past it would
+    name "column 1")."""
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise _not_json(number, line, exc) from exc
+    except (ValueError, RecursionError) as exc:
+        # Valid JSON Python cannot hold: a number of more than 4300 digits (int()'s limit),
+        # or arrays and objects nested deeper than the interpreter's stack.
+        what = "nested too deeply" if isinstance(exc, RecursionError) else str(exc).split(";")[0]
+        raise ConfigError(f"line {number}: not JSON this tool reads ({what})") from None
+
+
 def _parse_line(
     number: int, line: str, clock: SystemClock, ids: RandomIds, redactor: Redactor | None
 ) -> AppendRequest:
-    line = line.rstrip("\r\n")  # a position past the newline would name "column 1"
-    try:
-        data = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise _not_json(number, line, exc) from exc
+    data = _line_json(number, line.rstrip("\r\n"))
     if not isinstance(data, dict):
         got = "an array" if isinstance(data, list) else type(data).__name__
         raise ConfigError(
