@@ -32,6 +32,7 @@ from tracebound.cli._tables import Give, fit, hoist_date
 from tracebound.cli.project import ViewsOpt, open_runner
 from tracebound.errors import ConfigError
 from tracebound.events.anchor import MONEY_CONTEXT
+from tracebound.integrity.strict_json import loads_strict
 from tracebound.projections import reports
 from tracebound.projections.runner import ProjectionRunner, ProjectionStatus
 from tracebound.projections.trail import parse_langgraph_checkpoints, parse_temporal_history
@@ -589,9 +590,13 @@ def _engine_rows(workflow: str, temporal: Path | None, langgraph: Path | None) -
         if path is None:
             continue
         try:
-            document = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
+            # Strict: not UTF-8, NaN (stored as null), a key twice, nesting past the stack
+            # are refused by name rather than lost or raised as a traceback.
+            document = loads_strict(path.read_bytes())
+        except OSError as exc:
             raise ConfigError(f"cannot read {path}: {exc}") from exc
+        except ValueError as exc:
+            raise ConfigError(f"cannot read {path}: {exc}") from None
         rows += parse(document, workflow_id=workflow)
     return rows
 

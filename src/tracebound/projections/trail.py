@@ -198,6 +198,27 @@ def _temporal_events(history: Any) -> Sequence[Mapping[str, Any]]:
     return events
 
 
+_MAX_SEQ: Final = 2**63 - 1  # engine_history.seq is a signed 64-bit INTEGER
+
+
+def _sequence_number(value: Any, i: int) -> int:
+    """An ``eventId`` as written: an int, or its decimal text (protobuf JSON's int64).
+
+    Raises:
+        ContractError: anything else (a float, which int() would cut or refuse, a bool,
+            a number outside 0 to 2**63-1, text with a sign, spaces or non-ASCII digits).
+    """
+    text = value if isinstance(value, str) else None
+    if type(value) is int or (text is not None and text.isascii() and text.isdigit()):
+        n = int(value) if text is None or len(text) <= len(str(_MAX_SEQ)) else -1
+        if 0 <= n <= _MAX_SEQ:
+            return n
+    raise ContractError(
+        f"Temporal history event {i}: eventId {value!r:.40} is not a sequence number "
+        "(an integer from 0 to 2**63-1, or its decimal text)"
+    )
+
+
 def parse_temporal_history(history: Any, *, workflow_id: str) -> list[dict[str, Any]]:
     """A Temporal history export (``temporal workflow show -o json``) as engine rows.
 
@@ -211,7 +232,7 @@ def parse_temporal_history(history: Any, *, workflow_id: str) -> list[dict[str, 
     out = []
     for i, event in enumerate(_temporal_events(history)):
         try:
-            seq = int(event["eventId"])
+            seq = _sequence_number(event["eventId"], i)
             ts = normalise_timestamp(str(event["eventTime"]))
             etype = str(event["eventType"])
         except (KeyError, TypeError, ValueError) as exc:

@@ -250,6 +250,27 @@ def test_trail_merges_an_engine_history_file(cli: CLI) -> None:
     assert "no events" in missing["error"]["message"]
 
 
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (b"\xff[]", "not UTF-8"),
+        (b"[" * 100_000, "depth limit"),
+        (b'[{"eventId": 1e400, "eventTime": "2026-05-18T11:59:59", "eventType": "x"}]', "inf"),
+        (b'[{"eventId": Infinity, "eventTime": "2026-05-18T11:59:59Z", "eventType": "x"}]', "JSON"),
+        (b'[{"eventId": 1.5, "eventTime": "2026-05-18T11:59:59Z", "eventType": "x"}]', "eventId"),
+    ],
+)
+def test_an_engine_history_tracebound_cannot_read_plainly_is_exit_2_naming_it(
+    cli: CLI, content: bytes, says: str
+) -> None:
+    history = cli.cwd / "temporal.json"
+    history.write_bytes(content)
+    out = cli.json(
+        "report", "trail", "wf-gated", "--temporal", str(history), "--save-history", code=2
+    )
+    assert says in out["error"]["message"]
+
+
 @pytest.mark.parametrize("suffix", [".png", ".svg"])
 def test_charts(cli: CLI, suffix: str) -> None:
     pytest.importorskip("matplotlib")
