@@ -213,3 +213,12 @@ def test_the_run_commands_refuse_a_renamed_store_too(tmp_path: Path) -> None:
     _rewrite_and_rename(cli.cwd / ".tracebound" / "ledger.db", "example.test/ledger-b")
     out = cli.json("runs", code=1)
     assert out["ok"] is False and "example.test/ledger-a" in json.dumps(out), out
+
+
+def test_a_binding_file_nested_past_pythons_stack_is_exit_2_naming_it(tmp_path: Path) -> None:
+    cli = CLI(tmp_path)
+    cli.json("init", "--origin", "example.test/clean")
+    [binding] = _binding_files(cli)
+    binding.write_bytes(b"[" * 100_000)  # valid JSON's start; json.loads raises RecursionError
+    error = cli.json("verify", code=2)["error"]
+    assert str(binding) in error["message"] and "nested too deeply" in error["message"]

@@ -187,6 +187,10 @@ def read_binding(identity: str) -> str | None:
         return None
     except (OSError, ValueError) as exc:
         raise ConfigError(f"cannot read the store's origin binding {path}: {exc}") from exc
+    except RecursionError:  # valid JSON's start, nested past the stack: not a binding
+        raise ConfigError(
+            f"cannot read the store's origin binding {path}: nested too deeply"
+        ) from None
     if (
         not isinstance(data, dict)
         or data.get("store") != identity
