@@ -6,7 +6,9 @@ show the verifier one value and the reader another. So the files are parsed stri
 
 * UTF-8 only (no byte order mark), no lone surrogates, no ``NaN``/``Infinity``;
 * no object with the same key twice (parsers keep the first or the last, or refuse);
-* nesting at most as deep as orjson allows.
+* nesting at most as deep as orjson allows;
+* no integer beyond 64 bits (orjson would read it as a float: another value than the
+  exact integer another reader sees).
 
 Every refusal is a :class:`ValueError` whose message says what is wrong; callers turn it
 into their own typed error (``ProofError``, ``EvidenceInvalid``).
@@ -29,6 +31,21 @@ class _DuplicateKey(Exception):
     def __init__(self, key: str) -> None:
         super().__init__(key)
         self.key = key
+
+
+class _BigInteger(Exception):
+    pass
+
+
+# orjson holds integers in [-2**63, 2**64 - 1] exactly; any other integer it reads as a float.
+_MIN_INT, _MAX_INT = -(2**63), 2**64 - 1
+
+
+def _exact_int(text: str) -> int:
+    value = int(text)
+    if not _MIN_INT <= value <= _MAX_INT:
+        raise _BigInteger
+    return value
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -60,7 +77,9 @@ def loads_strict(data: bytes | str) -> Any:
     try:
         # orjson keeps the last of two equal keys without a word; the standard parser
         # can say so. It only runs on what orjson accepted, so its laxer parts never apply.
-        json.loads(data, object_pairs_hook=_no_duplicates)
+        json.loads(data, object_pairs_hook=_no_duplicates, parse_int=_exact_int)
+    except _BigInteger:
+        raise ValueError("not JSON this tool reads: an integer beyond 64 bits") from None
     except _DuplicateKey as exc:
         key = exc.key if len(exc.key) <= 80 else exc.key[:77] + "..."
         raise ValueError(f"ambiguous JSON: the key {key!r} appears twice in one object") from None
