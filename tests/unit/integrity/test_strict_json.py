@@ -23,7 +23,7 @@ def test_every_integer_orjson_holds_exactly_is_read_as_that_integer(n: int) -> N
 @given(st.integers(min_value=2**64) | st.integers(max_value=-(2**63) - 1))
 def test_an_integer_beyond_64_bits_is_refused_not_turned_into_a_float(n: int) -> None:
     with pytest.raises(ValueError, match="integer"):
-        loads_strict(f"[1, {{\"n\": {n}}}]")
+        loads_strict(f'[1, {{"n": {n}}}]')
 
 
 def test_floats_and_exponents_are_still_floats() -> None:
