@@ -486,3 +486,25 @@ def test_the_pipeline_guide_runs_as_written(tmp_path: Path) -> None:
             shell.run("-c", body)
     run = (shell.cwd / "run-id.txt").read_text().strip()
     assert (shell.cwd / "artifacts" / "agent-runs" / f"{run}.json").exists()
+
+
+def test_a_copied_ledger_keeps_its_artifacts(sh: Shell) -> None:
+    """`tracebound copy` moved the events and left every blob behind: the SQLite ledger keeps
+    its artifacts in its own file (ADR 0009), and `replay` of a run on the copy found every
+    artifact missing. The blobs now go along, into the destination's own blob place."""
+    run = sh.start("clean")
+    sh.tb("checkpoint")
+    to_jsonl = sh.tb_json("copy", "sqlite:///.tracebound", "jsonl:///moved-j")
+    assert to_jsonl["blobs"] == {"copied": 4, "present": 0}  # 3 artifacts, the run inputs
+    back = sh.tb_json("copy", "jsonl:///moved-j", "sqlite:///moved-s")  # and back again
+    assert back["blobs"] == {"copied": 4, "present": 0}
+    for store in ("jsonl:///moved-j", "moved-s"):
+        replayed = sh.tb_json("replay", run, "--store", store)
+        assert replayed["ok"], replayed
+    # Run again (as after an interruption): what is there already is not written twice.
+    again = sh.tb_json("copy", "sqlite:///.tracebound", "jsonl:///moved-j")
+    assert again["blobs"] == {"copied": 0, "present": 4}
+    # A PostgreSQL ledger keeps blobs in a folder only the user can name: without --blobs
+    # a copy of a ledger holding blobs is refused before the destination is made.
+    refused = sh.tb_json("copy", "moved-s", "postgresql://nobody@127.0.0.1:1/x", code=2)
+    assert "--blobs" in refused["error"]["message"]

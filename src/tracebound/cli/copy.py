@@ -7,6 +7,8 @@ way every other command does, and renders the report.
 
 from __future__ import annotations
 
+from contextlib import ExitStack, closing
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -29,9 +31,20 @@ from tracebound.cli._common import (
 from tracebound.errors import ConfigError, LedgerDamaged, TraceboundError
 from tracebound.integrity.keys import NoteVerifier
 from tracebound.integrity.verify import PAGE
-from tracebound.store.copy import CHUNK, CopyDiverged, CopyReport, copy_ledger
+from tracebound.store.blobs import FileBlobStore
+from tracebound.store.copy import (
+    CHUNK,
+    BlobListing,
+    CopyDiverged,
+    CopyReport,
+    copy_blobs,
+    copy_ledger,
+)
+from tracebound.store.jsonl import JsonlStore
 from tracebound.store.port import LedgerStore
-from tracebound.store.url import open_store
+from tracebound.store.sqlite import SQLiteStore
+from tracebound.store.sqlite_blobs import SQLiteBlobStore
+from tracebound.store.url import is_postgres_url, open_store
 
 __all__ = ["copy"]
 
@@ -57,14 +70,31 @@ def copy(
             help=f"Events verified and written per destination transaction (multiple of {PAGE}).",
         ),
     ] = CHUNK,
+    blobs: Annotated[
+        Path | None,
+        typer.Option(
+            "--blobs",
+            help="Folder to copy the artifacts (blobs) into. Default: the destination's own "
+            "(a SQLite ledger's file, a JSONL ledger's blobs/); needed for PostgreSQL.",
+        ),
+    ] = None,
+    source_blobs: Annotated[
+        Path | None,
+        typer.Option(
+            "--source-blobs",
+            help="Folder the source's blobs are in. Default: the source's own (a SQLite "
+            "ledger's file, a JSONL ledger's blobs/); a PostgreSQL ledger has none.",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Copy a ledger to another backend: same bytes, same checkpoints, verified as it goes.
 
     The source is verified chunk by chunk as it is read, and the copy must reach the
     source's signed Merkle roots at every checkpoint (signatures are checked with the
-    verifier key, when there is one). Interrupted? Run the same command again: it checks
-    what the destination already holds against the source and continues after it.
+    verifier key, when there is one). The artifacts the events name (blobs) go along, each
+    checked against its digest. Interrupted? Run the same command again: it checks what
+    the destination already holds against the source and continues after it.
 
     Exit 0 when the copy is complete and every check passed; 1 when the source is damaged
     (nothing past the first bad position is written) or the destination holds another
@@ -74,19 +104,20 @@ def copy(
         if batch % PAGE:  # before the destination is created, not after
             raise ConfigError(f"--batch must be a multiple of {PAGE}, not {batch}")
         verifier = try_verifier(verifier_key, key)
-        src = open_store(source)
-        try:
-            dst = open_store(destination, create=True)
-            try:
-                if dst.url == src.url:
-                    raise ConfigError("source and destination are the same store")
-                report = _run(src, dst, verifier, batch, as_json)
-            finally:
-                dst.close()
-        finally:
-            src.close()
+        with ExitStack() as opened:
+            src = opened.enter_context(closing(open_store(source)))
+            src_blobs = _blob_place(src, source_blobs)
+            if isinstance(src_blobs, SQLiteBlobStore):
+                opened.enter_context(src_blobs)
+            if src_blobs is not None and blobs is None and is_postgres_url(destination):
+                _refuse_blobs_into_postgres(src_blobs)
+            dst = opened.enter_context(closing(open_store(destination, create=True)))
+            if dst.url == src.url:
+                raise ConfigError("source and destination are the same store")
+            report = _run(src, dst, verifier, batch, as_json)
+            moved = _copy_blobs(src_blobs, dst, blobs, as_json)
     if as_json:
-        emit_json({"ok": report.complete, **report.as_dict()})
+        emit_json({"ok": report.complete, **report.as_dict(), "blobs": moved})
     else:
         resumed = f" (resumed after {report.resumed_from:,})" if report.resumed_from else ""
         console.print(
@@ -98,6 +129,13 @@ def copy(
             f"Checkpoints: {len(report.checkpoints)} matched ({report.checkpoints_copied} "
             f"copied now); signatures: {report.signatures}."
         )
+        if moved is None:
+            console.print(
+                "Blobs: none copied: a PostgreSQL ledger keeps its artifacts in the folder "
+                "its runs were given; name it with --source-blobs DIR to copy them."
+            )
+        else:
+            console.print(f"Blobs: {moved['copied']:,} copied, {moved['present']:,} already there.")
     if not report.complete:
         raise typer.Exit(EXIT_INCOMPLETE)
 
@@ -142,3 +180,58 @@ def _run(
             written=level,
             **extra,
         )
+
+
+def _blob_place(
+    store: LedgerStore, folder: Path | None, *, durable: bool = False
+) -> BlobListing | None:
+    """The store's blobs, where a run on it keeps them (``RunnerConfig.blob_store``): the
+    folder given, a SQLite ledger's own file (with the blob files an older version left
+    beside it), a JSONL ledger's ``blobs`` folder; None for PostgreSQL without a folder."""
+    if folder is not None:
+        return FileBlobStore(folder.expanduser())
+    if isinstance(store, SQLiteStore):
+        legacy = store.path.parent / "blobs"
+        fallback = FileBlobStore(legacy) if legacy.is_dir() else None
+        # Durable when written to: a copy appends no entry after its blobs (ADR 0009).
+        return SQLiteBlobStore(store, fallback=fallback, durable=durable)
+    if isinstance(store, JsonlStore):
+        return FileBlobStore(store.path / "blobs")
+    return None
+
+
+def _refuse_blobs_into_postgres(src_blobs: BlobListing) -> None:
+    """Before the destination is made: its blobs would have nowhere to go."""
+    held = len(src_blobs.digests())
+    if held:
+        raise ConfigError(
+            f"the source holds {held:,} blob(s) (the artifacts its events name) and a "
+            "PostgreSQL ledger keeps none: pass --blobs DIR, the folder its runs will be "
+            "given as --blobs"
+        )
+
+
+def _copy_blobs(
+    src_blobs: BlobListing | None, dst: LedgerStore, folder: Path | None, as_json: bool
+) -> dict[str, int] | None:
+    """Copy the blobs after the events; None when the source's blobs are not known."""
+    if src_blobs is None:
+        return None
+    target = _blob_place(dst, folder, durable=True)
+    if target is None:  # a PostgreSQL destination, and the source held no blob
+        return {"copied": 0, "present": 0}
+    try:
+        copied, present = copy_blobs(src_blobs, target)
+    except KeyboardInterrupt as exc:
+        message, code, extra = interruption(exc)
+        fail(
+            f"{message} while copying the blobs (every event is copied): run the same command "
+            "again to copy the rest",
+            code=code,
+            as_json=as_json,
+            **extra,
+        )
+    finally:
+        if isinstance(target, SQLiteBlobStore):
+            target.close()
+    return {"copied": copied, "present": present}

@@ -236,6 +236,28 @@ class FileBlobStore:
     def exists(self, digest: str) -> bool:
         return self._path(digest).exists()
 
+    def digests(self) -> list[Sha256Digest]:
+        """Every blob here, by name, sorted (``tracebound copy`` moves them all); a temporary
+        file a writer left (a dot name) or anything else that is not a blob is skipped."""
+        found: list[Sha256Digest] = []
+        try:
+            shards = sorted((self.root / "sha256").iterdir())
+        except FileNotFoundError:
+            return found
+        except OSError as exc:
+            raise StorageError(f"could not list the blobs in {self.root}: {exc}") from exc
+        for shard in shards:
+            try:
+                names = sorted(p.name for p in shard.iterdir()) if shard.is_dir() else []
+            except OSError as exc:
+                raise StorageError(f"could not list the blobs in {shard}: {exc}") from exc
+            found.extend(
+                Sha256Digest(f"sha256:{shard.name}{name}")
+                for name in names
+                if _DIGEST.match(f"sha256:{shard.name}{name}")
+            )
+        return found
+
     def erase(self, digest: str) -> bool:
         """Remove a blob's bytes; True if it was there. Record the erasure in the ledger."""
         try:

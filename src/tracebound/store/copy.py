@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from tracebound.errors import (
     CheckpointError,
@@ -43,6 +43,7 @@ from tracebound.errors import (
     SignatureInvalid,
 )
 from tracebound.events.record import RawRecord
+from tracebound.ids import Sha256Digest
 from tracebound.integrity.keys import NoteVerifier
 from tracebound.integrity.nodes import StoredTree
 from tracebound.integrity.note import Checkpoint, SignedNote, open_checkpoint, parse_checkpoint
@@ -52,10 +53,19 @@ from tracebound.integrity.verify import (
     LogAssembler,
     check_against_checkpoints,
 )
+from tracebound.store.blobs import BlobStore
 from tracebound.store.nodes import LogNodes, store_nodes
 from tracebound.store.port import ImportStore, LedgerStore, MerkleNodeStore
 
-__all__ = ["CHUNK", "ORIGIN_KEY", "CopyDiverged", "CopyReport", "copy_ledger"]
+__all__ = [
+    "CHUNK",
+    "ORIGIN_KEY",
+    "BlobListing",
+    "CopyDiverged",
+    "CopyReport",
+    "copy_blobs",
+    "copy_ledger",
+]
 
 CHUNK: Final = 4 * PAGE
 """Records verified and imported per step: one destination transaction each. A multiple of
@@ -349,3 +359,33 @@ def _store_nodes(destination: LedgerStore, size: int, root: bytes) -> None:
     store_nodes(destination, size)
     if StoredTree(LogNodes(destination)).subtree_root(0, size) != root:
         destination.drop_merkle_nodes()  # never wrong nodes; a checkpoint rebuilds them
+
+
+class BlobListing(BlobStore, Protocol):
+    """A blob store that can say what it holds: the source of :func:`copy_blobs`."""
+
+    def digests(self) -> list[Sha256Digest]:
+        """Every blob it holds, by name."""
+        ...
+
+
+def copy_blobs(source: BlobListing, destination: BlobStore) -> tuple[int, int]:
+    """Copy every blob ``source`` holds that ``destination`` lacks; ``(copied, present)``.
+
+    The events name their artifacts by digest only; the bytes live in the ledger's blob
+    store (a SQLite ledger's own file, a JSONL ledger's ``blobs`` folder), which a copy of
+    the records alone leaves behind. Run after :func:`copy_ledger`: a blob is put before
+    the entry that names it, so every blob the copied events name is listed by then. Each
+    blob is checked against its name as it is read (a damaged one raises
+    :class:`~tracebound.errors.IntegrityError`) and read back once written. Safe to run
+    again: blobs already there are counted, not written.
+    """
+    copied = present = 0
+    for digest in source.digests():
+        if destination.exists(digest):
+            present += 1
+            continue
+        destination.put(source.get(digest))
+        destination.get(digest)  # read back, checked against its name
+        copied += 1
+    return copied, present

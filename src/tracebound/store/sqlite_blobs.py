@@ -32,7 +32,15 @@ from pathlib import Path
 from typing import Final
 
 from tracebound.errors import ConfigError, StorageError, StoreClosed, StoreNotFound
-from tracebound.store.blobs import BlobRef, BlobStore, checked_blob, parse_digest, sha256_digest
+from tracebound.ids import Sha256Digest
+from tracebound.store.blobs import (
+    BlobRef,
+    BlobStore,
+    FileBlobStore,
+    checked_blob,
+    parse_digest,
+    sha256_digest,
+)
 from tracebound.store.sqlite import _WAL_AUTOCHECKPOINT, DB_FILENAME, SQLiteStore
 
 __all__ = ["BLOB_TABLE", "SQLiteBlobStore"]
@@ -46,11 +54,13 @@ _INSERT: Final = f"INSERT OR IGNORE INTO {BLOB_TABLE} (digest, data) VALUES (?, 
 # CAST, as the ledger's reads do: a row rewritten as TEXT is judged by its bytes.
 _SELECT: Final = f"SELECT CAST(data AS BLOB) FROM {BLOB_TABLE} WHERE digest = ?"  # noqa: S608
 _EXISTS: Final = f"SELECT 1 FROM {BLOB_TABLE} WHERE digest = ?"  # noqa: S608
+_DIGESTS: Final = f"SELECT digest FROM {BLOB_TABLE}"  # noqa: S608
 _DELETE: Final = f"DELETE FROM {BLOB_TABLE} WHERE digest = ?"  # noqa: S608
 
 
-def _connect(path: Path, busy_timeout: float) -> sqlite3.Connection:
-    """The blob connection: WAL checked, no fsync at commit, the blobs table made."""
+def _connect(path: Path, busy_timeout: float, *, durable: bool) -> sqlite3.Connection:
+    """The blob connection: WAL checked, no fsync at commit (unless ``durable``), the blobs
+    table made."""
     conn = sqlite3.connect(
         path, isolation_level=None, check_same_thread=False, timeout=busy_timeout
     )
@@ -60,7 +70,7 @@ def _connect(path: Path, busy_timeout: float) -> sqlite3.Connection:
         if wal:
             # No fsync at commit: the ledger's FULL commit of the entry that names the
             # blob syncs the WAL, this blob's frames included (module docstring).
-            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
             # The ledger's own threshold: a lower one here would checkpoint on blob puts
             # more often, and a checkpoint is two fsyncs inside someone's step.
             conn.execute(f"PRAGMA wal_autocheckpoint={_WAL_AUTOCHECKPOINT}")
@@ -90,6 +100,8 @@ class SQLiteBlobStore:
             stores from before ADR 0009, whose blobs are files beside the ledger; new blobs
             always go to the table.
         busy_timeout: seconds a put waits for another writer's lock.
+        durable: make each put durable when it returns (an fsync each), for a writer
+            that appends no entry after it: ``tracebound copy`` moving a ledger's blobs.
 
     Safe to share between threads (one connection, used under a lock) and processes.
 
@@ -104,6 +116,7 @@ class SQLiteBlobStore:
         *,
         fallback: BlobStore | None = None,
         busy_timeout: float = 60.0,
+        durable: bool = False,
     ) -> None:
         path = ledger.path if isinstance(ledger, SQLiteStore) else self.database_file(ledger)
         if not path.is_file():
@@ -116,7 +129,7 @@ class SQLiteBlobStore:
         self._lock = threading.Lock()
         self._closed = False
         try:
-            self._conn = _connect(path, busy_timeout)
+            self._conn = _connect(path, busy_timeout, durable=durable)
         except sqlite3.Error as exc:
             raise StorageError(f"sqlite open of {path} failed: {exc}") from exc
 
@@ -162,6 +175,15 @@ class SQLiteBlobStore:
         with self._using("read blob") as conn:
             found = conn.execute(_EXISTS, (key,)).fetchone() is not None
         return found or (self.fallback is not None and self.fallback.exists(key))
+
+    def digests(self) -> list[Sha256Digest]:
+        """Every blob here (the fallback's too), by name, sorted: what ``tracebound copy``
+        moves."""
+        with self._using("list blobs") as conn:
+            found = {Sha256Digest(str(d)) for (d,) in conn.execute(_DIGESTS).fetchall()}
+        if isinstance(self.fallback, FileBlobStore):
+            found.update(self.fallback.digests())
+        return sorted(found)
 
     def erase(self, digest: str) -> bool:
         """Remove a blob's bytes; True if it was there. Record the erasure in the ledger.
