@@ -367,6 +367,19 @@ def test_copy_with_a_bad_batch_creates_no_destination(tmp_path: Path) -> None:
     assert not dst.exists()
 
 
+def test_copy_onto_itself_spelled_another_way_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`copy sqlite:///.tracebound sqlite:///$PWD/.tracebound` compared URLs, not places: it
+    "copied" the ledger onto itself and reported success ("resumed after N, 0 written")."""
+    monkeypatch.chdir(tmp_path)
+    sign_ledger("sqlite:///store", 10)
+    for dst in (f"sqlite:///{tmp_path / 'store'}", "sqlite:///store/ledger.db", "store"):
+        result = cli("copy", "sqlite:///store", dst, "--json")
+        assert result.exit_code == 2, (dst, result.output)
+        assert "the same store" in json_out(result)["error"]["message"]
+
+
 def test_copy_into_a_destination_made_by_init_says_why_it_is_refused(tmp_path: Path) -> None:
     src = f"sqlite:///{tmp_path / 'src.db'}"
     sign_ledger(src, 10)

@@ -45,6 +45,7 @@ from tracebound.store.port import LedgerStore
 from tracebound.store.sqlite import SQLiteStore
 from tracebound.store.sqlite_blobs import SQLiteBlobStore
 from tracebound.store.url import is_postgres_url, open_store
+from tracebound.store.witness import store_identity
 
 __all__ = ["copy"]
 
@@ -112,7 +113,7 @@ def copy(
             if src_blobs is not None and blobs is None and is_postgres_url(destination):
                 _refuse_blobs_into_postgres(src_blobs)
             dst = opened.enter_context(closing(open_store(destination, create=True)))
-            if dst.url == src.url:
+            if store_identity(dst) == store_identity(src):
                 raise ConfigError("source and destination are the same store")
             report = _run(src, dst, verifier, batch, as_json)
             moved = _copy_blobs(src_blobs, dst, blobs, as_json)
