@@ -16,7 +16,7 @@ import os
 import sqlite3
 import stat
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -378,6 +378,26 @@ def test_copy_onto_itself_spelled_another_way_is_refused(
         result = cli("copy", "sqlite:///store", dst, "--json")
         assert result.exit_code == 2, (dst, result.output)
         assert "the same store" in json_out(result)["error"]["message"]
+
+
+def test_copy_into_a_place_bound_to_another_log_is_refused_before_writing(
+    tmp_path: Path,
+) -> None:
+    """A place bound to another origin (a ledger that was there and is gone): `copy` exited
+    0, and the next `verify` of the copy said DAMAGED (rollback/fork, naming both origins)."""
+    src = f"sqlite:///{tmp_path / 'src.db'}"
+    sign_ledger(src, 10)
+    place = tmp_path / "moved.db"
+    dst = f"sqlite:///{place}"
+    assert cli("init", "--store", dst, "--origin", "other.example/log").exit_code == 0
+    place.unlink()  # the other ledger is gone; its place is still bound to it
+    result = cli("copy", src, dst, "--verifier-key", SIGNER.verifier.format(), "--json")
+    assert result.exit_code == 2, result.output
+    message = json_out(result)["error"]["message"]
+    assert "'other.example/log'" in message
+    assert repr(ORIGIN) in message
+    with closing(open_store(dst)) as written:
+        assert written.size() == 0  # nothing copied
 
 
 def test_copy_into_a_destination_made_by_init_says_why_it_is_refused(tmp_path: Path) -> None:

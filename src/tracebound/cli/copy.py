@@ -31,6 +31,7 @@ from tracebound.cli._common import (
 from tracebound.errors import ConfigError, LedgerDamaged, TraceboundError
 from tracebound.integrity.keys import NoteVerifier
 from tracebound.integrity.verify import PAGE
+from tracebound.ledger import stored_origin
 from tracebound.store.blobs import FileBlobStore
 from tracebound.store.copy import (
     CHUNK,
@@ -45,7 +46,7 @@ from tracebound.store.port import LedgerStore
 from tracebound.store.sqlite import SQLiteStore
 from tracebound.store.sqlite_blobs import SQLiteBlobStore
 from tracebound.store.url import is_postgres_url, open_store
-from tracebound.store.witness import store_identity
+from tracebound.store.witness import binding_path, read_binding, store_identity
 
 __all__ = ["copy"]
 
@@ -115,6 +116,7 @@ def copy(
             dst = opened.enter_context(closing(open_store(destination, create=True)))
             if store_identity(dst) == store_identity(src):
                 raise ConfigError("source and destination are the same store")
+            _refuse_place_of_another_log(src, dst)
             report = _run(src, dst, verifier, batch, as_json)
             moved = _copy_blobs(src_blobs, dst, blobs, as_json)
     if as_json:
@@ -139,6 +141,25 @@ def copy(
             console.print(f"Blobs: {moved['copied']:,} copied, {moved['present']:,} already there.")
     if not report.complete:
         raise typer.Exit(EXIT_INCOMPLETE)
+
+
+def _refuse_place_of_another_log(src: LedgerStore, dst: LedgerStore) -> None:
+    """Refuse a destination whose place is bound to another origin (a ledger that was there
+    and is gone): the copy would pass, and the next ``verify`` there report it DAMAGED
+    against that origin's witness (README, "What is checked, and against whom")."""
+    origin = stored_origin(src)
+    if origin is None or stored_origin(dst) is not None:
+        return  # a destination with an origin of its own is judged by copy_ledger
+    identity = store_identity(dst)
+    bound = read_binding(identity)
+    if bound is None or bound == origin:
+        return
+    raise ConfigError(
+        f"the destination's place is bound to the log {bound!r} ({binding_path(identity)}), "
+        f"not to the source's {origin!r}: a copy there would be judged against the other "
+        "log's witness; copy elsewhere, or, if that log is gone on purpose, delete the "
+        "binding file (its witness no longer guards this place) and run the copy again"
+    )
 
 
 def _run(
