@@ -66,7 +66,7 @@ def store_path(url: str | Path | None) -> Path:
         return DEFAULT_STORE_DIR
     text = str(url)
     if "://" not in text:
-        return Path(text)
+        return _home_expanded(text)
     parts = _split(text)
     if parts.scheme not in {"sqlite", "jsonl"}:
         raise ConfigError(f"{parts.scheme!r} URLs do not name a local path")
@@ -82,7 +82,17 @@ def store_path(url: str | Path | None) -> Path:
             f"a {parts.scheme} URL needs a path: {parts.scheme}:///ledger (relative) or "
             f"{parts.scheme}:////abs/ledger"
         )
-    return Path(local)
+    return _home_expanded(local)
+
+
+def _home_expanded(path: str) -> Path:
+    """``path`` with a leading ``~`` as the home folder, as ``--key`` and ``--witness`` take
+    it: where no shell expands it (an env file, a quoted argument, a URL) a folder named
+    ``~`` appeared in the working directory, a different ledger in every folder."""
+    try:
+        return Path(path).expanduser()
+    except RuntimeError as exc:  # HOME unset and no password entry, or no such ~user
+        raise ConfigError(f"cannot expand {path!r}: {exc}") from None
 
 
 def is_postgres_url(url: str | Path | None) -> bool:
