@@ -152,6 +152,37 @@ def reader_gone() -> NoReturn:
     raise SystemExit(EXIT_BROKEN_PIPE)
 
 
+def stdout_failed(exc: OSError) -> NoReturn:
+    """End the command, said on stderr, when stdout cannot take what it prints (a full
+    disk, ``> /dev/full``, an I/O error): exit 2, not a traceback and exit 120.
+
+    As in :func:`reader_gone`, stdout is pointed at /dev/null first, so the flush at exit
+    (of what is still buffered) does not fail again.
+    """
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    with contextlib.suppress(OSError, ValueError):  # stderr may be just as full
+        sys.stderr.write(
+            f"error: cannot write to stdout: {exc.strerror or exc}; the output is incomplete "
+            "(what the command recorded before stays recorded)\n"
+        )
+        sys.stderr.flush()
+    raise SystemExit(EXIT_USAGE)
+
+
+def stdout_broken(exc: OSError) -> None:
+    """Call :func:`stdout_failed` if ``exc`` is stdout's, not a named file's: what a failed
+    write left in stdout's buffer fails again when flushed."""
+    if exc.filename is not None:
+        return
+    try:
+        sys.stdout.flush()
+    except OSError as again:
+        stdout_failed(again)
+
+
 # Recorded text reaches an auditor's terminal. ESC starts a control sequence (clear the
 # screen, move the cursor up over "OK", an OSC 8 hyperlink), C1 bytes do the same on some
 # terminals, CR and backspace overwrite what was printed, bidi overrides reorder it, and
@@ -314,6 +345,8 @@ def write_stdout(text: str) -> None:
         sys.stdout.flush()
     except BrokenPipeError:
         reader_gone()
+    except OSError as exc:
+        stdout_failed(exc)
 
 
 def fail(
@@ -365,6 +398,15 @@ def handled(as_json: bool, *, one_line: bool = False) -> Iterator[None]:
         out(str(exc), EXIT_DAMAGED, type(exc).__name__)
     except TraceboundError as exc:
         out(str(exc), EXIT_USAGE, type(exc).__name__)
+    except UnicodeEncodeError as exc:
+        # Python keeps an argument's bytes that are not UTF-8 as lone surrogates ("\udcff");
+        # SQLite and PostgreSQL cannot take them, and the traceback did not say which.
+        out(
+            f"not UTF-8 text: {safe_text(repr(exc.object)[1:-1])} (an argument with bytes "
+            "that are not UTF-8, e.g. typed in a terminal whose locale is not UTF-8?)",
+            EXIT_USAGE,
+            "UsageError",
+        )
     except BrokenPipeError:  # an OSError, but of stdout's reader, not of a file named
         reader_gone()
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Terminated)
@@ -374,6 +416,7 @@ def handled(as_json: bool, *, one_line: bool = False) -> Iterator[None]:
         message, code, extra = interruption(exc)
         fail(message, code=code, as_json=as_json, one_line=one_line, **extra)
     except OSError as exc:  # a file named on the command line: missing, a folder, no access
+        stdout_broken(exc)
         where = f": {exc.filename}" if exc.filename else ""
         out(f"{exc.strerror or exc}{where}", EXIT_USAGE, type(exc).__name__)
 

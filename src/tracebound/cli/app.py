@@ -46,6 +46,8 @@ from tracebound.cli._common import (
     resolve_key_path,
     safe_text,
     signals_held,
+    stdout_broken,
+    stdout_failed,
     stop_on_sigterm,
     store_dir,
     try_verifier,
@@ -1207,6 +1209,21 @@ def _buffered_stdout() -> None:
     )
 
 
+def _printable_stdout() -> None:
+    """Show what stdout's encoding cannot hold as an escape (``caf\\xe9``).
+
+    Where the locale is not UTF-8, stdout is ASCII or Latin-1, and recorded text (a
+    stream id with an accent, CJK, an emoji) ended the command in a UnicodeEncodeError with
+    exit 1, "damaged", after `checkpoint` had signed and stored its checkpoint. Shown the
+    way control characters already are; --json output is ASCII and is not touched.
+    (Python's handler in the C locale, surrogateescape, fails on those characters too; a
+    handler that does not fail, from PYTHONIOENCODING, is left as the user set it.)
+    """
+    failing = {"strict", "surrogateescape"}
+    if sys.stdout.errors in failing and isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(errors="backslashreplace")
+
+
 def main() -> None:
     """Console-script entry point."""
     # A closed stdout or stderr (a cron job's `>&-`) leaves Python's sys.stdout None: every
@@ -1217,10 +1234,14 @@ def main() -> None:
         sys.stdout = Path(os.devnull).open("w", encoding="utf-8")  # noqa: SIM115 - process-long
     if sys.stderr is None:
         sys.stderr = Path(os.devnull).open("w", encoding="utf-8")  # noqa: SIM115 - process-long
+    _printable_stdout()
     _buffered_stdout()
     stop_on_sigterm()
     try:
         app()
+    except OSError as exc:  # rich's console writes outside handled()
+        stdout_broken(exc)
+        raise
     finally:
         # What is still buffered is written now, while a reader that left can be told
         # from damage (exit 141, not the interpreter's "Exception ignored" at exit).
@@ -1228,3 +1249,5 @@ def main() -> None:
             sys.stdout.flush()
         except BrokenPipeError:
             reader_gone()
+        except OSError as exc:
+            stdout_failed(exc)
