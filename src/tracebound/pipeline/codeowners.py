@@ -65,7 +65,7 @@ class CodeOwners:
     def load(cls, path: str | Path) -> CodeOwners:
         p = Path(path)
         try:
-            return cls.parse(p.read_text(encoding="utf-8"), source=str(p))
+            return cls.parse(p.read_text(encoding="utf-8-sig"), source=str(p))
         except (OSError, UnicodeDecodeError) as exc:
             raise PolicyUnusable(f"cannot read CODEOWNERS {p}: {exc}") from exc
 

@@ -335,7 +335,7 @@ class Policy:
         """Read a policy file. Anything wrong with it raises PolicyUnusable (fail closed)."""
         p = Path(path)
         try:
-            text = p.read_text(encoding="utf-8")
+            text = p.read_text(encoding="utf-8-sig")  # an editor's BOM is not the text
         except (OSError, UnicodeDecodeError) as exc:
             raise PolicyUnusable(f"cannot read policy {p}: {exc}") from exc
         if not text.strip():

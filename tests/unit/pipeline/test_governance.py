@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,20 @@ def test_unusable_policies_fail_closed(tmp_path: Path, text: str, needle: str) -
 def test_missing_policy_file_fails_closed(tmp_path: Path) -> None:
     with pytest.raises(PolicyUnusable):
         Policy.load(tmp_path / "nope.toml")
+
+
+def test_files_saved_with_a_byte_order_mark_read_as_without_one(tmp_path: Path) -> None:
+    """Editors on Windows save UTF-8 with a BOM: "\ufeff*" was CODEOWNERS' first pattern, so
+    the catch-all was lost (no default owners), and a policy was "not valid TOML"."""
+    owners = tmp_path / "CODEOWNERS"
+    owners.write_bytes(b"\xef\xbb\xbf* @platform\nsrc/** @alice\n")
+    loaded = CodeOwners.load(owners)
+    assert loaded.rules[0] == ("*", ("@platform",))
+    loaded.check_approver("platform", [], repository_wide=True)  # the default owners hold
+    policy = tmp_path / "policy.toml"
+    text = "version = 1\n[gate]\nwrite_access = true\n"
+    policy.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    assert Policy.load(policy) == Policy.from_dict(tomllib.loads(text), source=str(policy))
 
 
 def test_empty_rule_set_is_refused_and_bypass_is_named() -> None:
