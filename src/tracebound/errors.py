@@ -56,6 +56,7 @@ __all__ = [
     "UnknownEventType",
     "UpcastError",
     "ValidationFailed",
+    "ViewsOfAnotherLog",
 ]
 
 
@@ -101,6 +102,13 @@ class LedgerDamaged(IntegrityError):
     def __reduce__(self) -> tuple[type[LedgerDamaged], tuple[DamageKind, int | None, str]]:
         # Verify workers send damage reports across processes; keep them whole.
         return (type(self), (self.kind, self.position, self.detail))
+
+
+class ViewsOfAnotherLog(IntegrityError):
+    """The views were built from another history than this ledger's log: they hold
+    positions past its end, or the record at their last position is not this log's (a
+    ledger restored from an older backup, or views pointed at another ledger). Nothing is
+    applied; ``tracebound project rebuild`` builds them again from this log."""
 
 
 class AuditChainCorrupted(IntegrityError):

@@ -314,3 +314,47 @@ def test_status_of_postgresql_views_that_are_not_there_creates_nothing(
         cost["by_role_and_hour"]
         == cli.json("report", "cost", "--workflow", "wf-a")["by_role_and_hour"]
     )
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_views_ahead_of_a_restored_ledger_are_refused_until_rebuilt(
+    tmp_path: Path, backend: str, request: pytest.FixtureRequest
+) -> None:
+    """An SRE restores the ledger from last night's copy while the views hold today's
+    events. Before: `project run` said `applied 0` over views 2 events ahead, status showed
+    a lag of -2, and once the writers had appended past the old end the runner applied
+    the new events from the old positions on: cost and ROI mixed two histories."""
+    cli = CLI(tmp_path)
+    assert cli.run("init").returncode == 0
+    lines = EVENTS.splitlines(keepends=True)
+    assert cli.run("append", stdin="".join(lines[:3])).returncode == 0
+    ledger = tmp_path / ".tracebound" / "ledger.db"
+    (tmp_path / "backup.db").write_bytes(ledger.read_bytes())
+    assert cli.run("append", stdin="".join(lines[3:])).returncode == 0
+    views: tuple[str, ...] = ()
+    if backend == "postgresql":
+        dbname = request.getfixturevalue("postgres_dsn").rsplit("dbname=", 1)[1]
+        server = request.getfixturevalue("postgres_server")
+        views = ("--views", str(server.url(dbname, schema="restored")))
+    assert cli.json("project", "run", *views)["applied"] == 5
+    ledger.write_bytes((tmp_path / "backup.db").read_bytes())  # back to 3 events
+
+    out = cli.json("project", "run", *views, code=1)
+    assert out["error"]["kind"] == "ViewsOfAnotherLog"
+    assert "at position 5 but the ledger ends at 3" in out["error"]["message"]
+    assert "project rebuild" in out["error"]["message"]
+    status = cli.json("project", "status", *views)["projections"]
+    assert all("ledger ends at 3" in s["error"] for s in status)
+    assert cli.json("report", "roi", "--no-update", *views, code=1)["error"]
+    # The writers go on: other events at positions 4..7, past the views' 5.
+    other = _line("s-c", "wf-c", _cost("7", "Executor"), 9)
+    assert cli.run("append", stdin=(other + "\n") * 4).returncode == 0
+    out = cli.json("report", "cost", *views, code=1)
+    assert "at position 5 (hash" in out["error"]["message"]
+    assert cli.json("project", "run", "--follow", *views, code=1)["error"]["kind"] == (
+        "ViewsOfAnotherLog"
+    )
+    assert cli.json("project", "rebuild", *views)["applied"] == 7
+    fresh = cli.json("report", "cost", "--views", "fresh.db")
+    assert cli.json("report", "cost", *views)["rows"] == fresh["rows"]
+    assert cli.json("project", "run", *views)["applied"] == 0

@@ -91,9 +91,8 @@ def views_path(
     ``views.db`` in the store directory; for a PostgreSQL ``ledger``, a file of its own in
     the local ``.tracebound`` (``views-<blake3 of its place>.db``).
 
-    A PostgreSQL ledger has no folder of its own, and views do not say which log they
-    were built from: two ledgers sharing one views file would each skip the other's
-    positions and report the other's rows.
+    A PostgreSQL ledger has no folder of its own, and two ledgers sharing one views file
+    would refuse each other's views (``ViewsOfAnotherLog``) at every run.
 
     Raises:
         ConfigError: ``--views`` is a URL of another scheme. (A ``postgresql://`` URL names

@@ -79,12 +79,14 @@ def _views(
     Caught up, a projection that fails on an event makes the report fail. With
     ``--no-update`` the report reads what is there, and says on stderr which projections
     stopped at a failure (their rows end before that event), and when the others are
-    behind the log (a `project rebuild` killed half-way leaves them so).
+    behind the log (a `project rebuild` killed half-way leaves them so). Views built from
+    another log than this ledger's are refused either way (``ViewsOfAnotherLog``).
     """
     with open_runner(
         store, views, update=not no_update, existing=no_update, progress=not as_json
     ) as runner:
         if no_update:
+            runner.check_log()  # views of another history would be reported as this one's
             _warn_stale(runner.status())
         yield runner
 

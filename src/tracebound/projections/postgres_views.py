@@ -38,7 +38,13 @@ from psycopg.types.json import set_json_loads
 
 from tracebound.errors import ConcurrencyConflict, ConfigError, StorageError
 from tracebound.projections.base import Key, Projection, Row, Table
-from tracebound.projections.sqlite_views import _ENCODERS, PositionRecord, TableWrite, _codec
+from tracebound.projections.sqlite_views import (
+    _ENCODERS,
+    LogAnchor,
+    PositionRecord,
+    TableWrite,
+    _codec,
+)
 from tracebound.projections.trail import ENGINE_HISTORY
 from tracebound.store.postgres import apply_lock_timeout, display_url, lock_wait_error, parse_url
 
@@ -157,6 +163,12 @@ class PostgresViews:
                 ).format(self._name("projection_positions"))
             )
             self._refuse_a_ledger()
+            self._conn.execute(
+                sql.SQL(
+                    "CREATE TABLE IF NOT EXISTS {} (id int PRIMARY KEY CHECK (id = 1), "
+                    "position bigint NOT NULL, hash text NOT NULL)"
+                ).format(self._name("views_log"))
+            )
             self._create(ENGINE_HISTORY)
 
     def close(self) -> None:
@@ -253,6 +265,11 @@ class PostgresViews:
                 ),
                 (projection.name,),
             )
+            self._conn.execute(  # a full rebuild forgets the log the views came from
+                sql.SQL(
+                    "DELETE FROM {} WHERE NOT EXISTS (SELECT 1 FROM {} WHERE position > 0)"
+                ).format(self._name("views_log"), self._name("projection_positions"))
+            )
 
     # -- positions -----------------------------------------------------------------------
 
@@ -267,6 +284,18 @@ class PostgresViews:
                 self._positions_query(sql.SQL("WHERE name = %s")), (name,)
             ).fetchone()
         return None if row is None else PositionRecord(*row)
+
+    def log_anchor(self) -> LogAnchor | None:
+        """The last record the views applied (None: none yet, or a schema written before
+        the views kept it, read by a role that may not create the table)."""
+        with self._lock, _translated("read", self.place, self.lock_timeout):
+            try:
+                row = self._conn.execute(
+                    sql.SQL("SELECT position, hash FROM {}").format(self._name("views_log"))
+                ).fetchone()
+            except psycopg.errors.UndefinedTable:
+                return None
+        return None if row is None else LogAnchor(int(row[0]), str(row[1]))
 
     def positions(self) -> list[PositionRecord]:
         with self._lock, _translated("read", self.place, self.lock_timeout):
@@ -322,8 +351,9 @@ class PostgresViews:
             ],
         )
 
-    def commit(self, writes: Sequence[TableWrite]) -> None:
-        """Write every projection's rows and position in one transaction: all or nothing.
+    def commit(self, writes: Sequence[TableWrite], anchor: LogAnchor | None = None) -> None:
+        """Write every projection's rows and position in one transaction: all or nothing;
+        with ``anchor``, the last record applied (kept if it is further than the stored).
 
         Raises:
             ConcurrencyConflict: another runner moved a position since this one read it.
@@ -344,6 +374,15 @@ class PostgresViews:
                     if rows:
                         self._upsert(cur, self._tables[name], rows)
                 cur.execute(update, (w.new_position, w.failed_position, w.error, w.projection.name))
+            if anchor is not None:
+                cur.execute(
+                    sql.SQL(
+                        "INSERT INTO {} AS a (id, position, hash) VALUES (1, %s, %s) "
+                        "ON CONFLICT (id) DO UPDATE SET position = excluded.position, "
+                        "hash = excluded.hash WHERE excluded.position >= a.position"
+                    ).format(self._name("views_log")),
+                    (anchor.position, anchor.hash),
+                )
 
     def _check_position(self, cur: psycopg.Cursor[Any], w: TableWrite) -> None:
         """Lock the projection's position row and refuse to commit over another runner's."""

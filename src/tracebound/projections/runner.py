@@ -35,6 +35,7 @@ from tracebound.errors import (
     StorageError,
     StoreBusy,
     TraceboundError,
+    ViewsOfAnotherLog,
 )
 from tracebound.events.registry import EventRegistry
 from tracebound.projections.base import EventRecord, Projection, Rows, RowSink
@@ -45,10 +46,15 @@ from tracebound.projections.learning import LearningProjection
 from tracebound.projections.plugins import PluginTelemetry
 from tracebound.projections.records import RecordDecoder, read_record_pages
 from tracebound.projections.roi import RoiProjection
-from tracebound.projections.sqlite_views import PositionRecord, SQLiteViews, TableWrite
+from tracebound.projections.sqlite_views import (
+    LogAnchor,
+    PositionRecord,
+    SQLiteViews,
+    TableWrite,
+)
 from tracebound.projections.trail import AuditTrailProjection
 from tracebound.store.collector import paused_collector
-from tracebound.store.port import LogStore
+from tracebound.store.port import LogStore, MerkleNodeStore
 from tracebound.store.sqlite import SQLiteStore
 
 __all__ = [
@@ -303,7 +309,9 @@ class ViewStore(RowSink, Protocol):
 
     def reset(self, projection: Projection) -> None: ...
 
-    def commit(self, writes: Sequence[TableWrite]) -> None: ...
+    def commit(self, writes: Sequence[TableWrite], anchor: LogAnchor | None = None) -> None: ...
+
+    def log_anchor(self) -> LogAnchor | None: ...
 
     def create_indexes(self, projections: Sequence[Projection]) -> None: ...
 
@@ -347,6 +355,7 @@ class ProjectionRunner(Generic[ViewsT]):
         self.decoder = RecordDecoder(registry)
         self.on_commit = on_commit
         self._live: list[_Live] | None = None
+        self._log_checked = False  # this runner has seen that the views are of this log
 
     # -- state ---------------------------------------------------------------------------
 
@@ -367,10 +376,12 @@ class ProjectionRunner(Generic[ViewsT]):
         version of it is reported as that version, behind by the whole log, with an
         ``error`` that says the next run rebuilds it (status itself drops nothing).
         """
-        head = self.store.size()
+        records = {p.name: self.views.position_record(p.name) for p in self.projections}
+        problem = self._log_problem([r.position for r in records.values() if r])
+        head = self.store.size()  # after the positions: a follower may commit meanwhile
         out = []
         for p in self.projections:
-            rec = self.views.position_record(p.name)
+            rec = records[p.name]
             if rec is None:
                 out.append(ProjectionStatus(p.name, p.version, 0, head, None, None))
             elif rec.version != p.version:
@@ -380,12 +391,76 @@ class ProjectionRunner(Generic[ViewsT]):
                 )
                 out.append(ProjectionStatus(p.name, rec.version, 0, head, None, stale))
             else:
+                error = rec.error if problem is None else problem
                 out.append(
                     ProjectionStatus(
-                        p.name, rec.version, rec.position, head, rec.failed_position, rec.error
+                        p.name, rec.version, rec.position, head, rec.failed_position, error
                     )
                 )
         return out
+
+    # -- which log the views are of -------------------------------------------------------
+
+    def check_log(self) -> None:
+        """Refuse views built from another history than this ledger's log.
+
+        Raises:
+            ViewsOfAnotherLog: a projection (or the views' :class:`LogAnchor`) is at a
+                position past the log's end, or the log's record at the anchor is another
+                record. Views that do not keep an anchor yet are checked by position only.
+        """
+        records = (self.views.position_record(p.name) for p in self.projections)
+        self._refuse_another_log([r.position for r in records if r])
+
+    def _refuse_another_log(self, positions: Sequence[int]) -> None:
+        problem = self._log_problem(positions)
+        if problem is not None:
+            raise ViewsOfAnotherLog(problem)
+        self._log_checked = True
+
+    def _log_problem(self, positions: Sequence[int]) -> str | None:
+        """What says the views are not of this log, or None (reads only).
+
+        The log's end is read after the positions and the anchor: another runner (a report
+        catching up beside a follower) may commit between, but never past the log's end."""
+        anchor = self.views.log_anchor()
+        head = self.store.size()
+        furthest = max([*positions, 0 if anchor is None else anchor.position])
+        fix = (
+            "; `tracebound project rebuild` builds them again from this ledger (or give "
+            "--views the views of this ledger)"
+        )
+        if furthest > head:
+            return (
+                f"the views are at position {furthest:,} but the ledger ends at {head:,}: "
+                "they were built from another log, or from this one before it was restored "
+                f"from an older copy; nothing is applied over them{fix}"
+            )
+        if anchor is None or anchor.position == 0:
+            return None
+        found = self._hash_at(anchor.position)
+        if found == anchor.hash:
+            return None
+        return (
+            f"the record the views applied at position {anchor.position:,} (hash "
+            f"{anchor.hash[:16]}…) is not this ledger's ({(found or 'missing')[:16]}…): they "
+            "were built from another log (views of another ledger, or a ledger restored from "
+            f"an older copy and written to since); nothing is applied over them{fix}"
+        )
+
+    def _anchor(self, position: int) -> LogAnchor | None:
+        """The anchor a commit that applied up to ``position`` leaves (see LogAnchor)."""
+        found = self._hash_at(position)
+        return None if found is None else LogAnchor(position, found)
+
+    def _hash_at(self, position: int) -> str | None:
+        """The chain hash (hex) of the log's record at ``position``, or None."""
+        if isinstance(self.store, MerkleNodeStore):
+            hashes = self.store.read_hashes(position, position)
+            return hashes[0].hex() if hashes else None
+        for raw in self.store.read_raw(start=position, stop=position):
+            return raw.hash.hex()
+        return None
 
     # -- running -------------------------------------------------------------------------
 
@@ -406,6 +481,8 @@ class ProjectionRunner(Generic[ViewsT]):
                 f"no such projection: {', '.join(sorted(unknown))} "
                 f"(the projections are {', '.join(p.name for p in self.projections)})"
             )
+        if wanted != {p.name for p in self.projections}:
+            self.check_log()  # the others stay: they must be of this log
         for p in self.projections:
             if p.name in wanted:
                 self.views.reset(p)
@@ -504,6 +581,10 @@ class ProjectionRunner(Generic[ViewsT]):
         for lv in live:
             lv.rearm()
         head = self.store.size()
+        if not self._log_checked or any(lv.position != head for lv in live):
+            # Before anything is applied: an idle follower (every position at the head)
+            # does not pay for the check; one with events to apply does, once per run.
+            self._refuse_another_log([lv.position for lv in live])
         report = RunReport(head=head)
         failed: dict[str, tuple[ProjectionFailure, BaseException]] = {}
         # Records and rows hold no reference cycles: reference counting frees them, and the
@@ -638,7 +719,7 @@ class ProjectionRunner(Generic[ViewsT]):
                     error=None if fail is None else fail[0].error,
                 )
             )
-        self.views.commit(writes)
+        self.views.commit(writes, self._anchor(last) if records else None)
         for lv, w in zip(pending, writes, strict=True):
             lv.position = w.new_position
         report.events += len(records)

@@ -5,11 +5,13 @@ they can be dropped and rebuilt at any time, their writes never contend with app
 ledger's write lock, and a damaged views file loses nothing.
 
 The file holds ``projection_positions(name, version, position, failed_position, error)``,
-the imported ``engine_history`` and every projection's tables. A projection's rows and its
-new position are written in ONE transaction (:meth:`SQLiteViews.commit`), so after a crash
-either both are there or neither is, and replaying from the stored position neither skips
-nor repeats an event. ``synchronous=NORMAL`` is enough for that: a power cut can lose the
-last commits, but it loses rows and position together, and the runner replays them.
+``views_log(position, hash)`` (the last record applied: which log the views are of, see
+:class:`LogAnchor`), the imported ``engine_history`` and every projection's tables. A
+projection's rows and its new position are written in ONE transaction
+(:meth:`SQLiteViews.commit`), so after a crash either both are there or neither is, and
+replaying from the stored position neither skips nor repeats an event.
+``synchronous=NORMAL`` is enough for that: a power cut can lose the last commits, but it
+loses rows and position together, and the runner replays them.
 
 Column mapping (what a PostgreSQL sink would do differently in brackets): text and json are
 TEXT [TEXT, JSONB], integer INTEGER [BIGINT], decimal is a plain decimal string in TEXT
@@ -36,7 +38,7 @@ from tracebound.projections.trail import ENGINE_HISTORY
 from tracebound.store.files import create_private_file
 from tracebound.store.sqlite import rollback_open, sqlite_failure
 
-__all__ = ["VIEWS_FILENAME", "PositionRecord", "SQLiteViews", "TableWrite"]
+__all__ = ["VIEWS_FILENAME", "LogAnchor", "PositionRecord", "SQLiteViews", "TableWrite"]
 
 VIEWS_FILENAME: Final = "views.db"
 
@@ -59,6 +61,25 @@ CREATE TABLE IF NOT EXISTS projection_positions (
 ) WITHOUT ROWID
 """
 
+_LOG = """
+CREATE TABLE IF NOT EXISTS views_log (
+    id       INTEGER PRIMARY KEY CHECK (id = 1),
+    position INTEGER NOT NULL,
+    hash     TEXT NOT NULL
+)
+"""
+# One row: the last record the views applied, to tell this log from another (LogAnchor).
+# Created by the first write that needs it, not on open: a read-only views file written
+# before the table existed is still read.
+
+_ANCHOR = (
+    "INSERT INTO views_log (id, position, hash) VALUES (1, ?, ?) ON CONFLICT (id) DO UPDATE "
+    "SET position = excluded.position, hash = excluded.hash "
+    "WHERE excluded.position >= views_log.position"
+)
+_UNANCHOR = (
+    "DELETE FROM views_log WHERE NOT EXISTS (SELECT 1 FROM projection_positions WHERE position > 0)"
+)
 
 DEFAULT_BUSY_TIMEOUT: Final = 60.0
 """Seconds a views statement waits for another process's lock: the SQLite ledger's wait, so
@@ -138,6 +159,21 @@ class PositionRecord:
 
 
 @dataclass(frozen=True)
+class LogAnchor:
+    """The furthest record the views applied: its position and chain hash (hex).
+
+    The views' proof of which log they were built from: a log whose record at
+    ``position`` has another hash (or that ends before it) is another history, and the
+    runner refuses to mix it in. Commits only move it forward (two processes of a parallel
+    rebuild commit their own positions); it is forgotten once every projection is back at
+    position 0 (a full rebuild).
+    """
+
+    position: int
+    hash: str
+
+
+@dataclass(frozen=True)
 class TableWrite:
     """One projection's part of a commit: rows by table, and where it now stands."""
 
@@ -172,6 +208,7 @@ class SQLiteViews:
         self._unindexed: set[str] = set()  # fresh tables whose indexes wait for catch-up
         self._indexed: set[str] = set()
         self._writers: dict[Table, tuple[str, Callable[[Row], Sequence[Any]]]] = {}
+        self._log_table = False  # views_log created (or seen) by this connection
         with _translated("open", self.path, self.busy_timeout):
             p.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             create_private_file(p)  # what the views hold is the ledger's: owner-only too
@@ -306,6 +343,8 @@ class SQLiteViews:
                 self._conn.execute(
                     "DELETE FROM projection_positions WHERE name = ?", (projection.name,)
                 )
+                self._create_log_table()
+                self._conn.execute(_UNANCHOR)
                 self._conn.execute("COMMIT")
             except BaseException:
                 rollback_open(self._conn)
@@ -321,6 +360,23 @@ class SQLiteViews:
                 (name,),
             ).fetchone()
         return None if row is None else PositionRecord(*row)
+
+    def _create_log_table(self) -> None:
+        if not self._log_table:
+            self._conn.execute(_LOG)
+            self._log_table = True
+
+    def log_anchor(self) -> LogAnchor | None:
+        """The last record the views applied (None: none yet, or views written before
+        they kept it; see :class:`LogAnchor`)."""
+        with self._lock, _translated("read", self.path, self.busy_timeout):
+            try:
+                row = self._conn.execute("SELECT position, hash FROM views_log").fetchone()
+            except sqlite3.OperationalError as exc:
+                if "no such table" in str(exc):
+                    return None
+                raise
+        return None if row is None else LogAnchor(int(row[0]), str(row[1]))
 
     def positions(self) -> list[PositionRecord]:
         with self._lock, _translated("read", self.path, self.busy_timeout):
@@ -396,8 +452,9 @@ class SQLiteViews:
         self._writers[table] = found = (sql, encode)
         return found
 
-    def commit(self, writes: Sequence[TableWrite]) -> None:
-        """Write every projection's rows and position in one transaction: all or nothing.
+    def commit(self, writes: Sequence[TableWrite], anchor: LogAnchor | None = None) -> None:
+        """Write every projection's rows and position in one transaction: all or nothing;
+        with ``anchor``, the last record applied (kept if it is further than the stored).
 
         Raises:
             ConcurrencyConflict: another runner moved a position since this one read it.
@@ -417,6 +474,9 @@ class SQLiteViews:
                         "error = ? WHERE name = ?",
                         (w.new_position, w.failed_position, w.error, w.projection.name),
                     )
+                if anchor is not None:
+                    self._create_log_table()
+                    conn.execute(_ANCHOR, (anchor.position, anchor.hash))
                 conn.execute("COMMIT")
             except BaseException:
                 rollback_open(conn)

@@ -317,13 +317,13 @@ def test_a_report_catches_up_beside_another_runner_instead_of_failing(
     raced: list[int] = []
     racing = False
 
-    def commit_after_a_follower(self: SQLiteViews, writes: Any) -> None:
+    def commit_after_a_follower(self: SQLiteViews, writes: Any, *anchor: Any) -> None:
         nonlocal racing
         if not raced and not racing:  # the follower commits between the report's read and write
             racing = True
             with SQLiteStore(tmp_path / ".tracebound") as store, SQLiteViews(views) as other:
                 raced.append(ProjectionRunner(store, other).run().events)
-        real_commit(self, writes)
+        real_commit(self, writes, *anchor)
 
     monkeypatch.setattr(SQLiteViews, "commit", commit_after_a_follower)
     monkeypatch.chdir(tmp_path)
