@@ -14,7 +14,7 @@ from tracebound.store.sqlite import SQLiteStore
 TREE: dict[type[E.TraceboundError], set[type[E.TraceboundError]]] = {
     E.IntegrityError: {
         E.LedgerDamaged, E.AuditChainCorrupted, E.LedgerAttemptOutOfOrder, E.ProofError,
-        E.CheckpointError,
+        E.CheckpointError, E.ViewsOfAnotherLog,
     },
     E.ConcurrencyError: {E.ConcurrencyConflict, E.RunAlreadyResumed, E.RunTakenOver,
                          E.StoreBusy},
