@@ -57,7 +57,7 @@ from tracebound.events.catalog import AttemptAnchorRecorded
 from tracebound.events.envelope import RecordedEvent
 from tracebound.events.record import decode_known
 from tracebound.integrity.note import open_checkpoint
-from tracebound.integrity.strict_json import loads_canonical_record
+from tracebound.integrity.strict_json import loads_canonical_record, loads_strict
 from tracebound.ledger import InclusionBundle, Ledger
 from tracebound.store.files import append_durably
 from tracebound.store.keyfile import file_stem
@@ -178,7 +178,9 @@ def anchor_events(ledger: Ledger) -> Iterator[tuple[RecordedEvent, AttemptAnchor
 
 def _json_text(value: Any) -> Any:
     # Parquet keeps nested values as JSON text; JSON lines keep them as objects.
-    return json.loads(value) if isinstance(value, str) else value
+    # Strict: a ValueError becomes the row's validation error; Python's json would raise
+    # RecursionError on deep nesting, which pydantic lets through.
+    return loads_strict(value) if isinstance(value, str) else value
 
 
 class AnchorDatasetRow(BaseModel):
@@ -371,6 +373,29 @@ def write_dataset(rows: Sequence[AnchorDatasetRow], fmt: DatasetFormat, out: IO[
     out.write(buffer.getvalue())
 
 
+def _dataset_rows(path: Path, fmt: DatasetFormat) -> list[Any]:
+    if fmt == "parquet":
+        _pa, pq = _pyarrow()
+        try:
+            rows: list[Any] = pq.read_table(path).to_pylist()
+        except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+            raise ValidationFailed(str(path), f"not a Parquet dataset: {exc}") from exc
+        return rows
+    try:
+        lines = path.read_bytes().splitlines()
+    except OSError as exc:
+        raise ValidationFailed(str(path), f"cannot be read: {exc.strerror or exc}") from exc
+    rows = []
+    for number, line in enumerate(lines, start=1):
+        if not line:
+            continue
+        try:
+            rows.append(loads_strict(line))
+        except ValueError as exc:
+            raise ValidationFailed(f"{path}: line {number}", str(exc)) from exc
+    return rows
+
+
 def read_dataset(path: Path, fmt: DatasetFormat) -> list[AnchorDatasetRow]:
     """Read an exported dataset back, every row through :data:`DATASET_ROW_ADAPTER`.
 
@@ -378,13 +403,7 @@ def read_dataset(path: Path, fmt: DatasetFormat) -> list[AnchorDatasetRow]:
         ValidationFailed: a row is not a valid dataset row.
         ConfigError: Parquet and no pyarrow.
     """
-    if fmt == "jsonl":
-        raw: list[Any] = [
-            json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line
-        ]
-    else:
-        _pa, pq = _pyarrow()
-        raw = pq.read_table(path).to_pylist()
+    raw = _dataset_rows(path, fmt)
     rows: list[AnchorDatasetRow] = []
     for number, item in enumerate(raw, start=1):
         try:

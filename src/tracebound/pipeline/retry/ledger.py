@@ -29,7 +29,6 @@ gate runner calls that before it starts any gate process.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +55,7 @@ from tracebound.events.anchor import (
 )
 from tracebound.ids import AttemptId, ChainHead, PatchDigest, WorkflowId
 from tracebound.integrity.chain import HASH_SIZE, chain_hash
+from tracebound.integrity.strict_json import loads_strict
 from tracebound.pipeline.retry.models import TrustOutcome
 from tracebound.store.files import append_durably, make_private_dir
 from tracebound.store.port import StreamStore
@@ -222,10 +222,9 @@ def _parse_line(raw: bytes) -> tuple[AttemptRecord, bytes, bytes, bytes]:
     """Decode one line; returns (record, prev, claimed hash, canonical attempt bytes)."""
     if not raw.endswith(b"\n"):
         raise ValueError("the line is incomplete (no newline): a write was cut short")
-    try:
-        obj = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"not JSON ({exc})") from exc
+    # Strict: Python's json raises RecursionError on deep nesting, which no ValueError
+    # handler catches, and verify_attempts promises a verdict, never an exception.
+    obj = loads_strict(raw)
     if not isinstance(obj, dict) or set(obj) != _LINE_KEYS:
         raise ValueError(f"a line is an object with exactly the keys {sorted(_LINE_KEYS)}")
     try:

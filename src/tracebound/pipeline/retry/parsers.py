@@ -10,7 +10,6 @@ the runner redacts each field again before it is used.
 
 from __future__ import annotations
 
-import json
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping
@@ -18,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from tracebound.integrity.strict_json import loads_strict
 from tracebound.pipeline.retry.models import FailingSignal, SignalKind
 from tracebound.pipeline.retry.sandbox import ProcessResult
 
@@ -205,8 +205,8 @@ def parse_ruff_json(out: GateOutput) -> GateParse:
     if not text:
         return GateParse()
     try:
-        items = json.loads(text)
-    except json.JSONDecodeError:
+        items = loads_strict(text)  # Python's json raises RecursionError on deep nesting
+    except ValueError:
         return GateParse(signals=(signal(gate, "crash", "ruff", "output is not ruff's JSON"),))
     if not isinstance(items, list):
         return GateParse(signals=(signal(gate, "crash", "ruff", "output is not a list"),))
@@ -235,8 +235,8 @@ def parse_secret_scan(out: GateOutput) -> GateParse:
     """
     gate = out.gate
     try:
-        data = json.loads(out.result.stdout.decode("utf-8", "replace") or "null")
-    except json.JSONDecodeError:
+        data = loads_strict(out.result.stdout.decode("utf-8", "replace") or "null")
+    except ValueError:
         data = None
     if not isinstance(data, dict) or not isinstance(data.get("findings"), list):
         return GateParse()
@@ -251,6 +251,10 @@ def parse_secret_scan(out: GateOutput) -> GateParse:
         for f in data["findings"]
         if isinstance(f, dict)
     )
-    return GateParse(
-        signals=signals, metrics={"files_scanned": int(data.get("files_scanned", 0) or 0)}
-    )
+    scanned = data.get("files_scanned") or 0
+    # Only a count is a metric: int() of a text or list raises, of 1.5 gives another number;
+    # past 2**53 the metric could not be written as canonical JSON.
+    metrics: dict[str, Metric] = {}
+    if type(scanned) is int and 0 <= scanned < 2**53:
+        metrics["files_scanned"] = scanned
+    return GateParse(signals=signals, metrics=metrics)
