@@ -293,6 +293,13 @@ def load_signer(path: Path, *, store_dir: Path | None = None) -> NoteSigner:
     return NoteSigner.parse_private(_read_small(path, "signing key"))
 
 
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except OSError:  # a name the OS refuses (too long): no file has it
+        return False
+
+
 def load_verifier(path_or_text: Path | str) -> NoteVerifier:
     """Load a verifier key from a ``.pub`` file or from the key text itself.
 
@@ -313,7 +320,7 @@ def load_verifier(path_or_text: Path | str) -> NoteVerifier:
             if "\n" in path_or_text.strip() or "\x00" in path_or_text:
                 raise
             path = Path(path_or_text).expanduser()
-            if not path.exists():
+            if not _exists(path):
                 # Text shaped like a key ('name+hash+key') is a key with something wrong in
                 # it: say what, rather than that no file has that name.
                 if path_or_text.strip().count("+") >= 2:

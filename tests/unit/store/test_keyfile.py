@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 import stat
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tracebound.errors import SigningKeyError
 from tracebound.integrity.keys import NoteSigner, NoteVerifier
@@ -211,3 +214,31 @@ def test_a_folder_given_as_the_key_path_is_named_as_a_folder(tmp_path: Path) -> 
 def test_an_empty_verifier_key_is_named_empty(text: str) -> None:
     with pytest.raises(SigningKeyError, match="is empty"):
         load_verifier(text)
+
+
+def test_a_key_text_too_long_for_a_file_name_is_named_as_a_bad_key() -> None:
+    # Not a key, then tried as a path: the OS refuses a name this long (ENAMETOOLONG). A
+    # mistyped key of 300 characters is a malformed key, not an OSError traceback.
+    good = NoteSigner("log", SEED).verifier.format()
+    with pytest.raises(SigningKeyError, match="not valid base64"):
+        load_verifier(good[:-1] + "x" * 300)
+    with pytest.raises(SigningKeyError, match="no verifier key file"):
+        load_verifier("x" * 5000)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_an_edited_key_text_is_a_key_or_a_signing_key_error(data: st.DataObject) -> None:
+    signer = NoteSigner("log", SEED)
+    for good, parse in (
+        (signer.format_private(), NoteSigner.parse_private),
+        (signer.verifier.format(), NoteVerifier.parse),
+        (signer.verifier.format(), load_verifier),
+    ):
+        i = data.draw(st.integers(0, len(good)))
+        j = data.draw(st.integers(i, len(good)))
+        splice = data.draw(
+            st.text(max_size=10) | st.sampled_from(["x" * 5000, "\x00", "+", "\ud800", "/" * 300])
+        )
+        with contextlib.suppress(SigningKeyError):
+            parse(good[:i] + splice + good[j:])
