@@ -145,7 +145,7 @@ def parse_run_head(body: str) -> RunHead:
             raise CheckpointError(f"run head {key} is not 64 lower-case hex digits")
     try:
         run_id = json.loads(values["run"])
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested past the stack
         raise CheckpointError("run head run id is not a JSON string") from exc
     if not isinstance(run_id, str) or json.dumps(run_id, ensure_ascii=True) != values["run"]:
         raise CheckpointError("run head run id is not a JSON string in its written form")

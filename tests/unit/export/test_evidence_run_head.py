@@ -307,10 +307,19 @@ def test_a_run_head_not_in_its_written_form_is_refused(old: str, new: str) -> No
 
 
 # Pieces an edit may splice in: other values' spellings, a number past Python's 4300-digit
-# int() limit (which raises ValueError, not a parse error), escapes, a lone surrogate.
+# int() limit (which raises ValueError, not a parse error), nesting past Python's stack
+# (RecursionError), escapes, a lone surrogate.
 _SPLICES = st.sampled_from(
-    ["9" * 5000, "1" * 21, "0", "-1", " ", "\n", '"', "\\u0000", "\ud800", "\u00e9", "NaN"]
-)
+    ["9" * 5000, "1" * 21, "0", "-1", " ", "\n", '"', "\\u0000", "\ud800", "\u00e9", "NaN",
+     "[" * 5000, '["r"]']
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("run", ["[" * 100_000, '{"a":' * 100_000, "1" * 5000])
+def test_a_run_id_python_json_cannot_hold_is_a_checkpoint_error(run: str) -> None:
+    text = format_run_head_body(_sample(run_id="r"))
+    with pytest.raises(CheckpointError, match="run id"):
+        parse_run_head(text.replace('run "r"\n', f"run {run}\n"))
 
 
 @settings(max_examples=200)
