@@ -113,6 +113,42 @@ def test_an_unparsable_url_is_a_usage_error_not_a_traceback(url: str) -> None:
     assert "s3cret-pw" not in result.output
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite:///x%00db",  # a NUL no file name can hold: os raised ValueError
+        "jsonl:///x%00y",
+        "postgresql://app:s3cret-pw@h/db?sch\udcffma=s",  # argv's non-UTF-8 byte 0xff
+        "sqlite:///\udcff/ledger.db",
+    ],
+    ids=["sqlite-nul", "jsonl-nul", "postgres-not-utf8", "sqlite-not-utf8"],
+)
+def test_a_url_no_file_name_or_libpq_can_hold_is_a_config_error(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError):
+        open_store(url)
+    for command in ("log", "init"):
+        result = cli(command, "--store", url, "--json")
+        assert result.exit_code == 2, result.output
+        assert json_out(result)["error"]["kind"] == "ConfigError"
+        assert "s3cret-pw" not in result.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_store_folder_whose_name_is_not_utf8_is_a_store_like_any_other(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A file name may hold any bytes; Python hands 0xff over as the surrogate U+DCFF. The
+    # store's origin binding (keyed by its path) used to crash encoding it.
+    monkeypatch.chdir(tmp_path)
+    place = os.fsdecode(b"caf\xe9")
+    assert cli("init", "--store", place, "--json").exit_code == 0
+    result = cli("log", "--store", place, "--json")
+    assert result.exit_code == 0, result.output
+
+
 @pytest.mark.parametrize("url", ["jsonl://", "jsonl:///", "sqlite://", "sqlite:///"])
 def test_a_url_without_a_path_is_refused_not_the_working_folder(
     url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

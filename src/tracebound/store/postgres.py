@@ -289,7 +289,10 @@ def parse_url(url: str) -> tuple[str, str]:
     ``postgres://`` is accepted too, as libpq accepts it.
     """
     try:
+        url.encode("utf-8")  # a surrogate for a non-UTF-8 byte: urlencode and libpq raise
         parts = urlsplit(url)
+    except UnicodeEncodeError:
+        raise ConfigError("invalid PostgreSQL URL: it is not UTF-8 text") from None
     except ValueError as exc:  # "Invalid IPv6 URL": a bracket left open
         raise ConfigError(f"invalid PostgreSQL URL: {exc}") from None
     if parts.scheme not in {"postgresql", "postgres"}:

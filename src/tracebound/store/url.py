@@ -38,11 +38,26 @@ def _split(url: str) -> SplitResult:
     The message does not quote the URL: it may hold a password. (The port is not checked
     here: ``postgresql://h1:5432,h2:5433/db`` is libpq's multi-host form.)
     """
+    scheme = url.split(":", 1)[0].encode("utf-8", "backslashreplace").decode("ascii", "replace")
+    if not url.isascii() and _not_utf8(url):
+        # A byte argv or the environment held that is not UTF-8 (Python's surrogate for
+        # it): percent-encoding, quoting and libpq all need text.
+        raise ConfigError(
+            f"invalid {scheme} URL: it is not UTF-8 text (give a SQLite or JSONL store's "
+            "folder as a plain path instead)"
+        )
     try:
         return urlsplit(url)
     except ValueError as exc:
-        scheme = url.split(":", 1)[0]
         raise ConfigError(f"invalid {scheme} URL: {exc}") from None
+
+
+def _not_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def printable_url(url: str) -> str:
@@ -66,7 +81,7 @@ def store_path(url: str | Path | None) -> Path:
         return DEFAULT_STORE_DIR
     text = str(url)
     if "://" not in text:
-        return _home_expanded(text)
+        return _home_expanded(_no_nul(text))
     parts = _split(text)
     if parts.scheme not in {"sqlite", "jsonl"}:
         raise ConfigError(f"{parts.scheme!r} URLs do not name a local path")
@@ -82,7 +97,7 @@ def store_path(url: str | Path | None) -> Path:
             f"a {parts.scheme} URL needs a path: {parts.scheme}:///ledger (relative) or "
             f"{parts.scheme}:////abs/ledger"
         )
-    return _home_expanded(local)
+    return _home_expanded(_no_nul(local))
 
 
 def _home_expanded(path: str) -> Path:
@@ -93,6 +108,12 @@ def _home_expanded(path: str) -> Path:
         return Path(path).expanduser()
     except RuntimeError as exc:  # HOME unset and no password entry, or no such ~user
         raise ConfigError(f"cannot expand {path!r}: {exc}") from None
+
+
+def _no_nul(path: str) -> str:
+    if "\x00" in path:  # %00 in a URL: no file name holds it, and os raises ValueError
+        raise ConfigError("a store path cannot hold a NUL byte (%00)")
+    return path
 
 
 def is_postgres_url(url: str | Path | None) -> bool:

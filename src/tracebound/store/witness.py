@@ -171,7 +171,9 @@ def missing_store(missing: StoreNotFound) -> TraceboundError:
 
 def binding_path(identity: str) -> Path:
     """The file binding the store ``identity`` to its origin, beside the witness files."""
-    return default_witness_dir() / "stores" / f"{blake3(identity.encode()).hexdigest()}.json"
+    # surrogateescape: a path's name may hold bytes that are not UTF-8 (os.fsencode's way)
+    key = blake3(identity.encode("utf-8", "surrogateescape")).hexdigest()
+    return default_witness_dir() / "stores" / f"{key}.json"
 
 
 def read_binding(identity: str) -> str | None:
