@@ -342,8 +342,10 @@ class Policy:
             raise PolicyUnusable(f"policy {p} is empty; an empty policy would allow everything")
         try:
             data = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
+        except ValueError as exc:  # TOMLDecodeError, or int() past its 4300 digits
             raise PolicyUnusable(f"policy {p} is not valid TOML: {exc}") from exc
+        except RecursionError:  # arrays or tables nested past Python's stack
+            raise PolicyUnusable(f"policy {p} is not valid TOML: nested too deeply") from None
         return cls.from_dict(data, source=str(p))
 
     @classmethod

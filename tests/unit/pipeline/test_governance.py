@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import tempfile
 import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.integration.pipeline_kit import POLICY, diff, tpc
 
@@ -52,6 +54,49 @@ def test_unusable_policies_fail_closed(tmp_path: Path, text: str, needle: str) -
     with pytest.raises(PolicyUnusable) as info:
         Policy.load(path)
     assert needle in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "version = " + "1" * 5000,  # tomllib's int() raises ValueError past 4300 digits
+        "version = 1\nx = " + "[" * 100_000,  # RecursionError
+        "version = 1\nx = " + "{a=" * 100_000,
+    ],
+    ids=["huge-int", "deep-array", "deep-table"],
+)
+def test_a_policy_python_toml_cannot_hold_fails_closed_naming_the_file(
+    tmp_path: Path, text: str
+) -> None:
+    path = tmp_path / "policy.toml"
+    path.write_text(text)
+    with pytest.raises(PolicyUnusable, match=r"policy\.toml is not valid TOML"):
+        Policy.load(path)
+
+
+_POLICY_TEXT = (
+    "version = 1\n[gate]\nwrite_access = true\nsensitive_paths = ['src/**', '.github/*']\n"
+    "[scopes]\nPlanner = ['read']\n"
+)
+
+
+_POLICY_SPLICES = st.sampled_from(
+    ["9" * 5000, "[" * 3000, "{a=" * 3000, "1e999", "nan", "'\\ud800'", "true", "[]", "{}",
+     "\n[gate]\n", "\x00"]
+)  # fmt: skip
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_an_edited_policy_loads_or_fails_closed(data: st.DataObject) -> None:
+    i = data.draw(st.integers(0, len(_POLICY_TEXT)))
+    j = data.draw(st.integers(i, min(len(_POLICY_TEXT), i + 30)))
+    splice = data.draw(_POLICY_SPLICES | st.text(max_size=6))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "policy.toml"
+        path.write_bytes((_POLICY_TEXT[:i] + splice + _POLICY_TEXT[j:]).encode("utf-8", "replace"))
+        with contextlib.suppress(PolicyUnusable):
+            Policy.load(path)
 
 
 def test_missing_policy_file_fails_closed(tmp_path: Path) -> None:
