@@ -86,3 +86,23 @@ def test_a_tampered_body_is_shown_refused_or_damage_never_a_traceback(
             if not isinstance(result.exception, SystemExit | None):
                 raise result.exception  # the traceback a user would see
             assert result.exit_code in (0, 1, 2), (args, result.exit_code, result.output)
+
+
+@pytest.mark.parametrize("value", [b"[]", b"7", b"{}"])
+def test_a_body_whose_event_id_is_no_string_is_damage_exit_1(
+    ledger: tuple[Path, dict[str, str]], tmp_path: Path, value: bytes
+) -> None:
+    good_db, env = ledger
+    store = tmp_path / "store"
+    store.mkdir()
+    shutil.copy(good_db, store / "ledger.db")
+    with sqlite3.connect(store / "ledger.db") as db:
+        (body,) = db.execute("SELECT body FROM events WHERE position = 2").fetchone()
+        start = body.index(b'"event_id":') + len(b'"event_id":')
+        edited = body[:start] + value + body[body.index(b",", start) :]
+        db.execute("UPDATE events SET body = ? WHERE position = 2", (edited,))
+    db.close()
+    for args in (["log"], ["inspect", "run-0"]):
+        result = CliRunner().invoke(app, [*args, "--store", str(store)], env=env)
+        assert result.exit_code == 1, (args, result.output)
+        assert result.exception is None or isinstance(result.exception, SystemExit)

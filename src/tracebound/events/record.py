@@ -220,6 +220,34 @@ def record_dict(recorded: RecordedEvent) -> dict[str, Any]:
     }
 
 
+_INT_FIELDS: Final = ("position", "stream_version")
+_STR_FIELDS: Final = ("event_id", "event_type", "prev_hash", "stream_id", "timestamp")
+_OPTIONAL_STR_FIELDS: Final = ("correlation_id", "workflow_id")
+
+
+def _fields_typed(d: Any) -> dict[str, Any]:
+    """``d``, if its envelope fields have their JSON types. The event is built without
+    validation (``model_construct``), so a rewritten body's list would otherwise become a
+    stream id, and UUID() of a number raise AttributeError.
+
+    Raises:
+        TypeError: ``d`` is not an object, or a field has another type.
+        KeyError: a field is missing.
+    """
+    if not isinstance(d, dict):
+        raise TypeError("the record is not a JSON object")
+    for key in _INT_FIELDS:
+        if type(d[key]) is not int:
+            raise TypeError(f"{key} is not an integer")
+    for key in _STR_FIELDS:
+        if type(d[key]) is not str:
+            raise TypeError(f"{key} is not a string")
+    for key in _OPTIONAL_STR_FIELDS:
+        if d[key] is not None and type(d[key]) is not str:
+            raise TypeError(f"{key} is neither a string nor null")
+    return d
+
+
 def decode_record(
     body: bytes, hash_: bytes, registry: EventRegistry | None = None
 ) -> RecordedEvent:
@@ -230,7 +258,7 @@ def decode_record(
     """
     reg = registry or default_registry()
     try:
-        d = orjson.loads(body)
+        d = _fields_typed(orjson.loads(body))
         try:
             payload = reg.decode_payload(d["event_type"], d["schema_version"], d["payload"])
         except UpcastError as exc:  # say which record: the chain never lets it be rewritten

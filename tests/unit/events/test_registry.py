@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, ClassVar, Literal
 from uuid import UUID
 
+import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import BaseModel
 
 import tracebound.events.registry as registry_module
 from tracebound.errors import (
     ContractError,
     EventTypeError,
+    IntegrityError,
+    TraceboundError,
     UnknownEventType,
     UpcastError,
     ValidationFailed,
@@ -333,3 +339,49 @@ def test_an_upcast_event_survives_a_second_round_trip(
 
 def test_isolation_fixture_leaves_the_real_default_registry_alone() -> None:
     assert "deploy_requested" not in default_registry()
+
+
+# A stored record as the ledger writes it; whoever holds the store can rewrite any field.
+_STORED: dict[str, Any] = {
+    "correlation_id": None, "event_id": "da8dcd7b-e651-43df-bd76-5cb218007423",
+    "event_type": "cost_incurred", "position": 2, "prev_hash": "00" * 32,
+    "schema_version": 1, "stream_id": "run-1", "stream_version": 2,
+    "timestamp": "2026-11-29T11:30:06.417360Z", "workflow_id": None,
+    "payload": {"amount_usd": "0.7", "cached_input_tokens": None, "kind": "cost_incurred",
+                "model": None, "reasoning_tokens": None, "role": None, "source": "s",
+                "step_id": None, "tier": "direct", "tokens_in": None, "tokens_out": None},
+}  # fmt: skip
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63) | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner),
+    max_leaves=5,
+)
+
+
+@pytest.mark.parametrize(
+    "field",
+    ["event_id", "timestamp", "prev_hash", "stream_version", "position", "stream_id",
+     "workflow_id", "correlation_id"],
+)  # fmt: skip
+@pytest.mark.parametrize("value", [[], {}, 1.5, True])
+def test_a_stored_field_of_another_json_type_is_an_integrity_error(
+    field: str, value: object
+) -> None:
+    # Read back as it stood, a list would have been the event's stream version or stream id
+    # (the fields are not validated again), and a number its event id crashed UUID().
+    body = orjson.dumps({**_STORED, field: value})
+    with pytest.raises(IntegrityError, match="cannot be decoded"):
+        decode_record(body, bytes(32))
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_a_rewritten_stored_record_decodes_or_is_a_typed_error(data: st.DataObject) -> None:
+    record: dict[str, Any] = {**_STORED, "payload": dict(_STORED["payload"])}
+    for _ in range(data.draw(st.integers(1, 3))):
+        target = record["payload"] if data.draw(st.booleans()) else record
+        if not isinstance(target, dict) or not target:
+            target = record
+        target[data.draw(st.sampled_from(sorted(target)))] = data.draw(_JSON_VALUES)
+    with contextlib.suppress(TraceboundError):
+        decode_record(orjson.dumps(record), bytes(32))
