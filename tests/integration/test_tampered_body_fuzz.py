@@ -9,6 +9,7 @@ reported as damage: exit 0, 1 or 2, never a traceback.
 
 from __future__ import annotations
 
+import json
 import shutil
 import sqlite3
 import tempfile
@@ -106,3 +107,22 @@ def test_a_body_whose_event_id_is_no_string_is_damage_exit_1(
         result = CliRunner().invoke(app, [*args, "--store", str(store)], env=env)
         assert result.exit_code == 1, (args, result.output)
         assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+@pytest.mark.parametrize("body", [b"[]", b"7", b'"x"', b"null"])
+def test_a_body_rewritten_as_another_json_value_is_reported_as_tamper(
+    ledger: tuple[Path, dict[str, str]], tmp_path: Path, body: bytes
+) -> None:
+    # It was "malformed: unreadable record: 'list' object has no attribute 'get'": valid
+    # JSON whose bytes no longer hash to the record's hash is an altered record.
+    good_db, env = ledger
+    store = tmp_path / "store"
+    store.mkdir()
+    shutil.copy(good_db, store / "ledger.db")
+    with sqlite3.connect(store / "ledger.db") as db:
+        db.execute("UPDATE events SET body = ? WHERE position = 2", (body,))
+    db.close()
+    result = CliRunner().invoke(app, ["verify", "--json", "--store", str(store)], env=env)
+    assert result.exit_code == 1, result.output
+    damage = json.loads(result.stdout)["damage"]
+    assert (damage["kind"], damage["position"]) == ("tamper", 2), damage

@@ -144,7 +144,8 @@ def diagnose_mismatch(record: RawRecord, reason: str) -> LedgerDamaged:
     """
     try:
         said = orjson.loads(record.body)
-        said_position = said.get("position")
+        # JSON but not an object (a body rewritten as [] or 7): altered, says no position
+        said_position = said.get("position") if isinstance(said, dict) else None
     except orjson.JSONDecodeError:
         return LedgerDamaged(DamageKind.MALFORMED, record.position, "record is not valid JSON")
     if isinstance(said_position, int) and said_position != record.position:
