@@ -111,6 +111,19 @@ def test_secret_scan_and_exit_code(tmp_path: Path) -> None:
     assert (crash.kind, crash.message) == ("crash", "killed by SIGSEGV")
 
 
+@pytest.mark.parametrize("stdout", [b"", b"OK", b"[]", b'{"findings": null}', b"\xff"])
+@pytest.mark.parametrize("code", [0, 1])
+def test_a_secret_scan_that_did_not_say_what_it_found_fails_closed(
+    tmp_path: Path, stdout: bytes, code: int
+) -> None:
+    """Output that is not the scan's report passed the gate when the scan exited 0: the
+    parser found no findings list and returned no signal. Like ruff's parser, it is now a
+    crash: a secrets gate must not pass on a report nobody could read."""
+    (sig,) = parse_secret_scan(_out(tmp_path, code=code, stdout=stdout)).signals
+    assert (sig.kind, sig.subject) == ("crash", "secret-scan")
+    assert "not the secret scan's report" in sig.message
+
+
 @pytest.mark.parametrize("text", ["", "   ", "\n\t"])
 def test_blank_subjects_never_fail_validation(tmp_path: Path, text: str) -> None:
     items = [{"code": text, "message": text, "filename": text, "location": {}}]

@@ -239,7 +239,10 @@ def parse_secret_scan(out: GateOutput) -> GateParse:
     except ValueError:
         data = None
     if not isinstance(data, dict) or not isinstance(data.get("findings"), list):
-        return GateParse()
+        # Fail closed, whatever the exit code: a secrets gate passed on a report nobody
+        # could read (a replaced or broken scanner that exits 0).
+        unread = signal(gate, "crash", "secret-scan", "output is not the secret scan's report")
+        return GateParse(signals=(unread,))
     signals = tuple(
         signal(
             gate,
