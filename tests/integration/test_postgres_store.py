@@ -9,6 +9,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import psycopg
 import pytest
@@ -31,7 +32,7 @@ from tracebound.store.port import (
     SubscriptionStore,
     TrackingStore,
 )
-from tracebound.store.postgres import PostgresStore, parse_url
+from tracebound.store.postgres import PostgresStore, display_url, parse_url
 from tracebound.store.sqlite import SQLiteStore
 from tracebound.store.url import open_store
 
@@ -94,6 +95,36 @@ def test_open_store_by_url_and_reopen_by_its_url(postgres_server: PgServer) -> N
     finally:
         with psycopg.connect(postgres_server.dsn(), autocommit=True) as admin:
             admin.execute("DROP DATABASE by_url WITH (FORCE)")
+
+
+def test_a_url_with_no_host_reaches_the_server_through_its_unix_socket(
+    postgres_server: PgServer,
+) -> None:
+    """``postgresql:///db?host=/socket/dir``, libpq's usual form for a local socket, was
+    refused ("invalid connection option"): rebuilding the URL turned ``///`` into ``/``."""
+    assert parse_url("postgresql:///db?host=/run/pg") == (
+        "postgresql:///db?host=%2Frun%2Fpg",
+        "tracebound",
+    )
+    with psycopg.connect(postgres_server.dsn(), autocommit=True) as admin:
+        admin.execute("CREATE DATABASE by_socket TEMPLATE template0")
+    try:
+        url = (
+            f"postgresql:///by_socket?host={quote(str(postgres_server.socket_dir), safe='')}"
+            f"&port={postgres_server.port}&user=postgres"
+        )
+        with open_store(url, create=True) as store:
+            store.append("s", [note(1)])
+            assert store.size() == 1
+            with open_store(store.url) as again:  # the URL it reports opens it again
+                assert again.size() == 1
+        assert (
+            display_url("host=/run/pg dbname=db", "s")
+            == "postgresql:///db?host=%2Frun%2Fpg&schema=s"
+        )
+    finally:
+        with psycopg.connect(postgres_server.dsn(), autocommit=True) as admin:
+            admin.execute("DROP DATABASE by_socket WITH (FORCE)")
 
 
 def test_url_leaves_the_password_out(postgres_dsn: str) -> None:

@@ -50,7 +50,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from time import monotonic
 from typing import TYPE_CHECKING, Any, Final, Self
-from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 import psycopg
 from blake3 import blake3
@@ -303,7 +303,11 @@ def parse_url(url: str) -> tuple[str, str]:
     if len(schemas) > 1:
         raise ConfigError("a store URL names one schema")
     rest = urlencode([(k, v) for k, v in query if k != "schema"], quote_via=quote)
-    dsn = urlunsplit(("postgresql", parts.netloc, parts.path, rest, parts.fragment))
+    # Not urlunsplit: it writes "postgresql:///db" (no host: libpq's local socket) as
+    # "postgresql:/db", which libpq refuses.
+    dsn = f"postgresql://{parts.netloc}{parts.path}" + (f"?{rest}" if rest else "")
+    if parts.fragment:
+        dsn += f"#{parts.fragment}"
     return dsn, schemas[0] if schemas else DEFAULT_SCHEMA
 
 
@@ -358,9 +362,8 @@ def display_url(conninfo: str, schema: str, *, with_password: bool = False) -> s
     if user:
         netloc = f"{quote(user, safe='')}@{netloc}"
     params["schema"] = schema
-    return urlunsplit(
-        ("postgresql", netloc, "/" + quote(dbname, safe=""), urlencode(params, quote_via=quote), "")
-    )
+    query = urlencode(params, quote_via=quote)
+    return f"postgresql://{netloc}/{quote(dbname, safe='')}?{query}"  # see parse_url
 
 
 class _Statements:
