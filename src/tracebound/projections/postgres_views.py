@@ -26,9 +26,9 @@ locale. A test replays the golden histories through both and compares the rows.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 from urllib.parse import parse_qsl, urlsplit
 
 import orjson
@@ -57,6 +57,8 @@ _PG_TYPES: Final = {"text": "text", "integer": "bigint", "decimal": "numeric", "
 _CASTS: Final = {"text": "text", "integer": "int8", "decimal": "numeric", "json": "jsonb"}
 
 _Conn = psycopg.Connection[tuple[Any, ...]]
+_T = TypeVar("_T")
+_CONNECT_TIMEOUT: Final = 30  # seconds, as the ledger's sessions wait for a connection
 
 
 @contextmanager
@@ -86,6 +88,12 @@ class PostgresViews:
 
     Safe to share between threads (one connection behind a lock), like :class:`SQLiteViews`.
 
+    A session that dies (a restart, a failover, ``pg_terminate_backend``) is replaced, and
+    the call that found it dead runs once more on the new one: every call is a read or one
+    whole transaction, so nothing of it was left half done. A commit whose COMMIT was lost
+    with the session may have landed; its retry then finds the positions moved and raises
+    :class:`~tracebound.errors.ConcurrencyConflict` instead of applying the batch twice.
+
     Args:
         url: ``postgresql://user@host:port/db?schema=name``; ``schema`` defaults to
             ``tracebound_views``. The schema may sit in the ledger's own database.
@@ -108,11 +116,10 @@ class PostgresViews:
         # seconds its session waits for a lock (None: none): the URL's or the role's
         # lock_timeout if one is set, else the ledger's 60 s (apply_lock_timeout)
         self.lock_timeout: float | None = None
+        self._dsn = dsn
         with _translated("open", self.place, self.lock_timeout):
-            self._conn: _Conn = psycopg.connect(dsn, autocommit=True, application_name="tracebound")
-            set_json_loads(orjson.loads, self._conn)
+            self._conn: _Conn = self._connect()
             try:
-                self.lock_timeout = apply_lock_timeout(self._conn, None)
                 if create:
                     self._set_up()
                 else:  # a read-only role may run it: no DDL, not even IF NOT EXISTS
@@ -120,6 +127,36 @@ class PostgresViews:
             except BaseException:
                 self._conn.close()
                 raise
+
+    def _connect(self) -> _Conn:
+        """A new autocommit session, JSONB read by orjson, with its lock_timeout set."""
+        conn: _Conn = psycopg.connect(
+            self._dsn,
+            autocommit=True,
+            application_name="tracebound",
+            connect_timeout=_CONNECT_TIMEOUT,
+        )
+        try:
+            set_json_loads(orjson.loads, conn)
+            self.lock_timeout = apply_lock_timeout(conn, None)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _retried(self, what: str, call: Callable[[], _T]) -> _T:
+        """``call()`` under the lock, its errors translated; once more on a new session if
+        the session turned out to be dead (see the class docstring for why that is safe)."""
+        with self._lock:
+            try:
+                with _translated(what, self.place, self.lock_timeout):
+                    return call()
+            except StorageError:
+                if not self._conn.broken:
+                    raise
+            with _translated(what, self.place, self.lock_timeout):
+                self._conn = self._connect()
+                return call()
 
     def _require_existing(self) -> None:
         """Refuse views that were never created: no position table in the schema."""
@@ -221,39 +258,42 @@ class PostgresViews:
 
     def prepare(self, projection: Projection) -> PositionRecord:
         """Create the projection's tables and position row; a new version starts over."""
-        with self._lock, _translated("prepare", self.place, self.lock_timeout):
+        with self._lock:
             stored = self.position_record(projection.name)
             if stored is not None and stored.version != projection.version:
                 self.reset(projection)
                 stored = None
             if stored is None:
-                with self._conn.transaction():
-                    self._serialise_ddl()
-                    for table in projection.tables:
-                        self._create(table)
-                    self._conn.execute(
-                        sql.SQL(
-                            "INSERT INTO {} (name, version, position) VALUES (%s, %s, 0) "
-                            "ON CONFLICT (name) DO UPDATE SET version = excluded.version, "
-                            "position = 0, failed_position = NULL, error = NULL"
-                        ).format(self._name("projection_positions")),
-                        (projection.name, projection.version),
-                    )
+                self._retried("prepare", lambda: self._start(projection))
                 return PositionRecord(projection.name, projection.version, 0, None, None)
             for table in projection.tables:
                 self._tables[table.name] = table
             return stored
+
+    def _start(self, projection: Projection) -> None:
+        """Create the projection's tables and its position row at 0, in one transaction."""
+        with self._conn.transaction():
+            self._serialise_ddl()
+            for table in projection.tables:
+                self._create(table)
+            self._conn.execute(
+                sql.SQL(
+                    "INSERT INTO {} (name, version, position) VALUES (%s, %s, 0) "
+                    "ON CONFLICT (name) DO UPDATE SET version = excluded.version, "
+                    "position = 0, failed_position = NULL, error = NULL"
+                ).format(self._name("projection_positions")),
+                (projection.name, projection.version),
+            )
 
     def create_indexes(self, projections: Sequence[Projection]) -> None:
         """Nothing to do: PostgreSQL tables get their indexes when created."""
 
     def reset(self, projection: Projection) -> None:
         """Drop the projection's tables and position: the next run replays from position 0."""
-        with (
-            self._lock,
-            _translated("reset", self.place, self.lock_timeout),
-            self._conn.transaction(),
-        ):
+        self._retried("reset", lambda: self._drop(projection))
+
+    def _drop(self, projection: Projection) -> None:
+        with self._conn.transaction():
             self._serialise_ddl()
             for table in projection.tables:
                 self._conn.execute(
@@ -279,29 +319,27 @@ class PostgresViews:
         )
 
     def position_record(self, name: str) -> PositionRecord | None:
-        with self._lock, _translated("read", self.place, self.lock_timeout):
-            row = self._conn.execute(
-                self._positions_query(sql.SQL("WHERE name = %s")), (name,)
-            ).fetchone()
+        query = self._positions_query(sql.SQL("WHERE name = %s"))
+        row = self._retried("read", lambda: self._conn.execute(query, (name,)).fetchone())
         return None if row is None else PositionRecord(*row)
 
     def log_anchor(self) -> LogAnchor | None:
         """The last record the views applied (None: none yet, or a schema written before
         the views kept it, read by a role that may not create the table)."""
-        with self._lock, _translated("read", self.place, self.lock_timeout):
+        query = sql.SQL("SELECT position, hash FROM {}").format(self._name("views_log"))
+
+        def read() -> tuple[Any, ...] | None:
             try:
-                row = self._conn.execute(
-                    sql.SQL("SELECT position, hash FROM {}").format(self._name("views_log"))
-                ).fetchone()
+                return self._conn.execute(query).fetchone()
             except psycopg.errors.UndefinedTable:
                 return None
+
+        row = self._retried("read", read)
         return None if row is None else LogAnchor(int(row[0]), str(row[1]))
 
     def positions(self) -> list[PositionRecord]:
-        with self._lock, _translated("read", self.place, self.lock_timeout):
-            rows = self._conn.execute(
-                self._positions_query(sql.SQL('ORDER BY name COLLATE "C"'))
-            ).fetchall()
+        query = self._positions_query(sql.SQL('ORDER BY name COLLATE "C"'))
+        rows = self._retried("read", lambda: self._conn.execute(query).fetchall())
         return [PositionRecord(*r) for r in rows]
 
     # -- the sink ------------------------------------------------------------------------
@@ -313,8 +351,7 @@ class PostgresViews:
             self._name(table.name),
             sql.SQL(" AND ").join(sql.SQL("{} = %s").format(sql.Identifier(k)) for k in table.key),
         )
-        with self._lock, _translated("read", self.place, self.lock_timeout):
-            found = self._conn.execute(query, key).fetchone()
+        found = self._retried("read", lambda: self._conn.execute(query, key).fetchone())
         return None if found is None else self._decode(table, found)
 
     @staticmethod
@@ -359,15 +396,13 @@ class PostgresViews:
             ConcurrencyConflict: another runner moved a position since this one read it.
             StorageError: PostgreSQL failed; nothing was written.
         """
+        self._retried("commit", lambda: self._commit(writes, anchor))
+
+    def _commit(self, writes: Sequence[TableWrite], anchor: LogAnchor | None) -> None:
         update = sql.SQL(
             "UPDATE {} SET position = %s, failed_position = %s, error = %s WHERE name = %s"
         ).format(self._name("projection_positions"))
-        with (
-            self._lock,
-            _translated("commit", self.place, self.lock_timeout),
-            self._conn.transaction(),
-            self._conn.cursor() as cur,
-        ):
+        with self._conn.transaction(), self._conn.cursor() as cur:
             for w in writes:
                 self._check_position(cur, w)
                 for name, rows in w.rows.items():
@@ -404,14 +439,13 @@ class PostgresViews:
 
     def import_engine_history(self, rows: Sequence[Row]) -> int:
         """Store engine-history rows (see :mod:`.trail`); re-importing replaces, by key."""
-        with (
-            self._lock,
-            _translated("import", self.place, self.lock_timeout),
-            self._conn.transaction(),
-            self._conn.cursor() as cur,
-        ):
-            if rows:
-                self._upsert(cur, ENGINE_HISTORY, rows)
+
+        def upsert() -> None:
+            with self._conn.transaction(), self._conn.cursor() as cur:
+                if rows:
+                    self._upsert(cur, ENGINE_HISTORY, rows)
+
+        self._retried("import", upsert)
         return len(rows)
 
     # -- reading views -------------------------------------------------------------------
@@ -442,15 +476,14 @@ class PostgresViews:
             )
             params = list(where.values())
         query += sql.SQL(" ORDER BY ") + order
-        with self._lock:
+
+        def read() -> list[tuple[Any, ...]]:
             try:
-                with _translated("read", self.place, self.lock_timeout):
-                    found = self._conn.execute(query, params).fetchall()
-            except StorageError as exc:
-                if isinstance(exc.__cause__, psycopg.errors.UndefinedTable):
-                    return []  # the projection has not run yet: an empty view
-                raise
-        return [self._decode(table, r) for r in found]
+                return self._conn.execute(query, params).fetchall()
+            except psycopg.errors.UndefinedTable:
+                return []  # the projection has not run yet: an empty view
+
+        return [self._decode(table, r) for r in self._retried("read", read)]
 
     def snapshot(self, tables: Sequence[Table]) -> dict[str, list[Row]]:
         """Every row of the given tables, ordered by key: what the equivalence tests compare."""
