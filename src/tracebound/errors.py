@@ -31,6 +31,7 @@ __all__ = [
     "BundleFieldMismatch",
     "CanonicalizationError",
     "CheckpointError",
+    "CommitOutcomeUnknown",
     "ConcurrencyConflict",
     "ConcurrencyError",
     "ConfigError",
@@ -305,6 +306,17 @@ class StoreNotFound(StorageError):
     def __init__(self, message: str, *, place: tuple[str, str] | None = None) -> None:
         super().__init__(message)
         self.place = place
+
+
+class CommitOutcomeUnknown(StorageError):
+    """The connection to the database was lost after COMMIT was sent: the write may have
+    happened or not, and this process cannot tell which.
+
+    Before writing again, find out: read the stream's head, or retry with the same
+    ``expected_version``, which raises :class:`ConcurrencyConflict` if the first attempt
+    did land instead of writing the events twice. (A connection lost *before* COMMIT was
+    sent raises a plain :class:`StorageError`: nothing was written.)
+    """
 
 
 class StoreClosed(StorageError):

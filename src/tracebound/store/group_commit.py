@@ -14,6 +14,9 @@ transaction with **one** flush. Each caller still gets its own answer:
   every request of that group fails, none is half-written or silently dropped. When the
   commit failed because another process held the write lock past the timeout, that error
   is a :class:`GroupCommitBusy`, which is also a :class:`~tracebound.errors.StoreBusy`.
+  When the connection was lost after the COMMIT was sent (PostgreSQL), the group may have
+  been written, all of it or none: :class:`GroupCommitUnknown`, which is also a
+  :class:`~tracebound.errors.CommitOutcomeUnknown`.
 
 Who commits: an appending *thread* that finds no commit under way and no caller of the
 last group still on its way back commits the queued group itself (leader/follower: no
@@ -57,6 +60,7 @@ from time import monotonic
 from typing import Any, Final, Generic, Protocol, Self, TypeVar
 
 from tracebound.errors import (
+    CommitOutcomeUnknown,
     ConcurrencyConflict,
     ConfigError,
     StorageError,
@@ -82,6 +86,7 @@ __all__ = [
     "GroupCommitBackend",
     "GroupCommitBusy",
     "GroupCommitError",
+    "GroupCommitUnknown",
     "GroupCommitter",
 ]
 
@@ -102,7 +107,8 @@ _Outcome = list[RecordedEvent] | ConcurrencyConflict
 
 
 class GroupCommitError(StorageError):
-    """The commit of a group failed, so every request in it failed; nothing was written.
+    """The commit of a group failed, so every request in it failed; nothing was written
+    (unless it is a :class:`GroupCommitUnknown`).
 
     ``__cause__`` is the backend's error (a StorageError for I/O, a LedgerDamaged for a
     torn tail, a :class:`GroupCommitBusy` when another process held the write lock, ...).
@@ -117,6 +123,13 @@ class GroupCommitBusy(GroupCommitError, StoreBusy):
     StoreBusy (its ``__cause__``): ``except StoreBusy`` works the same with or without
     group commit.
     """
+
+
+class GroupCommitUnknown(GroupCommitError, CommitOutcomeUnknown):
+    """The connection was lost after the group's COMMIT was sent: every request of the
+    group was written, or none was, and this process cannot tell which (see
+    :class:`~tracebound.errors.CommitOutcomeUnknown`, which ``except`` catches it as, with
+    or without group commit)."""
 
 
 class GroupCommitBackend(Protocol[_P]):
@@ -218,6 +231,11 @@ def _group_error(exc: BaseException) -> BaseException:
         err: BaseException = StoreClosed(str(exc))
     elif isinstance(exc, StoreBusy):
         err = GroupCommitBusy(exc.store, exc.waited, exc.hint)
+    elif isinstance(exc, CommitOutcomeUnknown):
+        err = GroupCommitUnknown(
+            f"group commit lost its connection after COMMIT was sent, so this append may "
+            f"have been written or not: {type(exc).__name__}: {exc}"
+        )
     else:
         err = GroupCommitError(
             f"group commit failed, so this append was not written: {type(exc).__name__}: {exc}"

@@ -37,7 +37,9 @@ the events commit. **Tracking** keeps projection positions in ``projection_posit
 updated in the projection's own transaction.
 
 Every ``psycopg.Error`` is translated into :class:`~tracebound.errors.StorageError` (or
-:class:`~tracebound.errors.ConcurrencyError` for lock and serialisation failures).
+:class:`~tracebound.errors.ConcurrencyError` for lock and serialisation failures); an append
+whose connection was lost after its COMMIT was sent raises
+:class:`~tracebound.errors.CommitOutcomeUnknown`, since it may have committed.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.types.string import BytesBinaryDumper
 
 from tracebound.errors import (
+    CommitOutcomeUnknown,
     ConcurrencyConflict,
     ConcurrencyError,
     ConfigError,
@@ -642,6 +645,38 @@ class PostgresStore(ChainedAppends):
         except psycopg.Error as exc:
             raise _translate(exc, what, (self.url, self._waits)) from exc
 
+    @contextmanager
+    def _append_errors(self) -> Iterator[None]:
+        """:meth:`_errors` for an append, saying what a lost connection means for it.
+
+        Lost before the COMMIT was sent, the transaction died with the session: nothing was
+        written, and the caller may simply retry. Lost after, the events may be in the log
+        (the server may have committed and the answer been lost): CommitOutcomeUnknown.
+        """
+        self._local.commit_sent = False
+        try:
+            with self._errors("append"):
+                yield
+        except StorageError as exc:
+            conn: _Conn | None = getattr(self._local, "conn", None)
+            if conn is None or not conn.broken or isinstance(exc, CommitOutcomeUnknown):
+                raise
+            if not self._local.commit_sent:
+                raise StorageError(
+                    f"{exc}\nThe connection was lost before COMMIT was sent, so nothing was "
+                    "written; the next call reconnects, and retrying is safe."
+                ) from exc.__cause__
+            raise CommitOutcomeUnknown(
+                f"{exc}\nThe connection was lost after COMMIT was sent, so the append may "
+                "have been written or not. Before writing it again, read the stream's head, "
+                "or retry with the same expected_version (ConcurrencyConflict if it landed)."
+            ) from exc.__cause__
+
+    def _send_commit(self, conn: _Conn) -> None:
+        """Send COMMIT; from here on a lost connection leaves the outcome unknown."""
+        self._local.commit_sent = True
+        conn.execute(b"COMMIT")
+
     # -- connections ---------------------------------------------------------------------
 
     def _connect(self) -> _Conn:
@@ -717,7 +752,7 @@ class PostgresStore(ChainedAppends):
         prepared = prepare_requests(requests)
         count = sum(len(r.items) for r in prepared)
         streams = list(dict.fromkeys(r.stream_id for r in requests))
-        with self._errors("append"):
+        with self._append_errors():
             conn = self._conn()
             if conn.info.transaction_status != TransactionStatus.IDLE:
                 return self._append_in_transaction(conn, count, streams, prepared)
@@ -755,7 +790,7 @@ class PostgresStore(ChainedAppends):
             rows = _rows_for(last - count, self._heads(head_cur, streams), prepared)
             if rows:
                 conn.execute(self._sql.insert, [list(col) for col in zip(*rows, strict=True)])
-            conn.execute(b"COMMIT")
+            self._send_commit(conn)
         return rows
 
     def _append_copy(
@@ -778,7 +813,7 @@ class PostgresStore(ChainedAppends):
             with conn.cursor() as cur:
                 (rows,) = self._copy_batches(cur, last - count, heads, [prepared])
             with conn.pipeline():
-                conn.execute(b"COMMIT")  # sent, not waited for: the server flushes the WAL
+                self._send_commit(conn)  # sent, not waited for: the server flushes the WAL
                 events = recorded_events(prepared, rows)  # while this builds the events
         return events
 
@@ -865,7 +900,7 @@ class PostgresStore(ChainedAppends):
         them all (ROLLBACK).
         """
         streams = list(dict.fromkeys(r.stream_id for batch in batches for r in batch))
-        with self._errors("append"):
+        with self._append_errors():
             conn = self._conn()
             idle = conn.info.transaction_status == TransactionStatus.IDLE
             if not idle:  # a tracking block's transaction: a group must not ride on it
@@ -897,7 +932,7 @@ class PostgresStore(ChainedAppends):
                 written = self._copy_batches(cur, last, heads, batches)
             with conn.pipeline():
                 self._send_set_head(conn, end)
-                conn.execute(b"COMMIT")  # sent; the events are built while the WAL is flushed
+                self._send_commit(conn)  # sent; the events are built while the WAL is flushed
                 return [recorded_events(b, r) for b, r in zip(batches, written, strict=True)]
         rows: list[Row] = []
         bounds: list[tuple[int, int]] = []
@@ -912,7 +947,7 @@ class PostgresStore(ChainedAppends):
             if rows:
                 self._send_set_head(conn, end)
                 conn.execute(self._sql.insert, [list(col) for col in zip(*rows, strict=True)])
-            conn.execute(b"COMMIT")
+            self._send_commit(conn)
         # Built after the commit: nothing here needs the lock.
         return [recorded_events(b, rows[i:j]) for b, (i, j) in zip(batches, bounds, strict=True)]
 
