@@ -10,6 +10,7 @@ the runner redacts each field again before it is used.
 
 from __future__ import annotations
 
+import json
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping
@@ -17,7 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from tracebound.integrity.strict_json import loads_strict
 from tracebound.pipeline.retry.models import FailingSignal, SignalKind
 from tracebound.pipeline.retry.sandbox import ProcessResult
 
@@ -194,6 +194,20 @@ def parse_pytest_junit(out: GateOutput) -> GateParse:
 # --- ruff (JSON) ---------------------------------------------------------------------------
 
 
+def _tool_json(text: str) -> object:
+    """A tool's JSON output, read leniently (not as a proof is: ``loads_strict``): an escaped
+    lone surrogate in a message is kept, and ``_cut`` replaces it later.
+
+    Raises:
+        ValueError: not JSON, or JSON Python cannot hold (a number past 4,300 digits, or
+            nesting past the stack, which ``json`` raises as RecursionError).
+    """
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
 def parse_ruff_json(out: GateOutput) -> GateParse:
     """Read ``ruff check --output-format=json``: one signal per violation.
 
@@ -205,7 +219,7 @@ def parse_ruff_json(out: GateOutput) -> GateParse:
     if not text:
         return GateParse()
     try:
-        items = loads_strict(text)  # Python's json raises RecursionError on deep nesting
+        items = _tool_json(text)
     except ValueError:
         return GateParse(signals=(signal(gate, "crash", "ruff", "output is not ruff's JSON"),))
     if not isinstance(items, list):
@@ -235,7 +249,7 @@ def parse_secret_scan(out: GateOutput) -> GateParse:
     """
     gate = out.gate
     try:
-        data = loads_strict(out.result.stdout.decode("utf-8", "replace") or "null")
+        data = _tool_json(out.result.stdout.decode("utf-8", "replace") or "null")
     except ValueError:
         data = None
     if not isinstance(data, dict) or not isinstance(data.get("findings"), list):
