@@ -7,6 +7,7 @@ import multiprocessing
 import shutil
 import tempfile
 import time
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -113,10 +114,10 @@ def test_a_url_with_no_host_reaches_the_server_through_its_unix_socket(
             f"postgresql:///by_socket?host={quote(str(postgres_server.socket_dir), safe='')}"
             f"&port={postgres_server.port}&user=postgres"
         )
-        with open_store(url, create=True) as store:
+        with closing(open_store(url, create=True)) as store:
             store.append("s", [note(1)])
             assert store.size() == 1
-            with open_store(store.url) as again:  # the URL it reports opens it again
+            with closing(open_store(store.url)) as again:  # the URL it reports opens it again
                 assert again.size() == 1
         assert (
             display_url("host=/run/pg dbname=db", "s")
