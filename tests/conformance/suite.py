@@ -13,6 +13,7 @@ import tracemalloc
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 from uuid import UUID
 
@@ -279,6 +280,25 @@ class LedgerStoreSuite:
             th.join()
         assert not errors
         assert [e.position for e in store.read_log()] == list(range(1, 301))
+
+    @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts /proc/self/fd")
+    def test_threads_that_end_leave_no_open_files_behind(self, store: LedgerStore) -> None:
+        """A service that serves each request on a new thread (ThreadingHTTPServer) reads
+        and appends through one store for weeks: a connection kept for every thread that
+        ever used it ran out of file descriptors after a few hundred requests."""
+        store.append("s", [note(0)])
+
+        def serve(n: int) -> int:
+            for i in range(n):
+                t = threading.Thread(
+                    target=lambda i=i: (store.size(), store.append("s", [note(i + 1)]))
+                )
+                t.start()
+                t.join()
+            return len(list(Path("/proc/self/fd").iterdir()))
+
+        after_few = serve(5)
+        assert serve(60) == after_few
 
     def test_processes_append_concurrently(
         self, store: LedgerStore, reopen: Callable[[], LedgerStore]

@@ -514,7 +514,8 @@ class SQLiteStore(ChainedAppends):
         # The connection appends write through, whichever thread appends (see _writer).
         self._writer_conn: _WriterState | None = None
         self._closed = False
-        self._connections: list[sqlite3.Connection] = []
+        # Each with the thread it serves; None: the store's own (a _PyWriter's), kept to close.
+        self._connections: list[tuple[threading.Thread | None, sqlite3.Connection]] = []
         self._connections_lock = threading.Lock()
         try:
             self._open(create=create)
@@ -588,11 +589,12 @@ class SQLiteStore(ChainedAppends):
             raise StoreClosed(f"{self.url} is closed")
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
-            conn = self._connect()
+            conn = self._connect(threading.current_thread())
             self._local.conn = conn
         return conn
 
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self, owner: threading.Thread | None) -> sqlite3.Connection:
+        """A new connection for ``owner``'s reads (None: the store's, for every thread)."""
         conn = sqlite3.connect(
             self.path,
             isolation_level=None,  # we issue BEGIN/COMMIT ourselves
@@ -601,7 +603,16 @@ class SQLiteStore(ChainedAppends):
         )
         conn.executescript(self._setup_sql())
         with self._connections_lock:
-            self._connections.append(conn)
+            # Threads come and go (a server's thread per request): the connections of those
+            # that ended are closed here, not kept open (two descriptors each) until close().
+            kept = []
+            for thread, c in self._connections:
+                if thread is None or thread.is_alive():
+                    kept.append((thread, c))
+                else:
+                    c.close()
+            kept.append((owner, conn))
+            self._connections = kept
         return conn
 
     def _setup_sql(self) -> str:
@@ -644,7 +655,7 @@ class SQLiteStore(ChainedAppends):
                     # thread once the append that filled it has returned (ADR 0010).
                     db.defer_checkpoints(_WAL_AUTOCHECKPOINT)
             else:
-                db = _PyWriter(self._connect())
+                db = _PyWriter(self._connect(None))
             writer = self._writer_conn = _WriterState(db)
         return writer
 
@@ -665,7 +676,7 @@ class SQLiteStore(ChainedAppends):
             if writer is not None and not isinstance(writer.db, _PyWriter):
                 writer.db.close()  # a _PyWriter's connection is among the ones below
         with self._connections_lock:
-            for conn in self._connections:
+            for _, conn in self._connections:
                 conn.close()
             self._connections.clear()
 
