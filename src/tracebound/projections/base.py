@@ -224,6 +224,11 @@ class Rows:
             self._written = {}  # past this, remembering every key costs more than a query
         return out
 
+    @property
+    def cached(self) -> int:
+        """Rows cached and keys remembered as written: what :meth:`release` would free."""
+        return sum(map(len, self._cache.values())) + sum(map(len, self._written.values()))
+
     def release(self) -> None:
         """Forget the cached rows and the keys written so far; nothing may be undrained.
 

@@ -73,6 +73,12 @@ DEFAULT_BATCH: Final = 20_000
 """Events per transaction in catch-up: large enough to amortise the commit, small enough
 that a follower's batch (usually far smaller) is visible within milliseconds."""
 
+ROWS_KEPT_BETWEEN_RUNS = 10_000
+"""Cached rows and keys a projection keeps from one run to the next: a follower's polls
+reuse the rows of the workflows in flight, but a log of ever new workflows would otherwise
+fill the cache to its own limit (200,000 rows per projection: gigabytes) and keep it. Past
+this, the cache is emptied after the run; a row needed again costs one query."""
+
 
 def default_projections() -> list[Projection]:
     """One instance of every built-in projection, in a fixed order."""
@@ -593,10 +599,11 @@ class ProjectionRunner(Generic[ViewsT]):
         # resumes it between polls.
         with paused_collector():
             self._catch_up(live, head, report, failed, until_caught_up=until_caught_up)
-            if report.batches > 1:
-                # A bulk catch-up: free its caches before the collector resumes and walks
-                # them, perhaps more than once (measured: rebuild +10%; see Rows.release).
-                for lv in live:
+            # A bulk catch-up: free its caches before the collector resumes and walks
+            # them, perhaps more than once (measured: rebuild +10%; see Rows.release).
+            bulk = report.batches > 1
+            for lv in live:
+                if bulk or lv.rows.cached > ROWS_KEPT_BETWEEN_RUNS:
                     lv.rows.release()
         if report.batches:
             # Tables of a fresh projection are bulk-loaded without secondary indexes.

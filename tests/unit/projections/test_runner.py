@@ -41,6 +41,7 @@ from tracebound.events.catalog import (
 from tracebound.events.envelope import Event, Payload
 from tracebound.ids import Sha256Digest
 from tracebound.projections import ProjectionRunner, SQLiteViews, default_projections, fold_all
+from tracebound.projections import runner as runner_module
 from tracebound.projections.base import Column, EventRecord, Rows, Table
 from tracebound.projections.memory import project
 from tracebound.projections.records import read_records
@@ -290,6 +291,27 @@ def test_a_bulk_catch_up_releases_its_caches_and_a_follower_keeps_them(
     by_workflow = {r["workflow_id"]: r for r in views_snapshot(runner.views)["cost_ledger"]}
     assert (by_workflow["wf-0"]["events"], by_workflow["wf-0"]["amount_usd"]) == (5, "5")
     assert (by_workflow["wf-1"]["events"], by_workflow["wf-1"]["amount_usd"]) == (3, "3")
+
+
+def test_a_follower_s_caches_stay_bounded_however_many_workflows_it_sees(
+    ledger: SQLiteStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A `project run --follow` kept a cached row (and a remembered key) for every workflow
+    it ever saw, up to 200,000 per projection: 650 MB after 200k events, still growing."""
+    monkeypatch.setattr(runner_module, "ROWS_KEPT_BETWEEN_RUNS", 8)
+    runner = ProjectionRunner(ledger, _views(tmp_path / "v.db"))
+    sizes = []
+    for n in range(60):  # a poll each, one new workflow's event
+        cost = CostIncurred(tier="direct", amount_usd=Decimal(1), source=CostSource("x"))
+        (event,) = _events([(f"wf-{n}", cost)])
+        _append(ledger, [event.model_copy(update={"event_id": UUID(int=1000 + n)})])
+        assert runner.run().batches == 1
+        sizes.append(_cached(runner))
+    # Each projection keeps at most the bound after a run: a size independent of the log's.
+    assert max(sizes) <= 8 * len(runner.projections), sizes
+    # Rows released were read back from the views: every workflow still counted once.
+    rows = views_snapshot(runner.views)["cost_ledger"]
+    assert sorted(r["events"] for r in rows) == [1] * 60
 
 
 def test_rows_are_released_only_once_drained(tmp_path: Path) -> None:
