@@ -63,6 +63,17 @@ def ledger(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, st
     return store / "ledger.db", env
 
 
+def _with_body(good_db: Path, folder: Path, body: bytes) -> Path:
+    """A copy of the ledger in ``folder``/store whose record at position 2 has ``body``."""
+    store = folder / "store"
+    store.mkdir()
+    shutil.copy(good_db, store / "ledger.db")
+    with sqlite3.connect(store / "ledger.db") as db:
+        db.execute("UPDATE events SET body = ? WHERE position = 2", (body,))
+    db.close()
+    return store
+
+
 @settings(max_examples=60, deadline=None)
 @given(data=st.data())
 def test_a_tampered_body_is_shown_refused_or_damage_never_a_traceback(
@@ -76,12 +87,7 @@ def test_a_tampered_body_is_shown_refused_or_damage_never_a_traceback(
     j = data.draw(st.integers(i, min(len(good), i + 40)))
     edited = good[:i] + data.draw(_SPLICES | st.binary(max_size=6)) + good[j:]
     with tempfile.TemporaryDirectory() as tmp:
-        store = Path(tmp) / "store"
-        store.mkdir()
-        shutil.copy(good_db, store / "ledger.db")
-        with sqlite3.connect(store / "ledger.db") as db:
-            db.execute("UPDATE events SET body = ? WHERE position = 2", (edited,))
-        db.close()
+        store = _with_body(good_db, Path(tmp), edited)
         for args in _COMMANDS:
             result = CliRunner().invoke(app, [*args, "--store", str(store)], env=env)
             if not isinstance(result.exception, SystemExit | None):
@@ -94,15 +100,11 @@ def test_a_body_whose_event_id_is_no_string_is_damage_exit_1(
     ledger: tuple[Path, dict[str, str]], tmp_path: Path, value: bytes
 ) -> None:
     good_db, env = ledger
-    store = tmp_path / "store"
-    store.mkdir()
-    shutil.copy(good_db, store / "ledger.db")
-    with sqlite3.connect(store / "ledger.db") as db:
+    with sqlite3.connect(good_db) as db:
         (body,) = db.execute("SELECT body FROM events WHERE position = 2").fetchone()
-        start = body.index(b'"event_id":') + len(b'"event_id":')
-        edited = body[:start] + value + body[body.index(b",", start) :]
-        db.execute("UPDATE events SET body = ? WHERE position = 2", (edited,))
     db.close()
+    start = body.index(b'"event_id":') + len(b'"event_id":')
+    store = _with_body(good_db, tmp_path, body[:start] + value + body[body.index(b",", start) :])
     for args in (["log"], ["inspect", "run-0"]):
         result = CliRunner().invoke(app, [*args, "--store", str(store)], env=env)
         assert result.exit_code == 1, (args, result.output)
@@ -116,12 +118,7 @@ def test_a_body_rewritten_as_another_json_value_is_reported_as_tamper(
     # It was "malformed: unreadable record: 'list' object has no attribute 'get'": valid
     # JSON whose bytes no longer hash to the record's hash is an altered record.
     good_db, env = ledger
-    store = tmp_path / "store"
-    store.mkdir()
-    shutil.copy(good_db, store / "ledger.db")
-    with sqlite3.connect(store / "ledger.db") as db:
-        db.execute("UPDATE events SET body = ? WHERE position = 2", (body,))
-    db.close()
+    store = _with_body(good_db, tmp_path, body)
     result = CliRunner().invoke(app, ["verify", "--json", "--store", str(store)], env=env)
     assert result.exit_code == 1, result.output
     damage = json.loads(result.stdout)["damage"]
