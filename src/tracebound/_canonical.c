@@ -856,7 +856,8 @@ py_utc_timestamp(PyObject *module, PyObject *value)
 {
     char text[27];
     (void)module;
-    if (!PyDateTime_CheckExact(value) || !PyDateTime_DATE_GET_TZINFO(value) ||
+    /* The tzinfo macro gives Py_None, never NULL, for a naive datetime: one comparison. */
+    if (!PyDateTime_CheckExact(value) ||
         PyDateTime_DATE_GET_TZINFO(value) != PyDateTime_TimeZone_UTC) {
         Py_RETURN_NONE;
     }
