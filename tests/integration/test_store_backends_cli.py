@@ -120,8 +120,9 @@ def test_an_unparsable_url_is_a_usage_error_not_a_traceback(url: str) -> None:
         "jsonl:///x%00y",
         "postgresql://app:s3cret-pw@h/db?sch\udcffma=s",  # argv's non-UTF-8 byte 0xff
         "sqlite:///\udcff/ledger.db",
+        "sqlite:///%ff/ledger.db",  # decoded to U+FFFD: another folder than the one meant
     ],
-    ids=["sqlite-nul", "jsonl-nul", "postgres-not-utf8", "sqlite-not-utf8"],
+    ids=["sqlite-nul", "jsonl-nul", "postgres-not-utf8", "sqlite-not-utf8", "sqlite-percent"],
 )
 def test_a_url_no_file_name_or_libpq_can_hold_is_a_config_error(
     url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -86,7 +86,12 @@ def store_path(url: str | Path | None) -> Path:
     if parts.scheme not in {"sqlite", "jsonl"}:
         raise ConfigError(f"{parts.scheme!r} URLs do not name a local path")
     # sqlite:///rel/path -> "rel/path"; sqlite:////abs/path -> "/abs/path" (SQLAlchemy's form)
-    path = unquote(parts.path)
+    try:  # strict: "%ff" would otherwise become U+FFFD, a folder other than the one meant
+        path = unquote(parts.path, errors="strict")
+    except UnicodeDecodeError:
+        raise ConfigError(
+            f"a {parts.scheme} URL's path holds percent-encoded bytes that are not UTF-8"
+        ) from None
     if parts.netloc:
         raise ConfigError(
             f"a {parts.scheme} URL has no host: use {parts.scheme}:///{parts.netloc}{path}"
