@@ -157,3 +157,20 @@ def test_the_out_file_is_on_disk_before_it_replaces_the_old_one(
     assert renamed == [True]
     assert tmp_path.stat().st_ino in synced  # the new name is durable too
     assert len(out.read_text().splitlines()) == 2
+
+
+def test_a_checkpoint_without_its_verifier_key_is_named_as_such(tmp_path: Path) -> None:
+    # The store's checkpoint covers every anchor; only the key to read it is missing. Before:
+    # "no signed checkpoint covers position N", which sent the user to sign one more.
+    kit = open_kit(tmp_path)
+    for i in range(2):
+        kit.planning_attempt(i)
+    kit.ledger.checkpoint()
+    kit.ledger.store.set_meta("origin", kit.ledger.origin)
+    kit.ledger.close()
+    code, output = _export(tmp_path, tmp_path / "store", "--json")
+    assert code == 2, output
+    error = json.loads(output)["error"]
+    assert error["kind"] == "ConfigError"
+    assert "no signed checkpoint covers" not in error["message"]
+    assert "--verifier-key" in error["message"] and "--no-proofs" in error["message"]

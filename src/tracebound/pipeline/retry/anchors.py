@@ -259,6 +259,25 @@ def _covered(ledger: Ledger) -> int:
     return open_checkpoint(note, ledger.verifier).size
 
 
+def _sign_or_refuse(ledger: Ledger, last: int) -> None:
+    """Sign the checkpoint the proofs need, or say why it cannot be done."""
+    if ledger.signer is not None:
+        ledger.checkpoint()
+        return
+    if ledger.verifier is None and ledger.store.latest_checkpoint() is not None:
+        # A checkpoint is there; only the key to read it is missing. Saying "none covers"
+        # would send the user off to sign one more, which needs the key they lack anyway.
+        raise ConfigError(
+            "the store's newest checkpoint cannot be read without its verifier key; "
+            "pass --verifier-key (or --key), or export without proofs (--no-proofs)"
+        )
+    raise ConfigError(
+        f"no signed checkpoint covers position {last} (the last anchor) "
+        "and no signing key is configured; run `tracebound checkpoint`, or export "
+        "without proofs (--no-proofs)"
+    )
+
+
 def anchor_dataset(
     ledger: Ledger, *, prove: bool = True, projection: AnchorWriter | None = None
 ) -> list[AnchorDatasetRow]:
@@ -277,13 +296,7 @@ def anchor_dataset(
     events = list(anchor_events(ledger))
     last = events[-1][0].position if events else 0
     if prove and events and _covered(ledger) < last:
-        if ledger.signer is None:
-            raise ConfigError(
-                f"no signed checkpoint covers position {last} (the last anchor) "
-                "and no signing key is configured; run `tracebound checkpoint`, or export "
-                "without proofs (--no-proofs)"
-            )
-        ledger.checkpoint()
+        _sign_or_refuse(ledger, last)
     rows: list[AnchorDatasetRow] = []
     by_attempt: dict[UUID, AttemptAnchorBase] = {}
     for event, anchor in events:
