@@ -47,3 +47,17 @@ def test_the_documented_names_exist() -> None:
         for name in names:
             assert f"`{name}" in section, name
             assert hasattr(module, name), name
+
+
+def test_the_documented_dataset_columns_are_the_ones_written(tmp_path: Path) -> None:
+    """A trainer reads the column table, not the code: every column it names, with its JSON
+    lines and Parquet types, is what `write_dataset` writes, in that order."""
+    from tracebound.pipeline.retry.anchors import _PARQUET_COLUMNS, AnchorDatasetRow
+
+    section = _verifying_side()
+    start = section.index("| column | JSON lines | Parquet |")
+    table = section[start:].split("\n\n", 1)[0].splitlines()[2:]
+    documented = [tuple(c.strip(" `") for c in line.strip("|").split("|")) for line in table]
+    assert [d[0] for d in documented] == list(AnchorDatasetRow.model_fields)
+    assert [(d[0], d[2]) for d in documented] == list(_PARQUET_COLUMNS)
+    assert "ledger_position" in section and "in ledger order" in section
