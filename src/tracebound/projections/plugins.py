@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from decimal import ROUND_HALF_EVEN, Decimal, localcontext
+from decimal import Decimal, localcontext
 from typing import Any, Final
 
 from tracebound.events.anchor import MONEY_CONTEXT
 from tracebound.projections.base import Column, EventRecord, Rows, Table
+from tracebound.projections.roi import MONEY_PLACES, RATIO_PLACES, rounded_quotient
 
 __all__ = ["PLUGIN_WORKFLOWS", "UNRESOLVED", "PluginStats", "PluginTelemetry", "plugin_summary"]
 
@@ -44,9 +45,6 @@ PLUGIN_WORKFLOWS = Table(
     narrow=True,
     indexes=(("plugin_id",),),
 )
-
-_RATIO: Final = Decimal("0.0001")
-_MONEY: Final = Decimal("0.000001")
 
 
 class PluginTelemetry:
@@ -147,15 +145,11 @@ def _plugin_summary(rows: Iterable[Mapping[str, Any]]) -> list[PluginStats]:
                 decided_prs=decided,
                 landed_prs=landed,
                 cost_usd=cost,
-                merge_rate=None
-                if decided == 0
-                else (Decimal(landed) / decided).quantize(_RATIO, ROUND_HALF_EVEN),
+                merge_rate=rounded_quotient(landed, decided, RATIO_PLACES),
                 fallback_rate=None
                 if plugin == UNRESOLVED
-                else (Decimal(fallback) / workflows).quantize(_RATIO, ROUND_HALF_EVEN),
-                cost_per_pr_usd=None
-                if landed == 0
-                else (cost / landed).quantize(_MONEY, ROUND_HALF_EVEN),
+                else rounded_quotient(fallback, workflows, RATIO_PLACES),
+                cost_per_pr_usd=rounded_quotient(cost, landed, MONEY_PLACES),
             )
         )
     return out

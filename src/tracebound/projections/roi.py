@@ -14,22 +14,23 @@ Definitions (also in docs/projections.md):
 * **cost of unmerged work** = cost of workflows whose PRs were all closed; workflows with
   no outcome yet are reported apart as **pending cost**.
 
-Ratios are :class:`~decimal.Decimal` rounded half-even to 4 places (money to 6); a ratio
-with a zero denominator is ``None``, not zero.
+Ratios are :class:`~decimal.Decimal` rounded half-even to 4 places (money to 6), once, from
+the exact quotient; a ratio with a zero denominator is ``None``, not zero.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from decimal import ROUND_HALF_EVEN, Decimal, localcontext
+from decimal import Decimal, localcontext
+from fractions import Fraction
 from typing import Any, Final
 
 from tracebound.events.anchor import MONEY_CONTEXT
 from tracebound.projections.base import Column, EventRecord, Rows, Table
 from tracebound.projections.cost import NO_WORKFLOW
 
-__all__ = ["ROI_WORKFLOWS", "RoiProjection", "RoiSummary", "roi_summary"]
+__all__ = ["ROI_WORKFLOWS", "RoiProjection", "RoiSummary", "roi_summary", "rounded_quotient"]
 
 ROI_WORKFLOWS = Table(
     "roi_workflows",
@@ -46,8 +47,8 @@ ROI_WORKFLOWS = Table(
     narrow=True,
 )
 
-_RATIO: Final = Decimal("0.0001")
-_MONEY: Final = Decimal("0.000001")
+RATIO_PLACES: Final = 4
+MONEY_PLACES: Final = 6
 
 
 def _new_row(wf: str) -> dict[str, Any]:
@@ -86,8 +87,21 @@ class RoiProjection:
         rows.put(ROI_WORKFLOWS, (wf,), row)
 
 
+def rounded_quotient(num: Decimal | int, den: int, places: int) -> Decimal | None:
+    """``num / den`` rounded half-even to ``places`` decimals, exactly; ``None`` if ``den`` is 0.
+
+    Computed as a fraction, not in a decimal context: dividing in MONEY_CONTEXT and then
+    quantizing raised InvalidOperation once the result had more than its 200 digits (a
+    cost of 1E+196 USD per PR), and rounded twice (to 200 digits, then to ``places``).
+    """
+    if den == 0:
+        return None
+    scaled = round(Fraction(num) * 10**places / den)  # round() of a Fraction is half-even
+    return Decimal(f"{scaled}E-{places}")  # the constructor is exact, whatever the length
+
+
 def _ratio(num: int, den: int) -> Decimal | None:
-    return None if den == 0 else (Decimal(num) / Decimal(den)).quantize(_RATIO, ROUND_HALF_EVEN)
+    return rounded_quotient(num, den, RATIO_PLACES)
 
 
 @dataclass(frozen=True)
@@ -159,7 +173,7 @@ def _roi_summary(rows: Iterable[Mapping[str, Any]]) -> RoiSummary:
             unmerged += cost
     landed = merged + modified
     decided = landed + closed
-    per_pr = None if landed == 0 else (total / landed).quantize(_MONEY, ROUND_HALF_EVEN)
+    per_pr = rounded_quotient(total, landed, MONEY_PLACES)
     return RoiSummary(
         workflows=workflows,
         decided_prs=decided,
