@@ -34,10 +34,14 @@ from tracebound.errors import ConfigError
 from tracebound.events.anchor import MONEY_CONTEXT
 from tracebound.integrity.strict_json import loads_strict
 from tracebound.projections import reports
+from tracebound.projections.gates import BUCKET_BP
 from tracebound.projections.runner import ProjectionRunner, ProjectionStatus
 from tracebound.projections.trail import parse_langgraph_checkpoints, parse_temporal_history
 
 __all__ = ["report_app"]
+
+MAX_SCORE: Final = 10_000
+"""The highest score in basis points; the top bucket holds it."""
 
 report_app = typer.Typer(
     help="Reports from the views: cost, ROI, plugins, trust gates, audit trail.",
@@ -565,10 +569,7 @@ def gates_cmd(
         _table(
             "score histogram (basis points)",
             ("gate", "verdict", "bucket", "count"),
-            [
-                (s["gate"], s["verdict"], f"{s['bucket']}-{s['bucket'] + 999}", s["count"])
-                for s in scores
-            ],
+            [(s["gate"], s["verdict"], _bucket_label(s["bucket"]), s["count"]) for s in scores],
             scores_caption,
         )
     )
@@ -581,6 +582,12 @@ def gates_cmd(
         console.print(_table(title, ("cause", "count"), causes, caption))
     if chart is not None:
         console.print(f"Chart written to [bold]{safe_text(chart)}[/]")
+
+
+def _bucket_label(bucket: int) -> str:
+    """The scores a bucket holds: the top one holds a perfect 10 000 too (``bucket_of``)."""
+    top = BUCKET_BP - 1 if bucket < MAX_SCORE - BUCKET_BP else BUCKET_BP
+    return f"{bucket}-{bucket + top}"
 
 
 def _engine_rows(workflow: str, temporal: Path | None, langgraph: Path | None) -> list[Any]:

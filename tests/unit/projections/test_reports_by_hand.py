@@ -399,3 +399,19 @@ def test_cli_text_totals_are_over_every_row_and_agree_with_json(edge_cli: Path) 
             for line in roi_text.splitlines()
         ), (measure, shown, roi_text)
 
+
+def test_the_top_score_bucket_is_labelled_with_10000_which_it_holds(tmp_path: Path) -> None:
+    """A perfect 10 000 falls in the 9 000 bucket (docs/projections.md); the text table
+    labelled that bucket "9000-9999", so a perfect score read as short of perfect."""
+    gate = GateId("g")
+    _record(
+        tmp_path / ".tracebound",
+        [
+            ("wf", TrustGatePassed(gate=gate, signals={SignalKind("t"): True}, score=10_000)),
+            ("wf", TrustGatePassed(gate=gate, signals={SignalKind("t"): True}, score=8_999)),
+        ],
+    )
+    text = _invoke(tmp_path, "gates")
+    assert "9000-10000" in text
+    assert "8000-8999" in text
+    assert "9000-9999" not in text
