@@ -14,12 +14,14 @@ from dataclasses import dataclass, field
 from decimal import ROUND_HALF_EVEN, Decimal, localcontext
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from tracebound.cli import _common
 from tracebound.cli.app import app
 from tracebound.events.catalog import (
     CostIncurred,
@@ -341,7 +343,10 @@ def _invoke(folder: Path, *args: str) -> str:
         "NO_COLOR": "1",
         "COLUMNS": "250",
     }
-    result = CliRunner().invoke(app, ["report", *args], env=env)
+    # rich fixes a console's width when it is made, from COLUMNS at import time (set in some
+    # test workers, not in others): the env above alone left long titles cropped there.
+    with mock.patch.object(_common.console, "_width", 250):
+        result = CliRunner().invoke(app, ["report", *args], env=env)
     assert result.exit_code == 0, result.output
     return result.stdout
 
