@@ -154,6 +154,7 @@ class PostgresViews:
             except StorageError:
                 if not self._conn.broken:
                     raise
+            self._conn.close()  # the dead session's socket and buffers, freed now
             with _translated(what, self.place, self.lock_timeout):
                 self._conn = self._connect()
                 return call()
