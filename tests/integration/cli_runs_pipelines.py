@@ -11,7 +11,9 @@ nothing goes wrong), ``mixed`` (``gated``, plus an ``exec:`` action: a scope the
 policy does not allow, a reason that names no path) and ``held`` (``gated`` with an apply
 hook that notes each process that runs it in ``$TB_HOLD_DIR`` and holds the first one inside
 until ``$TB_HOLD_DIR/release`` exists), ``two_gates`` (``gated``, then a ``deploy`` step that
-bumps requirements-lock.txt, gated again, whose apply hook notes itself in ``$TB_HOLD_DIR``).
+bumps requirements-lock.txt, gated again, whose apply hook notes itself in ``$TB_HOLD_DIR``),
+``blamed`` (``gated``, whose Critic blames the first plan, so a repair re-runs it and the
+re-run Executor is gated again).
 
 ``python cli_runs_pipelines.py resume-held-at-gate RUN`` resumes RUN as `tracebound resume`
 does, and holds right after the next ``gate_requested`` is durable (``at-gate`` in
@@ -73,6 +75,7 @@ def _pipeline(
     actions: tuple[str, ...] = (),
     apply: Any = None,
     referenced: bool = True,
+    blame_plan: bool = False,
 ) -> Pipeline:
     ref = f"cli_runs_pipelines:{name}" if referenced else None
     pipe = Pipeline(name, pipeline_type="remediation", critical=critical, ref=ref)
@@ -93,6 +96,8 @@ def _pipeline(
     def review(ctx: StepContext) -> dict[str, object]:
         if harmful:
             ctx.report("the patch broke an API nobody can trace", unresolved=True)
+        if blame_plan and ctx.attempt == 0:
+            ctx.report("the pin the plan chose is still vulnerable", origin="plan")
         return tpc("Critic")
 
     return pipe
@@ -106,6 +111,11 @@ mixed = _pipeline(
 )
 held = _pipeline("held", path="requirements.txt", critical=False, harmful=False, apply=_hold)
 two_gates = _pipeline("two_gates", path="requirements.txt", critical=False, harmful=False)
+# ``gated``, whose Critic blames its first plan: the repair re-runs plan and execute, and the
+# re-run execute~r1 waits for an approval of its own.
+blamed = _pipeline(
+    "blamed", path="requirements.txt", critical=False, harmful=False, blame_plan=True
+)
 
 
 def _deployed(ctx: StepContext, artifact: object) -> None:
@@ -157,6 +167,7 @@ def main(argv: list[str]) -> None:
         "mixed": mixed,
         "held": held,
         "two_gates": two_gates,
+        "blamed": blamed,
         "unreferenced": unreferenced,
     }[argv[0]]
     inputs = {"ticket": "SEC-1", "token": argv[1] if len(argv) > 1 else ""}

@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from tracebound.pipeline.metrics import GroupMetrics
     from tracebound.pipeline.runner import RunResult
     from tracebound.pipeline.validations import ValidationRegistry
+    from tracebound.replay.rebuild import ReplayReport
 
 # The runtime, replay and export are imported inside each command: they pull in the event
 # catalog, the redaction detectors and the contract schemas, which would triple the startup
@@ -678,6 +679,44 @@ def metrics(
 # -- replay --------------------------------------------------------------------------------
 
 
+def _print_take_overs(report: ReplayReport) -> None:
+    for t in report.take_overs:
+        by_it = (
+            s for s in report.steps if s.abandoned_by and s.abandoned_by.position == t.position
+        )
+        abandoned = [s.position for s in by_it]
+        who = f"take-over at position {t.position} ({t.taken_over_by})"
+        note = (
+            f"* steps at positions {abandoned[0]}..{abandoned[-1]} ({len(abandoned)}): "
+            f"abandoned by {who}; not counted as the run's"
+            if abandoned
+            else f"the {who} abandoned no step"
+        )
+        console.print(f"[dim]{safe_text(note)}[/]")
+
+
+def _print_blames_and_approvals(report: ReplayReport) -> None:
+    """Who caused what, and who let it through, each with the position `prove` takes: the
+    table shows what ran, these lines why it ran again and who lifted its gates."""
+    for b in report.blames:
+        origin = "unresolved" if b.origin is None else f"{b.origin} ({b.origin_role})"
+        harmful = " (harmful)" if b.harmful else ""
+        line = (
+            f"blame (position {b.position}): {b.failed} ({b.failed_role}) failed{harmful}, "
+            f"found by {b.detected_by}; origin {origin}: {b.reason}"
+        )
+        if b.abandoned_by is not None:
+            line += f" [abandoned by the take-over at position {b.abandoned_by.position}]"
+        console.print(f"[dim]{safe_text(line)}[/]" if b.abandoned_by else safe_text(line))
+    for a, position in zip(report.approvals, report.approval_positions, strict=True):
+        console.print(
+            safe_text(
+                f"{a.decision} {a.step_id} as {a.approver} at {utc_text(a.timestamp)[:19]} UTC "
+                f"(position {position})"
+            )
+        )
+
+
 def replay(
     run: RunArg,
     rerun: Annotated[
@@ -757,19 +796,8 @@ def replay(
         console=console,
     )
     console.print(table)
-    for t in report.take_overs:
-        by_it = (
-            s for s in report.steps if s.abandoned_by and s.abandoned_by.position == t.position
-        )
-        abandoned = [s.position for s in by_it]
-        who = f"take-over at position {t.position} ({t.taken_over_by})"
-        note = (
-            f"* steps at positions {abandoned[0]}..{abandoned[-1]} ({len(abandoned)}): "
-            f"abandoned by {who}; not counted as the run's"
-            if abandoned
-            else f"the {who} abandoned no step"
-        )
-        console.print(f"[dim]{safe_text(note)}[/]")
+    _print_take_overs(report)
+    _print_blames_and_approvals(report)
     first, last = report.positions
     console.print(
         f"[green]chain ok[/]: {report.events} event(s), head {report.head.hex()[:16]}…; "

@@ -184,18 +184,40 @@ class ReplayedStep:
 @dataclass(frozen=True)
 class ReplayedBlame:
     """One ``blame_assigned`` record: the failed step, its origin (None: unresolved), and
-    the take-over that abandoned it (None: it counts)."""
+    the take-over that abandoned it (None: it counts).
+
+    The roles, the step that found the failure and the reason are the record's own: the
+    answer to "who caused it" without a second read of the log.
+    """
 
     position: int
     failed: str
     origin: str | None
     abandoned_by: AbandonedBy | None = None
+    failed_role: str = ""
+    origin_role: str | None = None
+    detected_by: str = ""
+    reason: str = ""
+    harmful: bool = False
+
+    @classmethod
+    def of(cls, position: int, p: BlameAssigned, gone: AbandonedBy | None) -> ReplayedBlame:
+        return cls(
+            position, p.failed_step_id, p.origin_step_id, gone, failed_role=p.failed_role,
+            origin_role=p.origin_role, detected_by=p.detected_by, reason=p.reason,
+            harmful=p.harmful,
+        )  # fmt: skip
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "position": self.position,
             "failed": self.failed,
+            "failed_role": self.failed_role,
+            "detected_by": self.detected_by,
             "origin": self.origin,
+            "origin_role": self.origin_role,
+            "reason": self.reason,
+            "harmful": self.harmful,
             "abandoned_by": _abandoned_dict(self.abandoned_by),
         }
 
@@ -222,6 +244,8 @@ class ReplayReport:
     # record's parent (so a repair only a dead claimant made is not in it).
     lineage: dict[str, str | None] = field(default_factory=dict)  # step -> parent
     approvals: list[ApprovalRecorded] = field(default_factory=list)
+    # The log position of each of ``approvals``, in the same order (what `prove` takes).
+    approval_positions: list[int] = field(default_factory=list)
     take_overs: list[TakeOver] = field(default_factory=list)  # in stream order
     failures: list[ChecksumFailure] = field(default_factory=list)
     # The log positions found contiguous: 1 to the log's last when the store counts its
@@ -264,12 +288,13 @@ class ReplayReport:
             "take_overs": [t.as_dict() for t in self.take_overs],
             "approvals": [
                 {
+                    "position": position,
                     "step_id": a.step_id,
                     "approver": a.approver,
                     "decision": a.decision,
                     "timestamp": a.timestamp.isoformat(),
                 }
-                for a in self.approvals
+                for a, position in zip(self.approvals, self.approval_positions, strict=True)
             ],
             "failures": [f.as_dict() for f in self.failures],
         }
@@ -648,11 +673,10 @@ def _rebuild(
         elif isinstance(p, ValidationRecorded) and p.output_digest is not None:
             _fetch(blobs, p.output_digest, p.step_id, "validation-output", failures)
         elif isinstance(p, BlameAssigned):
-            report.blames.append(
-                ReplayedBlame(raw.position, p.failed_step_id, p.origin_step_id, gone)
-            )
+            report.blames.append(ReplayedBlame.of(raw.position, p, gone))
         elif isinstance(p, ApprovalRecorded):
             report.approvals.append(p)
+            report.approval_positions.append(raw.position)
         elif isinstance(p, RunFinished) and gone is None:
             # The rule never abandons a finish (a final one ends the run's claims, a gated
             # one follows a new gate); were one abandoned, it would not be the run's status.
