@@ -8,6 +8,7 @@ walks from the id one command prints to the next command that needs it, as real
 
 from __future__ import annotations
 
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -79,3 +80,48 @@ def test_replay_says_who_was_blamed_and_who_approved_with_positions_to_prove(
         proof = sh.tb_json("prove", str(a["position"]))
         assert proof["stream_id"] == f"run/{run}" and proof["position"] == a["position"]
     assert sh.tb_json("prove", str(blame["position"]))["position"] == blame["position"]
+
+
+def test_metrics_of_one_run_by_role_with_what_was_spent(sh: Shell) -> None:
+    """`metrics` could only be narrowed to a pipeline, so "what did this run cost" had no
+    answer when the pipeline had run twice; and its `$/step` column was the steps' own
+    estimate, with nothing saying so, beside `report cost`'s recorded spend. `--workflow
+    RUN` (the name `log` and `report cost` use for a run id) folds that run alone, and the
+    table shows the estimate as `est $/step` beside `spent $`, the recorded costs that
+    `report cost` totals."""
+    run = _blamed_run(sh)
+    other = sh.start("blamed")  # the same pipeline again: --pipeline cannot tell them apart
+    spend = (
+        f'{{"stream_id": "costs/{run}", "workflow_id": "{run}", "payload": {{"kind": '
+        '"cost_incurred", "tier": "direct", "amount_usd": "0.0213", "source": "openai", '
+        '"role": "Executor"}}\n'
+    )
+    (sh.cwd / "spend.jsonl").write_text(spend)
+    sh.tb("append", "spend.jsonl")
+
+    one = sh.tb_json("metrics", "--workflow", run)
+    by_role = one["by_role"]
+    assert {role: g["outputs"] for role, g in by_role.items()} == {
+        "Critic": 2,
+        "Executor": 2,
+        "Planner": 2,
+    }
+    assert (by_role["Executor"]["cost_usd"], by_role["Executor"]["cost_est_usd"]) == (
+        "0.0213",
+        "0.02",
+    )
+    assert (by_role["Planner"]["failures"], by_role["Executor"]["failures"]) == (0, 1)
+    both = sh.tb_json("metrics", "--pipeline", "blamed")["by_role"]
+    assert both["Planner"]["outputs"] == 3  # plan, plan~r1, and the other run's plan
+    assert sh.tb_json("metrics", "--workflow", other)["overall"]["cost_usd"] == "0"
+    # The same spend `report cost` totals for the run.
+    cost = sh.tb_json("report", "cost", "--workflow", run)
+    assert (
+        one["overall"]["cost_usd"]
+        == "0.0213"
+        == str(sum(Decimal(r["amount_usd"]) for r in cost["rows"]))
+    )
+    table = sh.tb("metrics", "--workflow", run).stdout
+    assert "est $/step" in table and "spent $" in table and "0.0213" in table
+    missing = sh.tb_json("metrics", "--workflow", "no-such-run", code=2)["error"]
+    assert missing["kind"] == "ConfigError" and "no-such-run" in missing["message"]

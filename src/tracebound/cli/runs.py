@@ -586,7 +586,10 @@ def _group(g: GroupMetrics) -> dict[str, Any]:
 
 def _metrics_table(title: str, groups: dict[str, GroupMetrics]) -> Table:
     table = Table(title=title)
-    cols = ("", "out", "fail", "repair", "harm", "unres", "$/step", "p50 ms", "p95 ms")
+    # The steps' own estimate per output, beside what was recorded as spent (the
+    # `cost_incurred` events `report cost` totals): two figures, each named for what it is.
+    cols = ("", "out", "fail", "repair", "harm", "unres", "est $/step", "spent $", "p50 ms",
+            "p95 ms")  # fmt: skip
     for col in cols:
         table.add_column(col, justify="left" if not col else "right", no_wrap=True)
     for name, g in sorted(groups.items()):
@@ -594,6 +597,7 @@ def _metrics_table(title: str, groups: dict[str, GroupMetrics]) -> Table:
         table.add_row(
             safe_text(name), str(g.outputs), str(g.failures), d["repair_rate"] or "-",
             d["harm_rate"] or "-", str(g.unresolved), d["cost_est_per_step_usd"] or "-",
+            d["cost_usd"],
             str(d["p50_latency_ms"] if d["p50_latency_ms"] is not None else "-"),
             str(d["p95_latency_ms"] if d["p95_latency_ms"] is not None else "-"),
         )  # fmt: skip
@@ -601,19 +605,25 @@ def _metrics_table(title: str, groups: dict[str, GroupMetrics]) -> Table:
     return table
 
 
-def _runs_of(ledger: Ledger, pipeline: str) -> set[str | None]:
-    """The ids of the pipeline's runs (a first pass that decodes only ``run_started``)."""
+def _runs_of(ledger: Ledger, pipeline: str | None, workflow: str | None) -> set[str | None]:
+    """The ids of the pipeline's runs, or the one run ``workflow`` names (a first pass that
+    decodes only ``run_started``)."""
     from tracebound.events.catalog import RunStarted  # noqa: PLC0415 - lazy, for startup time
     from tracebound.events.record import decode_known  # noqa: PLC0415 - lazy, for startup time
 
     run_ids: set[str | None] = {
         str(e.payload.run_id)
         for e in decode_known(ledger.store.read_raw(), kinds={"run_started"})
-        if isinstance(e.payload, RunStarted) and e.payload.pipeline == pipeline
+        if isinstance(e.payload, RunStarted)
+        and pipeline in (None, e.payload.pipeline)
+        and workflow in (None, str(e.payload.run_id))
     }
-    if not run_ids:
+    if run_ids:
+        return run_ids
+    if workflow is None:
         raise ConfigError(f"no runs of pipeline {pipeline!r} in this ledger")
-    return run_ids
+    of = "" if pipeline is None else f" of pipeline {pipeline!r}"
+    raise ConfigError(f"no run {workflow!r}{of} in this ledger (`tracebound runs` lists them)")
 
 
 def metrics(
@@ -627,13 +637,19 @@ def metrics(
     pipeline: Annotated[
         str | None, typer.Option("--pipeline", help="Only runs of this pipeline.")
     ] = None,
+    workflow: Annotated[
+        str | None,
+        typer.Option("--workflow", "-w", help="Only this run (its run id), as `report cost`."),
+    ] = None,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Blame, repair and harm metrics, cost and latency per step, by role and pipeline type.
 
-    Computed from the ledger every time (nothing is cached). With --check, each SLO
-    violation of a critical pipeline is listed and the exit code is 1.
+    Computed from the ledger every time (nothing is cached). `est $/step` is the steps'
+    own estimate per output; `spent $` the recorded costs (cost_incurred), which `report
+    cost` totals. With --check, each SLO violation of a critical pipeline is listed and
+    the exit code is 1.
     """
     from tracebound.pipeline.metrics import ledger_metrics, slo_violations  # noqa: PLC0415 - lazy, for startup time
 
@@ -641,8 +657,8 @@ def metrics(
         ledger = _config(store).open_ledger()
         try:
             raws: Iterable[RawRecord] = ledger.store.read_raw()
-            if pipeline is not None:
-                run_ids = _runs_of(ledger, pipeline)
+            if pipeline is not None or workflow is not None:
+                run_ids = _runs_of(ledger, pipeline, workflow)
                 raws = (r for r in ledger.store.read_raw() if r.workflow_id in run_ids)
             # One pass, one record at a time: the log is not held in memory.
             m = ledger_metrics(raws)
