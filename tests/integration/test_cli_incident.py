@@ -125,3 +125,19 @@ def test_metrics_of_one_run_by_role_with_what_was_spent(sh: Shell) -> None:
     assert "est $/step" in table and "spent $" in table and "0.0213" in table
     missing = sh.tb_json("metrics", "--workflow", "no-such-run", code=2)["error"]
     assert missing["kind"] == "ConfigError" and "no-such-run" in missing["message"]
+
+
+def test_runs_keeps_each_run_id_on_one_line_at_100_columns(sh: Shell) -> None:
+    """The run id is what every next command takes, and at 100 columns `tracebound runs`
+    folded it over two lines (a double-click copied half of it) to keep the start time on
+    one; the time now gives way instead, date above time."""
+    runs = [sh.start("gated"), sh.start("blamed")]
+    sh.env["COLUMNS"] = "100"
+    lines = sh.tb("runs").stdout.splitlines()
+    assert all(len(line) <= 100 for line in lines), "\n".join(lines)
+    for run in runs:
+        assert any(run in line for line in lines), "\n".join(lines)
+    started = [r["started"] for r in sh.tb_json("runs")["runs"]]
+    for stamp in started:  # the date and the time are both there, maybe on two lines
+        date, time = stamp[:10], stamp[11:19]
+        assert any(date in line for line in lines) and any(time in line for line in lines)

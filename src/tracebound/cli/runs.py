@@ -281,7 +281,7 @@ def runs(
     # A run id is what approve, reject and resume take: folded onto more lines, never cut.
     fit(
         table,
-        give={"run": "fold", "pipeline": "ellipsis", "waiting at": "fold"},
+        give={"run": "fold", "pipeline": "ellipsis", "waiting at": "fold", "started (UTC)": "fold"},
         prefer="run",
         console=console,
     )
