@@ -123,6 +123,7 @@ def test_metrics_of_one_run_by_role_with_what_was_spent(sh: Shell) -> None:
     )
     table = sh.tb("metrics", "--workflow", run).stdout
     assert "est $/step" in table and "spent $" in table and "0.0213" in table
+    assert f"by role, run {run} only" in _words(table)  # not the pipeline's figures
     missing = sh.tb_json("metrics", "--workflow", "no-such-run", code=2)["error"]
     assert missing["kind"] == "ConfigError" and "no-such-run" in missing["message"]
 

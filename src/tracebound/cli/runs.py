@@ -682,8 +682,10 @@ def metrics(
             }
         )  # fmt: skip
     else:
-        console.print(_metrics_table("by role", m.by_role))
-        console.print(_metrics_table("by pipeline type", m.by_pipeline_type))
+        # Narrowed figures (an SLO line among them) say what they were narrowed to.
+        only = "" if workflow is None else f", run {workflow} only"
+        console.print(_metrics_table(f"by role{only}", m.by_role))
+        console.print(_metrics_table(f"by pipeline type{only}", m.by_pipeline_type))
         for v in violations:
             console.print(f"[bold red]SLO violation[/]: {safe_text(v.describe())}")
         if not violations:
