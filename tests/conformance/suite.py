@@ -30,6 +30,7 @@ from tracebound.errors import (
     ValidationFailed,
 )
 from tracebound.events import Event, Payload, default_registry
+from tracebound.events.catalog import MergeOutcome
 from tracebound.events.record import record_dict
 from tracebound.integrity.chain import GENESIS, chain_hash
 from tracebound.store.port import (
@@ -37,6 +38,8 @@ from tracebound.store.port import (
     AppendRequest,
     LedgerStore,
     MerkleNodeStore,
+    RecordFilter,
+    read_matching,
     stream_positions,
 )
 
@@ -60,6 +63,16 @@ def note(n: int, text: str = "hello", *, workflow: str | None = "wf-1") -> Event
     return Event.create(
         ConformanceNote(text=text, n=n, tags=("a", "ü", "\U0001f600")),
         event_id=UUID(int=n + 1),
+        timestamp=_T0 + timedelta(microseconds=n),
+        workflow_id=workflow,
+    )
+
+
+def outcome(n: int, *, workflow: str | None = "wf-1") -> Event:
+    """An event of a second type (the suite's notes are all ``conformance_note``)."""
+    return Event.create(
+        MergeOutcome(pr_url=f"https://example.test/pr/{n}", decision="merged", reviewer=None),
+        event_id=UUID(int=10**9 + n),
         timestamp=_T0 + timedelta(microseconds=n),
         workflow_id=workflow,
     )
@@ -248,18 +261,62 @@ class LedgerStoreSuite:
         for chunk in range(12):
             store.append("m", [note(chunk * 1000 + i, "x" * 200) for i in range(1000)])
 
-        def peak(limit: int) -> int:
+        def peak(limit: int, filtered: bool) -> int:
             tracemalloc.start()
-            for i, _ in enumerate(store.read_raw()):
+            raws = store.read_raw()
+            if filtered:  # the filtered read pages as read_raw does
+                raws = read_matching(store, RecordFilter(kinds=frozenset({"conformance_note"})))
+            for i, _ in enumerate(raws):
                 if i >= limit:
                     break
             _, top = tracemalloc.get_traced_memory()
             tracemalloc.stop()
             return top
 
-        small, large = peak(1500), peak(12000)
-        # A reader that loaded everything would need ~8x more for 8x the rows.
-        assert large < small * 2, (small, large)
+        for filtered in (False, True):
+            small, large = peak(1500, filtered), peak(12000, filtered)
+            # A reader that loaded everything would need ~8x more for 8x the rows.
+            assert large < small * 2, (filtered, small, large)
+
+    def test_a_filtered_read_is_read_raw_s_matching_records_in_log_order(
+        self, store: LedgerStore, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Positions 1..30 over two streams: every third an outcome, workflows wf-0..wf-2
+        and none. Windows and pages of 4 (where the store has them) make every read cross
+        many of them, so a window that matches nothing or a full page must not end it."""
+        backend = __import__(type(store).__module__, fromlist=["_"])
+        monkeypatch.setattr(backend, "_SCAN_WINDOW", 4, raising=False)
+        monkeypatch.setattr(backend, "_PAGE", 4, raising=False)
+        for i in range(30):
+            wf = None if i % 4 == 3 else f"wf-{i % 3}"
+            event = outcome(i, workflow=wf) if i % 3 == 0 else note(i, workflow=wf)
+            store.append(f"s{i % 2}", [event])
+        filters = [
+            RecordFilter(kinds=frozenset({"merge_outcome"})),
+            RecordFilter(workflows=frozenset({"wf-1"})),
+            RecordFilter(kinds=frozenset({"merge_outcome"}), workflows=frozenset({"wf-0"})),
+            RecordFilter(kinds=frozenset({"merge_outcome", "conformance_note"})),
+            RecordFilter(workflows=frozenset({"wf-1", "wf-2"}), in_body=True),
+            RecordFilter(kinds=frozenset()),
+            RecordFilter(kinds=frozenset({"no_such_type"}), workflows=frozenset({"wf-1"})),
+            RecordFilter(),
+        ]
+        for where in filters:
+            for start, stop in ((1, None), (7, 22), (29, 40), (31, None), (5, 4)):
+                got = list(read_matching(store, where, start=start, stop=stop))
+                want = [r for r in store.read_raw(start=start, stop=stop) if where.matches(r)]
+                assert got == want, (where, start, stop)
+        outcomes = read_matching(store, RecordFilter(kinds=frozenset({"merge_outcome"})))
+        assert [r.position for r in outcomes] == list(range(1, 31, 3))
+        both = RecordFilter(kinds=frozenset({"merge_outcome"}), workflows=frozenset({"wf-0"}))
+        assert [r.position for r in read_matching(store, both, start=2, stop=25)] == [
+            7,
+            10,
+            13,
+            19,
+            22,
+            25,
+        ]
 
     # -- concurrency ---------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
+import orjson
 import pytest
 from blake3 import blake3
 
@@ -35,7 +36,7 @@ from tracebound.integrity.note import Checkpoint, sign_checkpoint
 from tracebound.ledger import InclusionBundle, Ledger, verify_bundle
 from tracebound.sources import FixedClock, SequentialIds
 from tracebound.store.nodes import store_nodes
-from tracebound.store.port import LedgerStore, MerkleNodeStore
+from tracebound.store.port import LedgerStore, MerkleNodeStore, RecordFilter, read_matching
 from tracebound.store.witness import FileWitness
 
 # A well-formed hash that no record in these tests has.
@@ -311,6 +312,32 @@ class TamperSuite:
         attacker.edit_column(7, "event_type", "rag_hit")
         d = damage_of(world)
         assert (d.kind, d.position) == (DamageKind.TAMPER, 7)
+
+    def test_an_edited_column_hides_no_event_from_a_listing_of_what_the_bodies_say(
+        self, filled: Callable[[int], LedgerWorld], attacker: Attacker
+    ) -> None:
+        """``tracebound log --workflow/--type`` lists the records whose hashed body says so
+        (it shows the body). The store filters by its columns, which an attacker can edit
+        without touching the body (``verify`` reports it, a listing must not lose the event
+        meanwhile): the body is searched as well. On the SQL backends positions 7 and 11
+        keep their bodies (wf-0, a merge outcome at 11); on JSONL the edit is the body."""
+        world = filled(30)
+        attacker.edit_column(7, "workflow_id", "wf-9")
+        attacker.edit_column(11, "event_type", "rag_hit")
+        with world.open() as ledger:
+            store = ledger.store
+            bodies = [(r.position, orjson.loads(r.body)) for r in store.read_raw()]
+            for says, value, where in (
+                ("workflow_id", "wf-0", RecordFilter(workflows=frozenset({"wf-0"}), in_body=True)),
+                (
+                    "event_type",
+                    "merge_outcome",
+                    RecordFilter(kinds=frozenset({"merge_outcome"}), in_body=True),
+                ),
+            ):
+                want = [p for p, body in bodies if body[says] == value]
+                got = {r.position for r in read_matching(store, where)}
+                assert set(want) <= got, (says, sorted(set(want) - got))
 
     def test_edit_the_stored_hash_is_tamper(
         self, filled: Callable[[int], LedgerWorld], attacker: Attacker

@@ -94,8 +94,10 @@ from tracebound.store.keyfile import generate_keypair
 from tracebound.store.port import (
     AppendRequest,
     LedgerStore,
+    RecordFilter,
     StreamIndex,
     position_runs,
+    read_matching,
     stream_positions,
 )
 from tracebound.store.url import open_store
@@ -670,10 +672,7 @@ def log_cmd(
         backend = open_store(store)
         try:
             rows: list[dict[str, Any]] = []
-            raws = backend.read_raw(start=start)
-            if stream and isinstance(backend, StreamIndex):
-                raws = _indexed_stream(backend, stream, start=start)
-            for raw in raws:
+            for raw in _log_records(backend, start, stream, workflow, event_type):
                 row = _raw_row(raw)
                 if stream and row["stream_id"] != stream:
                     continue
@@ -695,6 +694,29 @@ def log_cmd(
         console.print(
             f"[dim]--limit {limit} reached: --start {next_start} continues (--limit 0: all)[/]"
         )
+
+
+def _log_records(
+    backend: LedgerStore,
+    start: int,
+    stream: str | None,
+    workflow: str | None,
+    event_type: str | None,
+) -> Iterator[RawRecord]:
+    """The records ``log`` decodes, in log order: all it lists, and maybe a few more, since
+    it filters by what the decoded body says. A stream comes from the store's stream index;
+    a type or workflow from the store's filter, which searches the bodies as well as its
+    columns, so a column edited behind the chain does not hide a record from the listing."""
+    if stream and isinstance(backend, StreamIndex):
+        return _indexed_stream(backend, stream, start=start)
+    if not (workflow or event_type):
+        return backend.read_raw(start=start)
+    where = RecordFilter(
+        kinds=frozenset({event_type}) if event_type else None,
+        workflows=frozenset({workflow}) if workflow else None,
+        in_body=True,
+    )
+    return read_matching(backend, where, start=start)
 
 
 @app.command()

@@ -7,6 +7,9 @@
   checkpoints read O(log n) of the log (``integrity/nodes.py``).
 * :class:`LogExtentStore`: the log's positions counted in the store's own index, so that
   a deleted event is found without reading the log (``tracebound replay``).
+* :class:`FilteredLogStore`: the log read by event type and workflow inside the store, so
+  a reader of a few kinds (``log --type``, the metrics, the SLO check) does not carry every
+  record of a big log into Python (:func:`read_matching`).
 
 Every backend (SQLite now; PostgreSQL and JSONL later) passes one conformance suite,
 ``tests/conformance``. Chaining happens inside the backend's write transaction, because
@@ -17,9 +20,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol, Self, runtime_checkable
+from dataclasses import dataclass, replace
+from typing import Any, Final, NamedTuple, Protocol, Self, runtime_checkable
 
+from tracebound.canonical import canonical_bytes
 from tracebound.errors import ConcurrencyError, ProofError, ValidationFailed, short_repr
 from tracebound.events.envelope import Event, RecordedEvent
 from tracebound.events.record import RawRecord
@@ -32,6 +36,7 @@ __all__ = [
     "NO_STREAM",
     "AppendRequest",
     "CheckpointStore",
+    "FilteredLogStore",
     "ImportStore",
     "LedgerStore",
     "LogExtentStore",
@@ -39,6 +44,7 @@ __all__ = [
     "MerkleNodeStore",
     "MetadataStore",
     "RawRecord",
+    "RecordFilter",
     "StreamHead",
     "StreamIndex",
     "StreamStore",
@@ -51,7 +57,9 @@ __all__ = [
     "contiguous_nodes",
     "node_count",
     "position_runs",
+    "read_matching",
     "stream_positions",
+    "window_pages",
 ]
 
 ANY_VERSION: None = None
@@ -188,6 +196,114 @@ class LogStore(Protocol):
     def size(self) -> int:
         """The number of events in the log, which is also the last position."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class RecordFilter:
+    """Which records of the log a filtered read yields (:class:`FilteredLogStore`).
+
+    ``kinds``: records whose ``event_type`` column is one of these (None: any type).
+    ``workflows``: records whose ``workflow_id`` column is one of these (None: any).
+    ``in_body``: also the records whose hashed body names the type or workflow (its
+    canonical ``"event_type":"…"`` / ``"workflow_id":"…"`` bytes), whatever their column
+    says. A listing that shows what the body says (``tracebound log``) asks for this, so
+    that a column edited behind the chain cannot hide a record from it; the result is then
+    a superset the caller narrows by the decoded body (a payload may hold the same bytes).
+    """
+
+    kinds: frozenset[str] | None = None
+    workflows: frozenset[str] | None = None
+    in_body: bool = False
+
+    def kind_needles(self) -> tuple[bytes, ...]:
+        """The body bytes that name one of :attr:`kinds` (none unless :attr:`in_body`)."""
+        return _needles(b'"event_type":', self.kinds) if self.in_body else ()
+
+    def workflow_needles(self) -> tuple[bytes, ...]:
+        """The body bytes that name one of :attr:`workflows` (none unless :attr:`in_body`)."""
+        return _needles(b'"workflow_id":', self.workflows) if self.in_body else ()
+
+    def matches(self, raw: RawRecord) -> bool:
+        """Whether a filtered read yields ``raw``: what the stores' SQL says, in Python."""
+        body = bytes(raw.body) if self.in_body else b""
+        for values, column, needles in (
+            (self.kinds, raw.event_type, self.kind_needles()),
+            (self.workflows, raw.workflow_id, self.workflow_needles()),
+        ):
+            if values is not None and column not in values and not any(n in body for n in needles):
+                return False
+        return True
+
+
+def _needles(key: bytes, values: frozenset[str] | None) -> tuple[bytes, ...]:
+    # Sorted: the same filter gives the same statement (and the stores' statement cache hits).
+    return tuple(key + canonical_bytes(v) for v in sorted(values or ()))
+
+
+@runtime_checkable
+class FilteredLogStore(Protocol):
+    """The log read by a :class:`RecordFilter` inside the store (optional: JSONL has no
+    columns to filter by, and :func:`read_matching` filters its records in Python)."""
+
+    def read_raw_matching(
+        self, where: RecordFilter, *, start: int = 1, stop: int | None = None
+    ) -> Iterator[RawRecord]:
+        """The records of :meth:`LogStore.read_raw` (same range, same order) that ``where``
+        matches, in constant memory and short reads however few of them match."""
+        ...
+
+
+_MAX_SQL_VALUES: Final = 500
+"""More workflows or kinds than this are filtered in Python (after the store's filter by
+the other): a statement's bound values are limited (SQLite's default: 32,766)."""
+
+
+def read_matching(
+    store: LogStore, where: RecordFilter, *, start: int = 1, stop: int | None = None
+) -> Iterator[RawRecord]:
+    """The records of ``store.read_raw(start=start, stop=stop)`` that ``where`` matches,
+    filtered by the store where it can (:class:`FilteredLogStore`), else in Python."""
+    if not isinstance(store, FilteredLogStore):
+        return (raw for raw in store.read_raw(start=start, stop=stop) if where.matches(raw))
+    pushed = where
+    if where.kinds is not None and len(where.kinds) > _MAX_SQL_VALUES:
+        pushed = replace(pushed, kinds=None)
+    if where.workflows is not None and len(where.workflows) > _MAX_SQL_VALUES:
+        pushed = replace(pushed, workflows=None)
+    raws = store.read_raw_matching(pushed, start=start, stop=stop)
+    return raws if pushed is where else (raw for raw in raws if where.matches(raw))
+
+
+def window_pages(
+    page: Callable[[int, int], Sequence[Sequence[Any]]],
+    last: Callable[[], int],
+    *,
+    start: int,
+    stop: int | None,
+    limit: int,
+    window: int,
+) -> Iterator[Sequence[Any]]:
+    """The rows of a filtered keyset read, page by page, in position order.
+
+    ``page(lo, hi)``: at most ``limit`` matching rows with ``lo <= position <= hi`` in
+    position order (row[0] the position); ``last()``: the highest position stored. Each
+    statement looks at no more than ``window`` positions, so a filter that matches a few
+    records of a big log is many short reads (none holding a snapshot for the whole scan),
+    not one long one. Reading stops at the log's end as it is when reached: positions
+    commit in order, so every position up to ``last()`` is there to be read.
+    """
+    upper = stop if stop is not None else 1 << 62
+    cursor, end = start, last()
+    while cursor <= upper:
+        if cursor > end:
+            end = last()  # appended meanwhile? (one index seek)
+            if cursor > end:
+                return
+        hi = min(upper, end, cursor + window - 1)
+        rows = page(cursor, hi)
+        if rows:
+            yield rows
+        cursor = rows[-1][0] + 1 if len(rows) >= limit else hi + 1
 
 
 @runtime_checkable

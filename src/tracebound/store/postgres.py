@@ -90,10 +90,12 @@ from tracebound.store._chaining import (
 from tracebound.store.port import (
     AppendRequest,
     RawRecord,
+    RecordFilter,
     StreamHead,
     check_import,
     contiguous_nodes,
     node_count,
+    window_pages,
 )
 
 if TYPE_CHECKING:
@@ -111,6 +113,9 @@ __all__ = [
 DEFAULT_SCHEMA: Final = "tracebound"
 SCHEMA_VERSION: Final = 1
 _PAGE: Final = 1000  # rows per keyset page: bounded memory, one short statement per page
+# Positions one filtered statement looks at (read_raw_matching): a short statement however
+# few rows match (a scan: the filtered columns have no index, which would slow every append).
+_SCAN_WINDOW: Final = 1 << 16
 _VERIFY_PAGE: Final = 2048  # verify's page: a power of two, so a page is one Merkle subtree
 _COPY_THRESHOLD: Final = 1000  # events from which an append streams rows with binary COPY
 # A bulk append chains, sends and builds its events this many at a time, so that the server
@@ -430,6 +435,18 @@ class _Statements:
         )
         self.read_raw = q(
             "SELECT {columns} FROM {events} WHERE position >= %s AND position <= %s "
+            "ORDER BY position LIMIT %s"
+        )
+        # Each filter: its values (NULL: any), or'ed with a search of the hashed body for
+        # its needles (NULL: none), as RecordFilter.matches says.
+        searched = (
+            "(%s::bytea[] IS NOT NULL AND EXISTS "
+            "(SELECT FROM unnest(%s::bytea[]) AS n(b) WHERE position(n.b IN body) > 0))"
+        )
+        self.read_raw_matching = q(
+            "SELECT {columns} FROM {events} WHERE position >= %s AND position <= %s "  # noqa: S608 - constant text, bound values
+            f"AND (%s::text[] IS NULL OR event_type = ANY(%s::text[]) OR {searched}) "
+            f"AND (%s::text[] IS NULL OR workflow_id = ANY(%s::text[]) OR {searched}) "
             "ORDER BY position LIMIT %s"
         )
         self.read_tail = q(
@@ -1042,6 +1059,27 @@ class PostgresStore(ChainedAppends):
     def read_raw(self, *, start: int = 1, stop: int | None = None) -> Iterator[RawRecord]:
         for page in self.read_raw_pages(start=start, stop=stop, page_size=_PAGE):
             for row in page:
+                yield RawRecord(*row)
+
+    def read_raw_matching(
+        self, where: RecordFilter, *, start: int = 1, stop: int | None = None
+    ) -> Iterator[RawRecord]:
+        params: list[Any] = []
+        for values, needles in (
+            (where.kinds, where.kind_needles()),
+            (where.workflows, where.workflow_needles()),
+        ):
+            listed = None if values is None else sorted(values)
+            searched = list(needles) or None
+            params += [listed, listed, searched, searched]
+
+        def page(lo: int, hi: int) -> list[tuple[Any, ...]]:
+            return self._fetch("read", self._sql.read_raw_matching, (lo, hi, *params, _PAGE))
+
+        for rows in window_pages(
+            page, self.size, start=start, stop=stop, limit=_PAGE, window=_SCAN_WINDOW
+        ):
+            for row in rows:
                 yield RawRecord(*row)
 
     def read_log(self, *, start: int = 1, stop: int | None = None) -> Iterator[RecordedEvent]:
