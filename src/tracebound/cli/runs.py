@@ -605,15 +605,17 @@ def _metrics_table(title: str, groups: dict[str, GroupMetrics]) -> Table:
     return table
 
 
-def _runs_of(ledger: Ledger, pipeline: str | None, workflow: str | None) -> set[str | None]:
+def _runs_of(ledger: Ledger, pipeline: str | None, workflow: str | None) -> set[str]:
     """The ids of the pipeline's runs, or the one run ``workflow`` names (a first pass that
     decodes only ``run_started``)."""
     from tracebound.events.catalog import RunStarted  # noqa: PLC0415 - lazy, for startup time
     from tracebound.events.record import decode_known  # noqa: PLC0415 - lazy, for startup time
+    from tracebound.store.port import RecordFilter, read_matching  # noqa: PLC0415 - lazy, for startup time
 
-    run_ids: set[str | None] = {
+    started = read_matching(ledger.store, RecordFilter(kinds=frozenset({"run_started"})))
+    run_ids: set[str] = {
         str(e.payload.run_id)
-        for e in decode_known(ledger.store.read_raw(), kinds={"run_started"})
+        for e in decode_known(started, kinds={"run_started"})
         if isinstance(e.payload, RunStarted)
         and pipeline in (None, e.payload.pipeline)
         and workflow in (None, str(e.payload.run_id))
@@ -651,17 +653,18 @@ def metrics(
     cost` totals. With --check, each SLO violation of a critical pipeline is listed and
     the exit code is 1.
     """
-    from tracebound.pipeline.metrics import ledger_metrics, slo_violations  # noqa: PLC0415 - lazy, for startup time
+    from tracebound.pipeline.metrics import slo_violations, store_metrics  # noqa: PLC0415 - lazy, for startup time
 
     with handled(as_json):
         ledger = _config(store).open_ledger()
         try:
-            raws: Iterable[RawRecord] = ledger.store.read_raw()
-            if pipeline is not None or workflow is not None:
-                run_ids = _runs_of(ledger, pipeline, workflow)
-                raws = (r for r in ledger.store.read_raw() if r.workflow_id in run_ids)
+            runs = (
+                None
+                if pipeline is None and workflow is None
+                else frozenset(_runs_of(ledger, pipeline, workflow))
+            )
             # One pass, one record at a time: the log is not held in memory.
-            m = ledger_metrics(raws)
+            m = store_metrics(ledger.store, workflows=runs)
         finally:
             ledger.close()
         violations = slo_violations(m)

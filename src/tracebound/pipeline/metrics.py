@@ -41,6 +41,7 @@ from tracebound.events.catalog import (
 from tracebound.events.envelope import RecordedEvent
 from tracebound.events.record import RawRecord, decode_known
 from tracebound.events.takeover import TAKE_OVER_KINDS, TakeOvers
+from tracebound.store.port import LogStore, RecordFilter, read_matching
 
 __all__ = [
     "METRICS_KINDS",
@@ -52,6 +53,7 @@ __all__ = [
     "ledger_metrics",
     "shown",
     "slo_violations",
+    "store_metrics",
 ]
 
 METRICS_KINDS: Final = TAKE_OVER_KINDS | {
@@ -258,6 +260,20 @@ def ledger_metrics(raws: Iterable[RawRecord], kinds: frozenset[str] = METRICS_KI
     """:func:`compute_metrics` of stored records, decoding only the ``kinds`` it reads
     (:data:`SLO_KINDS` is enough for :func:`slo_violations`), one record at a time."""
     return compute_metrics(decode_known(raws, kinds=kinds))
+
+
+def store_metrics(
+    store: LogStore,
+    kinds: frozenset[str] = METRICS_KINDS,
+    *,
+    workflows: frozenset[str] | None = None,
+) -> RunMetrics:
+    """:func:`ledger_metrics` of a store's whole log (only the records of these workflows,
+    given), the records of other types left in the store: SQLite and PostgreSQL filter by
+    their event type column (the one :func:`decode_known` reads), so a big log's costs and
+    a team's own events never reach Python."""
+    where = RecordFilter(kinds=kinds, workflows=workflows)
+    return ledger_metrics(read_matching(store, where), kinds)
 
 
 def _count_blames(

@@ -70,7 +70,7 @@ from tracebound.ids import RunId, Sha256Digest, StepId
 from tracebound.ledger import Ledger
 from tracebound.pipeline.codeowners import CodeOwners
 from tracebound.pipeline.critic import Finding, check_constraints
-from tracebound.pipeline.metrics import SLO_KINDS, ledger_metrics, slo_violations
+from tracebound.pipeline.metrics import SLO_KINDS, slo_violations, store_metrics
 from tracebound.pipeline.policy import Policy, normalise_path, request_from_artifact
 from tracebound.pipeline.redaction import Redaction, Redactor
 from tracebound.pipeline.runtime import Pipeline, RoleName, StepContext, StepSpec
@@ -647,7 +647,7 @@ class Runner:
             repair_notes=notes,
             findings=findings,
             workspace=self.workspace,
-            metrics_source=lambda: ledger_metrics(self.ledger.store.read_raw()),
+            metrics_source=lambda: store_metrics(self.ledger.store),
         )
 
     async def _call(self, sr: _StepRun, ctx: StepContext) -> Mapping[str, Any] | None:
@@ -963,7 +963,7 @@ class Runner:
     def _check_slo(self, run: _Run) -> None:
         # Only the records the SLOs stand on are decoded: this runs after every critical
         # run, over the whole log.
-        for v in slo_violations(ledger_metrics(self.ledger.store.read_raw(), SLO_KINDS)):
+        for v in slo_violations(store_metrics(self.ledger.store, SLO_KINDS)):
             if v.pipeline != run.pipeline.name:
                 continue
             self._emit(
