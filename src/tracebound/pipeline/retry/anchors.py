@@ -61,6 +61,7 @@ from tracebound.integrity.strict_json import loads_canonical_record, loads_stric
 from tracebound.ledger import InclusionBundle, Ledger
 from tracebound.store.files import append_durably
 from tracebound.store.keyfile import file_stem
+from tracebound.store.port import RecordFilter, read_matching
 
 __all__ = [
     "ANCHORS_DIR",
@@ -165,8 +166,10 @@ class AnchorWriter:
 
 def anchor_events(ledger: Ledger) -> Iterator[tuple[RecordedEvent, AttemptAnchor]]:
     """The ledger's anchor events with their anchors, in log order."""
-    # Only anchor records are decoded: the rest of a big log is skipped by its type column.
-    for event in decode_known(ledger.store.read_raw(), kinds={_ANCHOR_EVENT}):
+    # Only anchor records are read: the store skips the rest of a big log by its type
+    # column (decode_known would skip them by the same column, one by one in Python).
+    anchors = read_matching(ledger.store, RecordFilter(kinds=frozenset({_ANCHOR_EVENT})))
+    for event in decode_known(anchors, kinds={_ANCHOR_EVENT}):
         if event.event_type == _ANCHOR_EVENT:
             payload = event.payload
             assert isinstance(payload, AttemptAnchorRecorded)
