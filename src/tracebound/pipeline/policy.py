@@ -351,7 +351,8 @@ class Policy:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, source: str = "<memory>") -> Policy:
         _only(data, {"version", "gate", "scopes"}, f"{source}: the policy")
-        if data.get("version") != 1:
+        version = data.get("version")
+        if type(version) is not int or version != 1:  # 1.0 and true compare equal to 1
             raise PolicyUnusable(f"{source}: `version = 1` is required")
         rule = _gate_rule(data.get("gate"), source)
         before, after, allowed = _scopes(data.get("scopes", {}), source)

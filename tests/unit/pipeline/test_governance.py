@@ -34,6 +34,9 @@ from tracebound.pipeline.policy import (
         ("   \n", "empty"),
         ("version = 1\n", "[gate]"),
         ("version = 2\n[gate]\nwrite_access = true\n", "version = 1"),
+        # 1.0 == 1 and True == 1 in Python: both were taken for version 1
+        ("version = 1.0\n[gate]\nwrite_access = true\n", "version = 1"),
+        ("version = true\n[gate]\nwrite_access = true\n", "version = 1"),
         ("version = 1\n[gate]\n", "[gate]"),
         ("version = 1\n[gate]\nwrite_access = false\n", "no rules"),
         ("version = 1\n[gate]\nsensitive_paths = []\n", "no rules"),
