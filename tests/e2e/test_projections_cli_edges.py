@@ -158,10 +158,14 @@ def test_views_named_by_their_folder_are_read_where_project_run_wrote_them(cli: 
     assert out["total_cost_usd"] == "0.4300003"
 
 
-def test_a_negative_follow_interval_is_a_usage_error(cli: CLI) -> None:
-    # tail refuses it; `project run --follow --interval -1` polled without a pause (a core
-    # at 100% until stopped).
-    out = cli.json("project", "run", "--follow", "--interval", "-1", code=2)
+@pytest.mark.parametrize("interval", ["-1", "0", "0.001"])
+@pytest.mark.parametrize("command", [("project", "run"), ("tail",)])
+def test_a_follow_interval_that_would_spin_is_a_usage_error(
+    cli: CLI, interval: str, command: tuple[str, ...]
+) -> None:
+    # `project run --follow --interval -1` polled without a pause (a core at 100% until
+    # stopped); `--interval 0` did too, on both commands, once nothing was left to apply.
+    out = cli.json(*command, "--follow", "--interval", interval, code=2)
     assert out["error"]["kind"] == "UsageError" and "--interval" in out["error"]["message"]
 
 
@@ -343,8 +347,14 @@ def test_views_ahead_of_a_restored_ledger_are_refused_until_rebuilt(
     assert out["error"]["kind"] == "ViewsOfAnotherLog"
     assert "at position 5 but the ledger ends at 3" in out["error"]["message"]
     assert "project rebuild" in out["error"]["message"]
-    status = cli.json("project", "status", *views)["projections"]
-    assert all("ledger ends at 3" in s["error"] for s in status)
+    # Before: status exited 0 (a script or a probe read "fine"), the error only in a column.
+    out = cli.json("project", "status", *views, code=1)
+    assert out["ok"] is False and out["error"]["kind"] == "ViewsOfAnotherLog"
+    assert "ledger ends at 3" in out["error"]["message"]
+    assert all("ledger ends at 3" in s["error"] for s in out["projections"])
+    table = cli.run("project", "status", *views)
+    assert table.returncode == 1 and "Traceback" not in table.stderr
+    assert "projections" in table.stdout and "ledger ends at 3" in table.stderr
     assert cli.json("report", "roi", "--no-update", *views, code=1)["error"]
     # The writers go on: other events at positions 4..7, past the views' 5.
     other = _line("s-c", "wf-c", _cost("7", "Executor"), 9)

@@ -282,6 +282,15 @@ WitnessOpt = Annotated[
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document for scripts.")]
+MIN_FOLLOW_INTERVAL: Final = 0.01
+"""The shortest pause between a follower's polls: 0 polled in a busy loop, a core at 100 %
+for as long as nothing new came."""
+FollowIntervalOpt = Annotated[
+    float,
+    typer.Option(
+        "--interval", min=MIN_FOLLOW_INTERVAL, help="Seconds between polls with --follow."
+    ),
+]
 RedactionKeyOpt = Annotated[
     Path | None,
     typer.Option(

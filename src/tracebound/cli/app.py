@@ -25,6 +25,7 @@ from tracebound.cli._common import (
     EXIT_INCOMPLETE,
     EXIT_OK,
     EXIT_USAGE,
+    FollowIntervalOpt,
     JsonOpt,
     KeyOpt,
     OriginOpt,
@@ -728,9 +729,7 @@ def tail(
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Keep printing new events.")
     ] = False,
-    interval: Annotated[
-        float, typer.Option(min=0, help="Seconds between polls with --follow.")
-    ] = 0.5,
+    interval: FollowIntervalOpt = 0.5,
     as_json: JsonOpt = False,
 ) -> None:
     """Show the newest events; with --follow, keep printing as they are appended.

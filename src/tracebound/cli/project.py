@@ -21,6 +21,8 @@ from blake3 import blake3
 from rich.table import Table
 
 from tracebound.cli._common import (
+    EXIT_DAMAGED,
+    FollowIntervalOpt,
     JsonOpt,
     StoreOpt,
     console,
@@ -32,10 +34,11 @@ from tracebound.cli._common import (
     store_dir,
 )
 from tracebound.cli._tables import fit
-from tracebound.errors import ConcurrencyConflict, ConfigError
+from tracebound.errors import ConcurrencyConflict, ConfigError, ViewsOfAnotherLog
 from tracebound.projections.runner import (
     DEFAULT_BATCH,
     ProjectionRunner,
+    ProjectionStatus,
     RunReport,
     default_projections,
 )
@@ -243,9 +246,7 @@ def run_cmd(
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Keep applying new events until Ctrl-C.")
     ] = False,
-    interval: Annotated[
-        float, typer.Option(min=0, help="Seconds between polls with --follow.")
-    ] = 0.05,
+    interval: FollowIntervalOpt = 0.05,
     batch: BatchOpt = DEFAULT_BATCH,
     as_json: JsonOpt = False,
 ) -> None:
@@ -324,12 +325,34 @@ def rebuild_cmd(
 
 @project_app.command("status")
 def status_cmd(store: StoreOpt = None, views: ViewsOpt = None, as_json: JsonOpt = False) -> None:
-    """Each projection's position, lag behind the log, and last failure."""
+    """Each projection's position, lag behind the log, and last failure.
+
+    Views built from another log (another ledger's, or this one's before it was restored
+    from an older copy) are shown, and the command exits 1, as `project run` does on them.
+    """
+    problem: ViewsOfAnotherLog | None = None
     with handled(as_json), open_runner(store, views, existing=True) as runner:
         statuses = runner.status()
+        try:
+            runner.check_log()
+        except ViewsOfAnotherLog as exc:
+            problem = exc
     if as_json:
-        emit_json({"ok": True, "projections": [s.to_dict() for s in statuses]})
-        return
+        error = {} if problem is None else {"error": _error_dict(problem)}
+        emit_json({"ok": problem is None, "projections": [s.to_dict() for s in statuses], **error})
+    else:
+        _print_status(statuses)
+    if problem is not None:
+        if not as_json:
+            err_console.print(f"[bold red]error:[/] {safe_text(str(problem))}")
+        raise typer.Exit(EXIT_DAMAGED)
+
+
+def _error_dict(exc: Exception) -> dict[str, str]:
+    return {"kind": type(exc).__name__, "message": str(exc)}
+
+
+def _print_status(statuses: list[ProjectionStatus]) -> None:
     table = Table(title="projections")
     for col in ("projection", "version", "position", "lag", "failed at", "error"):
         table.add_column(col, justify="left" if col in {"projection", "error"} else "right")
