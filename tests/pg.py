@@ -42,6 +42,7 @@ __all__ = [
     "login_role",
     "postgres_dsn",
     "postgres_server",
+    "server_stopped",
     "wait_for_lock_wait",
 ]
 
@@ -335,3 +336,21 @@ def crash_and_restart(server: PgServer) -> None:
         server.uid, [pg_ctl, "-D", data, "-l", log, "-w", "-t", "60", "start"], server.root
     )
     assert started.returncode == 0, started.stdout + started.stderr
+
+
+@contextlib.contextmanager
+def server_stopped(server: PgServer) -> Iterator[None]:
+    """The server stopped as a restart stops it (``pg_ctl stop -m fast``: every session is
+    ended, committed work is kept), and started again on leaving, whatever happened."""
+    pg_ctl = str(server.bindir / "pg_ctl")
+    data = str(server.datadir)
+    stopped = _run(server.uid, [pg_ctl, "-D", data, "-m", "fast", "-w", "stop"], server.root)
+    assert stopped.returncode == 0, stopped.stderr
+    try:
+        yield
+    finally:
+        log = str(server.root / "server.log")
+        started = _run(
+            server.uid, [pg_ctl, "-D", data, "-l", log, "-w", "-t", "60", "start"], server.root
+        )
+        assert started.returncode == 0, started.stdout + started.stderr

@@ -35,6 +35,7 @@ __all__ = [
     "ConcurrencyConflict",
     "ConcurrencyError",
     "ConfigError",
+    "ConnectionLost",
     "ContractError",
     "DamageKind",
     "EventTypeError",
@@ -316,6 +317,18 @@ class CommitOutcomeUnknown(StorageError):
     ``expected_version``, which raises :class:`ConcurrencyConflict` if the first attempt
     did land instead of writing the events twice. (A connection lost *before* COMMIT was
     sent raises a plain :class:`StorageError`: nothing was written.)
+    """
+
+
+class ConnectionLost(StorageError):
+    """The database server could not be reached, or the session to it was lost (a restart,
+    a failover, a network cut) before anything of the call was committed: a read, or a
+    write whose ``COMMIT`` was not sent. Nothing was half done, and the same call may be
+    made again once the server is back; the store or views reconnect on their next call.
+
+    (A write whose ``COMMIT`` was sent before the loss is :class:`CommitOutcomeUnknown`
+    instead: it may have landed.) ``project run --follow`` and ``tail --follow`` wait for
+    the server on this error, backing off, up to their ``--give-up-after``.
     """
 
 

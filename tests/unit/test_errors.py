@@ -22,7 +22,7 @@ TREE: dict[type[E.TraceboundError], set[type[E.TraceboundError]]] = {
                       E.ValidationFailed},
     E.PolicyError: {E.PolicyUnusable, E.GateRequired, E.BudgetExceeded, E.AttemptRefusedError},
     E.StorageError: {E.ConfigError, E.StoreNotFound, E.StoreClosed, E.SigningKeyError,
-                     E.StoreBusy, E.CommitOutcomeUnknown},
+                     E.StoreBusy, E.CommitOutcomeUnknown, E.ConnectionLost},
 }  # fmt: skip
 
 

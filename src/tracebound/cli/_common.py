@@ -285,6 +285,32 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document f
 MIN_FOLLOW_INTERVAL: Final = 0.01
 """The shortest pause between a follower's polls: 0 polled in a busy loop, a core at 100 %
 for as long as nothing new came."""
+GiveUpAfterOpt = Annotated[
+    float,
+    typer.Option(
+        "--give-up-after",
+        min=0,
+        metavar="SECONDS",
+        help="With --follow: how long to wait for a database server that went away (a "
+        "restart, a failover), reconnecting, before ending with exit 2 (0: for ever).",
+    ),
+]
+
+
+def give_up_after(seconds: float) -> float | None:
+    """``--give-up-after``'s value for :class:`~tracebound.store.reconnect.Outage`."""
+    return None if seconds == 0 else seconds
+
+
+def say_on_stderr(message: str) -> None:
+    """A follower's line about its connection (lost, back): stderr, so stdout stays data.
+
+    One line whatever the width (a service's log is no terminal): libpq's messages hold
+    newlines and tabs, and rich would wrap at 80 columns."""
+    line = " ".join(message.split())
+    err_console.print(f"[bold yellow]warning:[/] {safe_text(line)}", soft_wrap=True)
+
+
 FollowIntervalOpt = Annotated[
     float,
     typer.Option(

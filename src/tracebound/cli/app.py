@@ -26,6 +26,7 @@ from tracebound.cli._common import (
     EXIT_OK,
     EXIT_USAGE,
     FollowIntervalOpt,
+    GiveUpAfterOpt,
     JsonOpt,
     KeyOpt,
     OriginOpt,
@@ -37,6 +38,7 @@ from tracebound.cli._common import (
     emit_json,
     err_console,
     fail,
+    give_up_after,
     handled,
     interruption,
     open_ledger,
@@ -46,6 +48,7 @@ from tracebound.cli._common import (
     refuse_inside_store,
     resolve_key_path,
     safe_text,
+    say_on_stderr,
     signals_held,
     stdout_broken,
     stdout_failed,
@@ -68,6 +71,7 @@ from tracebound.errors import (
     CheckpointError,
     ConcurrencyConflict,
     ConfigError,
+    ConnectionLost,
     DamageKind,
     IntegrityError,
     LedgerDamaged,
@@ -101,6 +105,7 @@ from tracebound.store.port import (
     read_matching,
     stream_positions,
 )
+from tracebound.store.reconnect import DEFAULT_GIVE_UP_AFTER, Outage
 from tracebound.store.url import open_store
 from tracebound.store.witness import bind_store, binding_path, store_identity
 from tracebound.system import RandomIds, SystemClock
@@ -730,13 +735,16 @@ def tail(
         bool, typer.Option("--follow", "-f", help="Keep printing new events.")
     ] = False,
     interval: FollowIntervalOpt = 0.5,
+    give_up: GiveUpAfterOpt = DEFAULT_GIVE_UP_AFTER,
     as_json: JsonOpt = False,
 ) -> None:
     """Show the newest events; with --follow, keep printing as they are appended.
 
     With --json: one JSON document, {"ok": true, "events": [...]}; with --follow --json,
     one JSON object per event per line (JSON Lines), printed as events arrive, and an error
-    it ends on as one more line.
+    it ends on as one more line. A PostgreSQL server that goes away while followed (a
+    restart, a failover) is said on stderr and waited for, up to --give-up-after seconds;
+    printing goes on after the last event printed.
     """
     with handled(as_json, one_line=follow):
         backend = open_store(store)
@@ -753,15 +761,33 @@ def tail(
             for row in rows:
                 _print_follow(row, as_json)
             try:
-                while True:
-                    for raw in backend.read_raw(start=next_pos):
-                        _print_follow(_raw_row(raw), as_json)
-                        next_pos = raw.position + 1
-                    time.sleep(interval)
+                _follow_log(
+                    backend,
+                    next_pos,
+                    interval,
+                    Outage(give_up_after(give_up), say=say_on_stderr),
+                    as_json=as_json,
+                )
             except KeyboardInterrupt:
                 return
         finally:
             backend.close()
+
+
+def _follow_log(
+    backend: LedgerStore, next_pos: int, interval: float, outage: Outage, *, as_json: bool
+) -> NoReturn:
+    """Print events from ``next_pos`` on as they are appended, riding out a lost server."""
+    while True:
+        try:
+            for raw in backend.read_raw(start=next_pos):
+                _print_follow(_raw_row(raw), as_json)
+                next_pos = raw.position + 1
+        except ConnectionLost as exc:
+            outage.wait(exc)
+            continue
+        outage.over(f"following from position {next_pos:,}")
+        time.sleep(interval)
 
 
 def _print_follow(row: dict[str, Any], as_json: bool) -> None:

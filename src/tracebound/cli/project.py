@@ -23,14 +23,17 @@ from rich.table import Table
 from tracebound.cli._common import (
     EXIT_DAMAGED,
     FollowIntervalOpt,
+    GiveUpAfterOpt,
     JsonOpt,
     StoreOpt,
     console,
     emit_json,
     err_console,
+    give_up_after,
     handled,
     progress_bar,
     safe_text,
+    say_on_stderr,
     store_dir,
 )
 from tracebound.cli._tables import fit
@@ -44,6 +47,7 @@ from tracebound.projections.runner import (
 )
 from tracebound.projections.sqlite_views import VIEWS_FILENAME, SQLiteViews
 from tracebound.store.port import LedgerStore
+from tracebound.store.reconnect import DEFAULT_GIVE_UP_AFTER
 from tracebound.store.url import POSTGRES_SCHEMES, open_store, store_path
 from tracebound.store.witness import store_identity
 
@@ -247,6 +251,7 @@ def run_cmd(
         bool, typer.Option("--follow", "-f", help="Keep applying new events until Ctrl-C.")
     ] = False,
     interval: FollowIntervalOpt = 0.05,
+    give_up: GiveUpAfterOpt = DEFAULT_GIVE_UP_AFTER,
     batch: BatchOpt = DEFAULT_BATCH,
     as_json: JsonOpt = False,
 ) -> None:
@@ -254,7 +259,9 @@ def run_cmd(
 
     A projection that fails on an event stops before it (its position says where) and the
     command exits 2; the others still catch up. Fix the cause and run again: the failed
-    event is retried, never skipped.
+    event is retried, never skipped. A follower whose PostgreSQL server goes away (a
+    restart, a failover) says so on stderr, reconnects and goes on from the views' last
+    commit, for up to --give-up-after seconds.
     """
     with handled(as_json), open_runner(store, views, batch=batch) as runner:
         report = _run_with_progress(runner, rebuild=False, show=not as_json)
@@ -264,7 +271,9 @@ def run_cmd(
             stop = threading.Event()
             try:
                 runner.on_commit = lambda position: _count_commit(report, position)
-                runner.follow(stop, interval=interval)
+                runner.follow(
+                    stop, interval=interval, give_up_after=give_up_after(give_up), say=say_on_stderr
+                )
             except KeyboardInterrupt:  # after the last commit; the summary counts it
                 stop.set()
     if as_json:

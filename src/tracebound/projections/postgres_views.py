@@ -36,7 +36,7 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import set_json_loads
 
-from tracebound.errors import ConcurrencyConflict, ConfigError, StorageError
+from tracebound.errors import ConcurrencyConflict, ConfigError, ConnectionLost, StorageError
 from tracebound.projections.base import Key, Projection, Row, Table
 from tracebound.projections.sqlite_views import (
     _ENCODERS,
@@ -46,7 +46,13 @@ from tracebound.projections.sqlite_views import (
     _codec,
 )
 from tracebound.projections.trail import ENGINE_HISTORY
-from tracebound.store.postgres import apply_lock_timeout, display_url, lock_wait_error, parse_url
+from tracebound.store.postgres import (
+    apply_lock_timeout,
+    connection_lost,
+    display_url,
+    lock_wait_error,
+    parse_url,
+)
 
 __all__ = ["DEFAULT_VIEWS_SCHEMA", "PostgresViews"]
 
@@ -80,7 +86,10 @@ def _translated(what: str, place: str, waited: float | None = None) -> Iterator[
             "them with `report --no-update` and `project status`"
         ) from exc
     except psycopg.Error as exc:
-        raise StorageError(f"postgresql views {what} failed: {exc}") from exc
+        lost = connection_lost(exc)  # a restart, a failover: the next call reconnects
+        raise (ConnectionLost if lost else StorageError)(
+            f"postgresql views {what} failed: {exc}"
+        ) from exc
 
 
 class PostgresViews:

@@ -30,6 +30,7 @@ from typing import Any, Final, Generic, Protocol, TypeVar
 
 from tracebound.errors import (
     ConcurrencyConflict,
+    ConnectionLost,
     ContractError,
     IntegrityError,
     StorageError,
@@ -55,6 +56,7 @@ from tracebound.projections.sqlite_views import (
 from tracebound.projections.trail import AuditTrailProjection
 from tracebound.store.collector import paused_collector
 from tracebound.store.port import LogStore, MerkleNodeStore
+from tracebound.store.reconnect import DEFAULT_GIVE_UP_AFTER, Outage
 from tracebound.store.sqlite import SQLiteStore
 
 __all__ = [
@@ -642,20 +644,41 @@ class ProjectionRunner(Generic[ViewsT]):
             self._live = None  # caches may hold rows that were never committed
             raise
 
-    def follow(self, stop: threading.Event, *, interval: float = 0.005) -> None:
+    def follow(
+        self,
+        stop: threading.Event,
+        *,
+        interval: float = 0.005,
+        give_up_after: float | None = DEFAULT_GIVE_UP_AFTER,
+        say: Callable[[str], None] | None = None,
+    ) -> None:
         """Keep applying new events until ``stop`` is set; polls every ``interval`` seconds.
 
         Raises whatever :meth:`run` raises: a failed projection stops the follower. But a
         batch another runner committed first (a report catching the same views up) is not
         an error here: those events are applied, so the follower re-reads the positions,
         with fresh caches (its cached rows are those of the refused batch), and goes on.
+
+        Nor is a lost database server (:class:`ConnectionLost`: a restart, a failover): the
+        follower says so (``say``, default a logged warning), waits, backing off, and
+        starts again from the positions committed in the views, up to ``give_up_after``
+        seconds (None: for ever), then raises it. Rows and positions commit together, so
+        a batch whose commit was lost is either in the views, positions and all, or
+        applied again; a commit that landed while its answer was lost is found by the
+        position check (a ConcurrencyConflict, above) and not applied twice.
         """
+        outage = Outage(give_up_after, say=say, stop=stop)
         while not stop.is_set():
             try:
                 report = self.run()
             except ConcurrencyConflict:
                 self._live = None
                 continue
+            except ConnectionLost as exc:
+                self._live = None  # positions and cached rows are re-read from the views
+                outage.wait(exc)
+                continue
+            outage.over(f"following from position {report.head:,}")
             if report.events == 0:
                 stop.wait(interval)
 
@@ -687,10 +710,10 @@ class ProjectionRunner(Generic[ViewsT]):
             for page in pages:
                 records.extend(page)
                 self._dispatch(in_step, page, records, broken)
-        except StoreBusy:
-            # Another process holds the ledger's lock: no record is bad, so no projection
-            # is marked failed; nothing of this batch is committed, and the next run reads
-            # it again from the last commit.
+        except (StoreBusy, ConnectionLost):
+            # Another process holds the ledger's lock, or its server went away: no record
+            # is bad, so no projection is marked failed; nothing of this batch is committed,
+            # and the next run reads it again from the last commit.
             raise
         except TraceboundError as bad_record:  # the records before it still count
             read_error = bad_record

@@ -66,6 +66,7 @@ from tracebound.errors import (
     ConcurrencyConflict,
     ConcurrencyError,
     ConfigError,
+    ConnectionLost,
     DamageKind,
     LedgerDamaged,
     StorageError,
@@ -263,6 +264,22 @@ def apply_lock_timeout(conn: psycopg.Connection[Any], wanted: float | None) -> f
     return ms / 1000
 
 
+_SERVER_GOING: Final = frozenset({"57P01", "57P02", "57P03"})
+"""SQLSTATEs of a server that ended the session or refuses new ones for now: admin
+shutdown (a restart, a fast stop), crash shutdown (another backend crashed), cannot connect
+now (starting up, shutting down, in recovery)."""
+
+
+def connection_lost(exc: psycopg.Error) -> bool:
+    """Whether ``exc`` says the server is out of reach, not that the call was wrong: no
+    session (refused, reset, closed under the client: libpq sets no SQLSTATE), a
+    connection exception (class 08), or a server going down or coming up."""
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    state = exc.sqlstate
+    return state is None or state.startswith("08") or state in _SERVER_GOING
+
+
 def _translate(
     exc: psycopg.Error, what: str, busy: tuple[str, float | None] = _UNNAMED
 ) -> TraceboundError:
@@ -277,6 +294,8 @@ def _translate(
         return StoreNotFound(f"postgresql {what}: no ledger here ({exc}); create it first")
     if isinstance(exc, psycopg.errors.InsufficientPrivilege):
         return StorageError(f"postgresql {what} failed: {exc}: {_PRIVILEGES}")
+    if connection_lost(exc):
+        return ConnectionLost(f"postgresql {what} failed: {exc}")
     return StorageError(f"postgresql {what} failed: {exc}")
 
 
@@ -679,7 +698,7 @@ class PostgresStore(ChainedAppends):
             if conn is None or not conn.broken or isinstance(exc, CommitOutcomeUnknown):
                 raise
             if not self._local.commit_sent:
-                raise StorageError(
+                raise ConnectionLost(
                     f"{exc}\nThe connection was lost before COMMIT was sent, so nothing was "
                     "written; the next call reconnects, and retrying is safe."
                 ) from exc.__cause__
@@ -1015,7 +1034,8 @@ class PostgresStore(ChainedAppends):
         there is no retry either: the transaction is gone with the session.
         """
         args = () if params is None else params  # always parsed, so "%%" in a name is "%"
-        conn = self._conn()
+        with self._errors(what):  # a server still down fails the connect: translated too
+            conn = self._conn()
         retry = conn.info.transaction_status == TransactionStatus.IDLE
         try:
             with self._errors(what):
