@@ -80,12 +80,27 @@ def commits_wait_for_a_standby(dsn: str) -> Iterator[None]:
     was sent, the answer lost) without racing a packet. Server-wide, so reset afterwards."""
     with psycopg.connect(dsn, autocommit=True) as admin:
         admin.execute("ALTER SYSTEM SET synchronous_standby_names = 'tb_nobody'")
-        admin.execute("SELECT pg_reload_conf()")
+        reload_until(admin, "tb_nobody")
         try:
             yield
         finally:
             admin.execute("ALTER SYSTEM RESET synchronous_standby_names")
-            admin.execute("SELECT pg_reload_conf()")
+            reload_until(admin, "")
+
+
+def reload_until(admin: psycopg.Connection[Any], names: str) -> None:
+    """Reload the configuration and wait until it is in force. pg_reload_conf() only
+    signals the postmaster, which re-reads the file and signals every backend later: on a
+    busy machine an append's COMMIT could still run under the old setting. Once this
+    session sees the new value the postmaster has signalled every backend, and each applies
+    the signal before its next command."""
+    admin.execute("SELECT pg_reload_conf()")
+    for _ in range(2000):
+        row = admin.execute("SHOW synchronous_standby_names").fetchone()
+        if row is not None and row[0] == names:
+            return
+        time.sleep(0.005)
+    pytest.fail(f"synchronous_standby_names never became {names!r}")
 
 
 def terminate_when_committing(dsn: str) -> None:
