@@ -54,6 +54,7 @@ __all__ = [
     "shown",
     "slo_violations",
     "store_metrics",
+    "store_slo_violations",
 ]
 
 METRICS_KINDS: Final = TAKE_OVER_KINDS | {
@@ -274,6 +275,28 @@ def store_metrics(
     a team's own events never reach Python."""
     where = RecordFilter(kinds=kinds, workflows=workflows)
     return ledger_metrics(read_matching(store, where), kinds)
+
+
+def store_slo_violations(store: LogStore) -> list[SloViolation]:
+    """:func:`slo_violations` of :func:`store_metrics` over :data:`SLO_KINDS`, the steps
+    read only when a blame could break an SLO.
+
+    Only a harmful or unresolved blame makes a violation, and a log of a year's runs holds
+    few blames but every run's steps: the runner checks the SLOs after every critical run,
+    and folding all the steps each time (38 s and 900 MB at 70,000 runs) bought nothing
+    while no such blame exists. When one does, the whole fold runs, as before, for the
+    rates the alert states.
+    """
+    blames = read_matching(store, RecordFilter(kinds=_BLAME_KINDS))
+    if not any(
+        isinstance(p := e.payload, BlameAssigned) and (p.harmful or p.origin_step_id is None)
+        for e in decode_known(blames, kinds=_BLAME_KINDS)
+    ):
+        return []
+    return slo_violations(store_metrics(store, SLO_KINDS))
+
+
+_BLAME_KINDS: Final = frozenset({"blame_assigned"})
 
 
 def _count_blames(

@@ -70,7 +70,7 @@ from tracebound.ids import RunId, Sha256Digest, StepId
 from tracebound.ledger import Ledger
 from tracebound.pipeline.codeowners import CodeOwners
 from tracebound.pipeline.critic import Finding, check_constraints
-from tracebound.pipeline.metrics import SLO_KINDS, slo_violations, store_metrics
+from tracebound.pipeline.metrics import store_metrics, store_slo_violations
 from tracebound.pipeline.policy import Policy, normalise_path, request_from_artifact
 from tracebound.pipeline.redaction import Redaction, Redactor
 from tracebound.pipeline.runtime import Pipeline, RoleName, StepContext, StepSpec
@@ -961,9 +961,9 @@ class Runner:
             self.evidence(self.ledger, self.blobs, run.run_id)
 
     def _check_slo(self, run: _Run) -> None:
-        # Only the records the SLOs stand on are decoded: this runs after every critical
-        # run, over the whole log.
-        for v in slo_violations(store_metrics(self.ledger.store, SLO_KINDS)):
+        # This runs after every critical run, over the whole log: the steps are read only
+        # when a blame could break an SLO.
+        for v in store_slo_violations(self.ledger.store):
             if v.pipeline != run.pipeline.name:
                 continue
             self._emit(
