@@ -198,10 +198,13 @@ def handed(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return count
 
 
-def test_metrics_read_only_the_records_they_fold(kit: Kit, handed: list[int]) -> None:
+def test_runs_and_metrics_read_only_the_records_they_fold(kit: Kit, handed: list[int]) -> None:
+    """`runs` read every record of the log into Python to pick the runs' own (a log whose
+    bulk is a team's own events paid for each); the store now picks them, and a gated
+    run's records of other types come from the stream index (a take-over counts them)."""
     script = Script()
     taken_over(kit, script, script.pipeline())
-    commands = [("metrics",), ("metrics", "--pipeline", "handover")]
+    commands = [("runs",), ("metrics",), ("metrics", "--pipeline", "handover")]
     before = {cmd: _cli(kit, handed, *cmd) for cmd in commands}
     _pad(kit)
     for cmd in commands:

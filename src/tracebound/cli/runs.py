@@ -15,10 +15,12 @@ carries no signature).
 
 from __future__ import annotations
 
+import heapq
 import importlib
 import shlex
 import sys
 from collections.abc import Iterable, Iterator
+from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final
 
@@ -56,6 +58,7 @@ if TYPE_CHECKING:
     from tracebound.pipeline.runner import RunResult
     from tracebound.pipeline.validations import ValidationRegistry
     from tracebound.replay.rebuild import ReplayReport
+    from tracebound.store.port import LedgerStore
 
 # The runtime, replay and export are imported inside each command: they pull in the event
 # catalog, the redaction detectors and the contract schemas, which would triple the startup
@@ -224,13 +227,60 @@ def _run_rows(events: Iterable[RecordedEvent]) -> list[dict[str, Any]]:
     return list(rows.values())
 
 
-def _run_records(raws: Iterable[RawRecord]) -> Iterator[RawRecord]:
-    """The records :func:`_run_rows` folds, the rest left undecoded (most of a big log):
-    the run events, and every record of a stream from its first gate on (what a take-over
-    abandons is counted, of any type)."""
+def _run_records(store: LedgerStore) -> Iterator[RawRecord]:
+    """The records :func:`_run_rows` folds, in log order: the run events, and every record
+    of a stream from its first gate on (what a take-over abandons is counted, of any type).
+
+    Picked by the store's event type and stream columns, as before, but inside the store:
+    the run events through its filter, a gated stream's other records through its stream
+    index, so the bulk of a big log (costs, a team's own events) never reaches Python."""
     from tracebound.events.takeover import TAKE_OVER_KINDS  # noqa: PLC0415 - lazy, for startup time
+    from tracebound.store.port import RecordFilter, StreamIndex, read_matching  # noqa: PLC0415 - lazy, for startup time
 
     kinds = TAKE_OVER_KINDS | {"run_started", "step_recorded", "approval_recorded"}
+    if not isinstance(store, StreamIndex):
+        yield from _run_records_scan(store.read_raw(), kinds)
+        return
+    stop = store.size()  # both reads end here: a gate appended meanwhile is not half-read
+    gates = RecordFilter(kinds=frozenset({"gate_requested"}))
+    first_gate: dict[str, int] = {}
+    for raw in read_matching(store, gates, stop=stop):
+        first_gate.setdefault(raw.stream_id, raw.position)
+    others = (
+        raw
+        for raw in _gated_records(store, first_gate, stop)
+        if raw.event_type not in kinds and raw.position >= first_gate.get(raw.stream_id, stop + 1)
+    )
+    yield from heapq.merge(
+        read_matching(store, RecordFilter(kinds=kinds), stop=stop),
+        others,
+        key=attrgetter("position"),
+    )
+
+
+def _gated_records(
+    store: LedgerStore, first_gate: dict[str, int], stop: int
+) -> Iterator[RawRecord]:
+    """The records of the gated streams from their first gate on, in log order."""
+    from tracebound.store.port import position_runs, stream_positions  # noqa: PLC0415 - lazy, for startup time
+
+    positions: list[int] = []
+    for stream, first in first_gate.items():
+        version = 1
+        while page := stream_positions(store, stream, version, version + _INDEX_PAGE - 1):
+            positions.extend(p for _, p in page if first <= p <= stop)
+            version = page[-1][0] + 1
+    positions.sort()
+    for first, last in position_runs(positions):
+        yield from store.read_raw(start=first, stop=last)
+
+
+_INDEX_PAGE: Final = 1000
+"""Stream versions looked up in the stream index at a time."""
+
+
+def _run_records_scan(raws: Iterable[RawRecord], kinds: frozenset[str]) -> Iterator[RawRecord]:
+    """:func:`_run_records` of a store without a stream index, in one pass over the log."""
     gated: set[str] = set()
     for raw in raws:
         if raw.event_type == "gate_requested":
@@ -250,7 +300,7 @@ def runs(
     with handled(as_json):
         ledger = _config(store).open_ledger()
         try:
-            rows = _run_rows(decode_known(_run_records(ledger.store.read_raw())))
+            rows = _run_rows(decode_known(_run_records(ledger.store)))
         finally:
             ledger.close()
     if pipeline is not None:
