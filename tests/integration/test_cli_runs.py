@@ -508,3 +508,26 @@ def test_a_copied_ledger_keeps_its_artifacts(sh: Shell) -> None:
     # a copy of a ledger holding blobs is refused before the destination is made.
     refused = sh.tb_json("copy", "moved-s", "postgresql://nobody@127.0.0.1:1/x", code=2)
     assert "--blobs" in refused["error"]["message"]
+
+
+def test_runs_shows_the_newest_and_never_hides_a_waiting_gate_unsaid(sh: Shell) -> None:
+    waiting = sh.start("gated")  # the oldest run: it waits at its gate
+    newer = [sh.start("clean"), sh.start("clean")]
+    ids = [r["run_id"] for r in sh.tb_json("runs", "--limit", "1")["runs"]]
+    assert ids == [waiting, *newer]  # --json has every run whatever --limit says
+
+    shown = sh.tb("runs", "--limit", "1").stdout
+    assert newer[1] in shown
+    assert waiting not in shown
+    assert newer[0] not in shown
+    assert "3 run(s)" in shown
+    assert "2 older run(s) not shown (--limit 0: all); 1 of them gated: --status gated" in shown
+    assert all(run in sh.tb("runs", "--limit", "0").stdout for run in [waiting, *newer])
+
+    gated = sh.tb_json("runs", "--status", "gated")["runs"]
+    assert [(r["run_id"], r["status"]) for r in gated] == [(waiting, "gated")]
+    assert waiting in sh.tb("runs", "--status", "gated").stdout
+    assert [r["run_id"] for r in sh.tb_json("runs", "--status", "completed")["runs"]] == newer
+
+    wrong = sh.tb("runs", "--status", "done", code=2)
+    assert "'done' is not one of running, completed, failed, gated, rejected" in wrong.stderr
