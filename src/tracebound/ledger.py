@@ -102,6 +102,9 @@ class VerifyReport:
     checks: dict[str, str] = field(default_factory=dict)
     damage: LedgerDamaged | None = None
     stored_checkpoints: tuple[int, ...] = ()  # sizes the store holds, checked or not
+    # The checkpoint origin the store names (its metadata's, else its newest checkpoint's
+    # first line): what an auditor passes as `verify-evidence --origin`. None: neither yet.
+    origin: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -150,6 +153,7 @@ class VerifyReport:
             "damage": None if self.damage is None else self.damage.as_dict(),
             "stored_checkpoint_size": self.stored_checkpoint_size,
             "coverage": self.coverage(),
+            "origin": self.origin,
         }
 
 
@@ -1232,7 +1236,7 @@ class Ledger:
         ``workers`` > 1 hashes chunks in that many threads (the SQLite store with the C
         kernel) or processes (default: CPU count, for logs larger than one chunk).
         """
-        report = VerifyReport()
+        report = VerifyReport(origin=self._origin or stored_origin(self.store))
         checkpoints = self._signed_checkpoints(report)
         if report.damage is not None:
             return report

@@ -1018,7 +1018,10 @@ def checkpoint(
     if as_json:
         emit_json({"ok": True, **run.as_dict(), "note": note})
         return
-    console.print(f"Signed checkpoint: [bold]{cp.size}[/] event(s), root {cp.root.hex()[:16]}…")
+    console.print(
+        f"Signed checkpoint of [cyan]{safe_text(cp.origin)}[/]: [bold]{cp.size}[/] event(s), "
+        f"root {cp.root.hex()[:16]}…"
+    )
     if run.incremental and run.verified_from > cp.size:
         console.print("No events since the previous checkpoint; signed its size again.")
     elif run.incremental:
@@ -1039,6 +1042,8 @@ def _verify_table(report: VerifyReport) -> Table:
     table = Table(title="tracebound verify", show_header=False)
     table.add_column("check")
     table.add_column("result")
+    if report.origin is not None:  # the name `verify-evidence --origin` takes
+        table.add_row("origin", safe_text(report.origin))
     for check in ("chain", "positions", "merkle", "signature", "witness"):
         status = report.checks.get(check, "not reached")
         colour = "green" if status == "ok" else ("red" if status in {"failed"} else "yellow")
