@@ -62,3 +62,20 @@ def test_verify_names_the_origin_an_auditor_passes_as_origin(sh: Shell, tmp_path
         "verify-evidence", str(evidence), "--verifier-key", verifier, "--origin", report["origin"]
     )
     assert checked["ok"] and checked["origin"] == ORIGIN and checked["run_id"] == run
+
+
+def test_resume_keeps_the_artifact_digest_readable_at_100_columns(sh: Shell) -> None:
+    """At 100 columns a long reason took the room and `resume` cut each artifact digest to
+    `sha256:5`, nothing an auditor could match against the evidence file (`replay` shows
+    19 characters). The digest now keeps its 19 characters; the reason folds instead."""
+    run = sh.start("blamed")
+    sh.tb("approve", run, "execute", "--as", "@alice")
+    digests = [s["artifact_hash"] for s in sh.tb_json("replay", run)["steps"]]
+    for columns in (100, 80):
+        sh.env["COLUMNS"] = str(columns)
+        lines = sh.tb("resume", run, code=3).stdout.splitlines()
+        assert all(len(line) <= columns for line in lines), "\n".join(lines)
+        text = "\n".join(lines)
+        assert "vulnerable" in text  # the long reason is in the table (folded)
+        for digest in digests:
+            assert digest[:19] in text, text

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 from rich.console import Console
@@ -597,6 +598,7 @@ def test_without_a_catch_all_owner_nobody_approves_a_pathless_gate() -> None:
 
 
 def test_cli_steps_table_prints_a_markup_like_reason_literally(kit: Kit) -> None:
+    from tracebound.cli import _common as cli_common
     from tracebound.cli import runs as cli_runs
 
     pipe = Pipeline("[bold green]pipe[/x]")
@@ -607,7 +609,10 @@ def test_cli_steps_table_prints_a_markup_like_reason_literally(kit: Kit) -> None
 
     result = kit.runner().run(pipe, {})
     console = Console(record=True, width=200)
-    console.print(cli_runs._steps_table(result))
+    # The table is laid out for the CLI's console: as wide as this one, so the reason
+    # stays on one line (at 80 columns it folds beside the whole artifact digest).
+    with mock.patch.object(cli_common.console, "_width", 200):
+        console.print(cli_runs._steps_table(result))
     assert "[/bold] closes nothing" in console.export_text()  # was: MarkupError
 
 
