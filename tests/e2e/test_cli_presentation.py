@@ -327,9 +327,25 @@ def test_help_at_80_and_120_columns_shows_every_option_and_its_whole_help(
         assert max(len(line) for line in proc.stdout.splitlines()) <= int(columns)
         page = _squeezed(proc.stdout)
         for param in command.params:
+            if getattr(param, "hidden", False):  # accepted, deliberately not listed
+                continue
             for opt in (*param.opts, *param.secondary_opts):
                 if opt.startswith("-"):
                     assert re.search(rf"(?<![\w-]){opt}(?![\w-])", proc.stdout), (opt, columns)
             helptext = getattr(param, "help", None)
             if helptext:
                 assert _squeezed(helptext) in page, (param.name, columns, proc.stdout)
+
+
+@pytest.mark.parametrize("command", ["verify-evidence", "verify-proof"])
+def test_offline_checks_do_not_ask_an_auditor_for_a_private_key(command: str) -> None:
+    """`verify-evidence` and `verify-proof` run with the verifier key alone, yet their help
+    listed `--key` "Private signing key file", and `--verifier-key` defaulted "from --key's
+    .pub": an auditor read that a private key was wanted. `--key` (still accepted, for
+    scripts on the owner's machine) is no longer shown, and `--verifier-key` says where the
+    public key comes from."""
+    out = " ".join(
+        CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "200"}).output.split()
+    )
+    assert "--verifier-key" in out and "tracebound keys show" in out
+    assert "--key " not in out and "Private" not in out and "private" not in out, out

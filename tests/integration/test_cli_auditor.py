@@ -62,6 +62,10 @@ def test_verify_names_the_origin_an_auditor_passes_as_origin(sh: Shell, tmp_path
         "verify-evidence", str(evidence), "--verifier-key", verifier, "--origin", report["origin"]
     )
     assert checked["ok"] and checked["origin"] == ORIGIN and checked["run_id"] == run
+    # `--key` is no longer in the help of the offline checks, but scripts on the owner's
+    # machine that pass it still work: it finds the `.pub` beside the signing key.
+    key = Path(sh.env["HOME"]) / ".config" / "tracebound" / "keys" / "tracebound.key"
+    assert sh.tb_json("verify-evidence", str(evidence), "--key", str(key))["ok"]
 
 
 def test_resume_keeps_the_artifact_digest_readable_at_100_columns(sh: Shell) -> None:

@@ -269,6 +269,30 @@ VerifierOpt = Annotated[
         show_default=False,
     ),
 ]
+# The commands an auditor runs with the public key alone (`verify-evidence`, `verify-proof`):
+# `--key` still finds the `.pub` beside a signing key, for scripts on the owner's machine,
+# but is not shown, so that nothing in their help asks an auditor for a private key.
+OfflineKeyOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--key",
+        envvar="TRACEBOUND_KEY",
+        hidden=True,
+        help="On the owner's machine: check with the .pub beside this signing key file.",
+        show_default=False,
+    ),
+]
+OfflineVerifierOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--verifier-key",
+        envvar="TRACEBOUND_VERIFIER_KEY",
+        help="The ledger's public verifier key: the text `tracebound keys show` prints "
+        "(name+hash+key), or a file holding it; nothing else is needed. Default: this "
+        "machine's own, when it holds the ledger's signing key.",
+        show_default=False,
+    ),
+]
 WitnessOpt = Annotated[
     Path | None,
     typer.Option(

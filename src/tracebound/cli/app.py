@@ -29,6 +29,8 @@ from tracebound.cli._common import (
     GiveUpAfterOpt,
     JsonOpt,
     KeyOpt,
+    OfflineKeyOpt,
+    OfflineVerifierOpt,
     OriginOpt,
     RedactionKeyOpt,
     StoreOpt,
@@ -1174,8 +1176,8 @@ def prove(
 @app.command("verify-proof")
 def verify_proof(
     file: Annotated[Path, typer.Argument(help="Proof file written by `tracebound prove`.")],
-    key: KeyOpt = None,
-    verifier_key: VerifierOpt = None,
+    key: OfflineKeyOpt = None,
+    verifier_key: OfflineVerifierOpt = None,
     origin: OriginOpt = None,
     as_json: JsonOpt = False,
 ) -> None:

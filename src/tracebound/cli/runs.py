@@ -32,10 +32,11 @@ from tracebound.cli._common import (
     EXIT_INCOMPLETE,
     JsonOpt,
     KeyOpt,
+    OfflineKeyOpt,
+    OfflineVerifierOpt,
     OriginOpt,
     RedactionKeyOpt,
     StoreOpt,
-    VerifierOpt,
     WitnessOpt,
     console,
     emit_json,
@@ -951,8 +952,8 @@ def replay(
 
 def verify_evidence_cmd(
     file: Annotated[Path, typer.Argument(help="Evidence file (artifacts/agent-runs/<run>.json).")],
-    key: KeyOpt = None,
-    verifier_key: VerifierOpt = None,
+    key: OfflineKeyOpt = None,
+    verifier_key: OfflineVerifierOpt = None,
     origin: OriginOpt = None,
     require_head: Annotated[
         bool,
