@@ -14,7 +14,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final, NoReturn, TextIO
 
-import orjson
 import typer
 from pydantic import ValidationError
 from rich.table import Table
@@ -60,8 +59,8 @@ from tracebound.cli._common import (
     write_output,
     write_stdout,
 )
+from tracebound.cli._events import events_table, raw_row, record_row
 from tracebound.cli._group import RootGroup, UsageError
-from tracebound.cli._tables import fit, hoist_date, utc_text
 from tracebound.cli.copy import copy
 from tracebound.cli.export import export_app
 from tracebound.cli.inspect import AttemptsOpt, inspect_remediation
@@ -82,7 +81,7 @@ from tracebound.errors import (
     UnknownEventType,
 )
 from tracebound.events.envelope import Event, RecordedEvent
-from tracebound.events.record import RawRecord, decode_record
+from tracebound.events.record import RawRecord
 from tracebound.events.registry import default_registry
 from tracebound.ids import StreamId
 from tracebound.integrity.chain import GENESIS, chain_hash
@@ -183,75 +182,6 @@ _LINE_KEYS = {
     "timestamp",
     "expected_version",
 }
-
-
-def _event_row(e: RecordedEvent) -> dict[str, Any]:
-    return {
-        "position": e.position,
-        "stream_id": e.stream_id,
-        "stream_version": e.stream_version,
-        "event_type": e.event_type,
-        "event_id": str(e.event_id),
-        "workflow_id": e.workflow_id,
-        "correlation_id": e.correlation_id,
-        "timestamp": e.timestamp.isoformat(),
-        "hash": e.hash.hex(),
-        "payload": e.payload.model_dump(mode="json"),
-    }
-
-
-_STORED_ROW_KEYS = ("position", "stream_id", "stream_version", "event_type", "event_id",
-                    "workflow_id", "correlation_id", "payload")  # fmt: skip
-
-
-def _raw_row(raw: RawRecord) -> dict[str, Any]:
-    """The row of a stored record, decoded as ``read_log`` decodes it.
-
-    A payload whose type this process does not know (one registered only in the Python
-    code that wrote it) is shown as it was stored instead of failing the whole listing.
-    """
-    try:
-        event = decode_record(raw.body, raw.hash)
-    except UnknownEventType:
-        try:
-            record = orjson.loads(raw.body)
-            row = {key: record[key] for key in _STORED_ROW_KEYS}
-            row["timestamp"] = datetime.fromisoformat(record["timestamp"]).isoformat()
-        except (ValueError, KeyError, TypeError) as exc:
-            raise IntegrityError(f"stored record cannot be decoded: {exc}") from exc
-        row["hash"] = bytes(raw.hash).hex()
-    else:
-        row = _event_row(event)
-    if row["position"] != raw.position:
-        raise LedgerDamaged(
-            DamageKind.REORDER,
-            raw.position,
-            f"the record stored here says it is position {row['position']}",
-        )
-    return row
-
-
-def _events_table(rows: list[dict[str, Any]], title: str) -> Table:
-    """Events as a table that keeps pos, ver, type and time whole at any terminal width:
-    long stream and workflow ids are cut with an ellipsis, the hash is cropped."""
-    stamps = [utc_text(datetime.fromisoformat(r["timestamp"]))[:-3] for r in rows]
-    day, times = hoist_date(stamps)
-    title = safe_text(title)
-    table = Table(title=title if day is None else f"{title}, on {day}", show_lines=False)
-    for col in ("pos", "stream", "ver", "type", "workflow", "time (UTC)", "hash"):
-        table.add_column(col, justify="right" if col in {"pos", "ver"} else "left")
-    for r, time_ in zip(rows, times, strict=True):
-        table.add_row(  # shown: ids are data, not markup ("run[/x]" would raise)
-            str(r["position"]),
-            safe_text(r["stream_id"]),
-            str(r["stream_version"]),
-            safe_text(r["event_type"]),
-            safe_text(r["workflow_id"] or "-"),
-            time_,
-            r["hash"][:12],
-        )
-    fit(table, give={"stream": "ellipsis", "workflow": "ellipsis", "hash": "crop"}, console=console)
-    return table
 
 
 # -- init and keys ------------------------------------------------------------------------
@@ -681,7 +611,7 @@ def log_cmd(
         try:
             rows: list[dict[str, Any]] = []
             for raw in _log_records(backend, start, stream, workflow, event_type):
-                row = _raw_row(raw)
+                row = raw_row(raw)
                 if stream and row["stream_id"] != stream:
                     continue
                 if workflow and row["workflow_id"] != workflow:
@@ -697,7 +627,7 @@ def log_cmd(
     if as_json:
         emit_json({"ok": True, "events": rows, "next_start": next_start})
         return
-    console.print(_events_table(rows, f"{len(rows)} event(s) from position {start}"))
+    console.print(events_table(rows, f"{len(rows)} event(s) from position {start}"))
     if next_start is not None:
         console.print(
             f"[dim]--limit {limit} reached: --start {next_start} continues (--limit 0: all)[/]"
@@ -752,12 +682,12 @@ def tail(
         backend = open_store(store)
         try:
             size = backend.size()
-            rows = [_raw_row(raw) for raw in backend.read_raw(start=max(1, size - lines + 1))]
+            rows = [raw_row(raw) for raw in backend.read_raw(start=max(1, size - lines + 1))]
             if not follow:
                 if as_json:
                     emit_json({"ok": True, "events": rows})
                 else:
-                    console.print(_events_table(rows, f"last {len(rows)} of {size} event(s)"))
+                    console.print(events_table(rows, f"last {len(rows)} of {size} event(s)"))
                 return
             next_pos = 1 if not rows else rows[-1]["position"] + 1
             for row in rows:
@@ -783,7 +713,7 @@ def _follow_log(
     while True:
         try:
             for raw in backend.read_raw(start=next_pos):
-                _print_follow(_raw_row(raw), as_json)
+                _print_follow(raw_row(raw), as_json)
                 next_pos = raw.position + 1
         except ConnectionLost as exc:
             outage.wait(exc)
@@ -887,7 +817,7 @@ def _walk_stream(backend: LedgerStore, stream: str, *, start: int, limit: int) -
             )
         if walk.damage is not None:
             break
-        row = _raw_row(raw)  # decoded outside the window too: its position is checked
+        row = raw_row(raw)  # decoded outside the window too: its position is checked
         walk.version, walk.head = raw.stream_version, raw.hash
         if raw.stream_version < start:
             walk.before += 1
@@ -907,7 +837,7 @@ def _missing_stream(backend: LedgerStore, stream: str) -> ConfigError:
 
 
 def _print_walk(walk: _StreamWalk, stream: str, *, start: int, limit: int) -> None:
-    console.print(_events_table(walk.rows, f"stream {stream}"))
+    console.print(events_table(walk.rows, f"stream {stream}"))
     if not walk.rows and walk.before:
         console.print(f"[dim]no event at --start {start} or later[/]")
     if walk.next_start is not None:
@@ -1179,6 +1109,15 @@ def verify_proof(
     key: OfflineKeyOpt = None,
     verifier_key: OfflineVerifierOpt = None,
     origin: OriginOpt = None,
+    show: Annotated[
+        bool,
+        typer.Option(
+            "--show",
+            help="Then show the proven record (position, stream, version, type, time, hash "
+            "and what it is about; with --json, `record`, as `log --json` gives it). Only "
+            "a proof that holds is shown.",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Check an inclusion proof offline, with only the verifier key (no ledger needed).
@@ -1200,26 +1139,31 @@ def verify_proof(
         except ProofError as exc:
             raise ProofError(f"{file}: {exc}") from exc
         cp = verify_bundle(bundle, verifier, origin=origin)
+        # Decoded only once the proof held: nothing unproven is shown.
+        row = record_row(bundle.body, bundle.hash, bundle.position) if show else None
     if as_json:
-        emit_json(
-            {
-                "ok": True,
-                "position": bundle.position,
-                "stream_id": bundle.stream_id,
-                "hash": bundle.hash.hex(),
-                "tree_size": cp.size,
-                "origin": cp.origin,
-                "root": cp.root.hex(),
-            }
+        out: dict[str, Any] = {
+            "ok": True,
+            "position": bundle.position,
+            "stream_id": bundle.stream_id,
+            "hash": bundle.hash.hex(),
+            "tree_size": cp.size,
+            "origin": cp.origin,
+            "root": cp.root.hex(),
+        }
+        if row is not None:
+            out["record"] = row
+        emit_json(out)
+        return
+    console.print(
+        "[bold green]OK[/]: "
+        + safe_text(
+            f"position {bundle.position} (stream {bundle.stream_id}) is in {cp.origin} "
+            f"(signed tree of {cp.size} events)."
         )
-    else:
-        console.print(
-            "[bold green]OK[/]: "
-            + safe_text(
-                f"position {bundle.position} (stream {bundle.stream_id}) is in {cp.origin} "
-                f"(signed tree of {cp.size} events)."
-            )
-        )
+    )
+    if row is not None:
+        console.print(events_table([row], "the proven record", detail=True))
 
 
 @app.command()

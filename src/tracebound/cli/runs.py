@@ -962,6 +962,15 @@ def verify_evidence_cmd(
             help="Refuse (exit 1) a file without a signed run head: its end is then unproven.",
         ),
     ] = False,
+    show: Annotated[
+        bool,
+        typer.Option(
+            "--show",
+            help="Then list the file's records (position, stream, version, type, time, hash "
+            "and what each is about; with --json, `records`, as `log --json` gives them). "
+            "Only a file that passed is listed; an unsigned one is marked NOT SIGNED.",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Check a run's evidence file offline, with only the verifier key (no ledger needed).
@@ -986,10 +995,14 @@ def verify_evidence_cmd(
         report = verify_evidence(
             file, verifier, require_signed=False, require_head=require_head, origin=origin
         )
+        # Decoded only now: `report` exists only for a file every check passed on.
+        rows = _evidence_rows(report.records) if show else None
     code = 0 if report.signed else EXIT_INCOMPLETE
     if as_json:
         out = report.as_dict()
         out["ok"] = report.signed
+        if rows is not None:
+            out["records"] = rows
         emit_json(out)
         raise typer.Exit(code)
     if report.signed:
@@ -1020,7 +1033,26 @@ def verify_evidence_cmd(
             "signed checkpoint vouches for them (run `tracebound keys init`, then resume or "
             "re-export)."
         )
+    if rows is not None:
+        _print_evidence_rows(rows, report.run_id, signed=report.signed)
     raise typer.Exit(code)
+
+
+def _evidence_rows(records: Iterable[RawRecord]) -> list[dict[str, Any]]:
+    from tracebound.cli._events import raw_row  # noqa: PLC0415 - lazy, for startup time
+
+    return [raw_row(raw) for raw in records]
+
+
+def _print_evidence_rows(rows: list[dict[str, Any]], run_id: str, *, signed: bool) -> None:
+    from tracebound.cli._events import events_table  # noqa: PLC0415 - lazy, for startup time
+
+    title = (
+        f"{len(rows)} verified event(s) of run {run_id}"
+        if signed
+        else f"{len(rows)} event(s) of run {run_id}, NOT SIGNED: chain-checked only"
+    )
+    console.print(events_table(rows, title, detail=True))
 
 
 def register(app: typer.Typer) -> None:

@@ -55,7 +55,7 @@ import binascii
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -166,6 +166,9 @@ class EvidenceReport:
     # Where the signed head says the run ends (the file's records end exactly there), or
     # None: no head (an older writer, no signing key, or stripped), so the end is unproven.
     run_head: RunHead | None = None
+    # The file's records, every check above passed on them (``signed`` says whether a
+    # signature vouches for them too), for a caller to list; not in :meth:`as_dict`.
+    records: tuple[RawRecord, ...] = field(default=(), repr=False, compare=False)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -423,6 +426,23 @@ class _Record:
     prev: bytes
     hash: bytes
     body: dict[str, Any]
+    raw: bytes  # the record bytes ``body`` was read from
+
+    def stored(self) -> RawRecord:
+        """The record as a store returns it (its columns taken from the checked body)."""
+        body = self.body
+        return RawRecord(
+            position=self.position,
+            stream_id=body["stream_id"],
+            stream_version=self.version,
+            event_type=body["event_type"],
+            workflow_id=body.get("workflow_id"),
+            timestamp=str(body.get("timestamp")),
+            schema_version=body.get("schema_version", 1),
+            prev_hash=self.prev,
+            hash=self.hash,
+            body=self.raw,
+        )
 
 
 def _check_record(item: Any, stream: str) -> _Record:
@@ -454,7 +474,7 @@ def _check_record(item: Any, stream: str) -> _Record:
         raise EvidenceInvalid("record", f"{where}: its fields disagree with the hashed record")
     if not isinstance(body.get("payload"), dict):
         raise EvidenceInvalid("record", f"{where}: the record has no payload")
-    return _Record(position, version, prev, claimed, body)
+    return _Record(position, version, prev, claimed, body, body_bytes)
 
 
 def _check_chain(records: list[_Record], doc: Mapping[str, Any], run_id: str) -> str:
@@ -726,4 +746,5 @@ def verify_evidence(
         # "running" and "gated" are where a genuine prefix of a longer run can stop
         final=status in FINAL_RUN_STATUSES,
         run_head=head,
+        records=tuple(r.stored() for r in records),
     )
