@@ -13,17 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_cli_runs import CODEOWNERS, POLICY, Shell
+from tests.integration.test_cli_runs import Shell, ledger_shell
 
 
 @pytest.fixture
 def sh(tmp_path: Path) -> Shell:
-    shell = Shell(tmp_path)
-    shell.tb("init", "--origin", "test.example/incident")
-    shell.tb("keys", "init")
-    (shell.cwd / "tracebound-policy.toml").write_text(POLICY)
-    (shell.cwd / "CODEOWNERS").write_text(CODEOWNERS)
-    return shell
+    return ledger_shell(tmp_path, "test.example/incident")
 
 
 def _blamed_run(sh: Shell) -> str:

@@ -79,14 +79,19 @@ class Shell:
         return run_id
 
 
-@pytest.fixture
-def sh(tmp_path: Path) -> Shell:
+def ledger_shell(tmp_path: Path, origin: str) -> Shell:
+    """A shell in a folder with a ledger of ``origin``, a key, the policy and CODEOWNERS."""
     shell = Shell(tmp_path)
-    shell.tb("init", "--origin", "test.example/cli-runs")
+    shell.tb("init", "--origin", origin)
     shell.tb("keys", "init")
     (shell.cwd / "tracebound-policy.toml").write_text(POLICY)
     (shell.cwd / "CODEOWNERS").write_text(CODEOWNERS)
     return shell
+
+
+@pytest.fixture
+def sh(tmp_path: Path) -> Shell:
+    return ledger_shell(tmp_path, "test.example/cli-runs")
 
 
 def test_gated_run_approve_resume_replay_and_evidence(sh: Shell) -> None:

@@ -247,6 +247,21 @@ def _costs(first: int, n: int) -> str:
     )  # fmt: skip
 
 
+def _initialised(
+    tmp_path: Path, server: PgServer, dsn: str, command: str
+) -> tuple[str, tuple[str, str], tuple[str, ...], Follower]:
+    """A ledger initialised in the test's database: its URL, the views option, the follow
+    command's arguments (``project run`` into views beside it, or ``tail``), and the
+    finished ``init`` process (whose ``cli`` runs more commands)."""
+    dbname = dsn.rsplit("dbname=", 1)[1]
+    url = server.url(dbname, schema="ledger")
+    views = ("--views", server.url(dbname, schema="views"))
+    args = ("project", "run", *views) if command == "project" else ("tail",)
+    init = Follower(tmp_path, url, "init")
+    assert init.proc.wait(timeout=120) == 0, init.err
+    return url, views, args, init
+
+
 @pytest.mark.parametrize("command", ["project", "tail"])
 def test_a_follower_rides_out_a_server_restart(
     tmp_path: Path, postgres_server: PgServer, postgres_dsn: str, command: str
@@ -255,12 +270,7 @@ def test_a_follower_rides_out_a_server_restart(
     ended it (exit 2, `connection refused`) and a supervisor had to start it again. Now it
     says so on stderr, reconnects when the server is back, and goes on from where it was:
     the events appended after the restart are applied, each once."""
-    dbname = postgres_dsn.rsplit("dbname=", 1)[1]
-    url = postgres_server.url(dbname, schema="ledger")
-    views = ("--views", postgres_server.url(dbname, schema="views"))
-    args = ("project", "run", *views) if command == "project" else ("tail",)
-    init = Follower(tmp_path, url, "init")
-    assert init.proc.wait(timeout=120) == 0, init.err
+    url, views, args, _ = _initialised(tmp_path, postgres_server, postgres_dsn, command)
     follower = Follower(tmp_path, url, *args, "--follow", "--interval", "0.05", "--json")
     try:
         follower.cli("append", stdin=_costs(1, 5))
@@ -299,12 +309,7 @@ def test_a_follower_whose_server_stays_gone_gives_up_with_an_error(
 ) -> None:
     """A server gone for good ends the follower past --give-up-after, exit 2, saying why:
     not a follower retrying unseen for ever."""
-    dbname = postgres_dsn.rsplit("dbname=", 1)[1]
-    url = postgres_server.url(dbname, schema="ledger")
-    views = ("--views", postgres_server.url(dbname, schema="views"))
-    args = ("project", "run", *views) if command == "project" else ("tail",)
-    init = Follower(tmp_path, url, "init")
-    assert init.proc.wait(timeout=120) == 0, init.err
+    url, _, args, init = _initialised(tmp_path, postgres_server, postgres_dsn, command)
     init.cli("append", stdin=_costs(1, 1))  # what tail prints once it follows
     follower = Follower(tmp_path, url, *args, "--follow", "--give-up-after", "0.5")
     try:
