@@ -14,19 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_cli_runs import CODEOWNERS, POLICY, Shell
+from tests.integration.test_cli_runs import Shell, ledger_shell
 
 ORIGIN = "test.example/auditor"
 
 
 @pytest.fixture
 def sh(tmp_path: Path) -> Shell:
-    shell = Shell(tmp_path)
-    shell.tb("init", "--origin", ORIGIN)
-    shell.tb("keys", "init")
-    (shell.cwd / "tracebound-policy.toml").write_text(POLICY)
-    (shell.cwd / "CODEOWNERS").write_text(CODEOWNERS)
-    return shell
+    return ledger_shell(tmp_path, ORIGIN)
 
 
 def _words(text: str) -> str:

@@ -11,7 +11,7 @@ import orjson
 from rich.table import Table
 
 from tracebound.cli._common import console, safe_text
-from tracebound.cli._tables import Give, fit, hoist_date, utc_text
+from tracebound.cli._tables import Give, fit, hoist_date, short_digest, utc_text
 from tracebound.errors import DamageKind, IntegrityError, LedgerDamaged, UnknownEventType
 from tracebound.events.envelope import RecordedEvent
 from tracebound.events.record import RawRecord, decode_record
@@ -76,7 +76,6 @@ _DETAIL_KEYS: Final = ("pipeline", "inputs_digest", "step_id", "role", "status",
                        "approver", "failed_step_id", "origin_step_id", "repair_step_id",
                        "succeeded", "name", "passed", "artifact_hash", "output_digest", "tier",
                        "amount_usd", "source", "metric", "value", "reason")  # fmt: skip
-_DIGEST_CHARS: Final = 19  # `sha256:` and 12 hex digits, as `replay` shows a digest
 
 
 def payload_detail(payload: Mapping[str, Any]) -> str:
@@ -88,7 +87,7 @@ def payload_detail(payload: Mapping[str, Any]) -> str:
             continue
         text = str(value).lower() if isinstance(value, bool) else str(value)
         if key.endswith(("_hash", "_digest")):
-            text = text[:_DIGEST_CHARS]
+            text = short_digest(text)
         parts.append(f"{key}={text}")
     return " ".join(parts)
 
@@ -115,15 +114,15 @@ def events_table(rows: list[dict[str, Any]], title: str, *, detail: bool = False
     ]
     title = safe_text(", ".join([title, *said]))
     table = Table(title=title if day is None else f"{title}, on {day}", show_lines=False)
-    cells: dict[str, Callable[[dict[str, Any]], str]] = {
-        "pos": lambda r: str(r["position"]),
-        "stream": lambda r: safe_text(r["stream_id"]),
-        "ver": lambda r: str(r["stream_version"]),
-        "type": lambda r: safe_text(r["event_type"]),
-        "workflow": lambda r: safe_text(r["workflow_id"] or "-"),
-        "time (UTC)": lambda r: r["_time"],
-        "hash": lambda r: r["hash"][:12],
-        "detail": lambda r: safe_text(payload_detail(_payload(r))),
+    cells: dict[str, Callable[[dict[str, Any], str], str]] = {
+        "pos": lambda r, _: str(r["position"]),
+        "stream": lambda r, _: safe_text(r["stream_id"]),
+        "ver": lambda r, _: str(r["stream_version"]),
+        "type": lambda r, _: safe_text(r["event_type"]),
+        "workflow": lambda r, _: safe_text(r["workflow_id"] or "-"),
+        "time (UTC)": lambda _, time_: time_,
+        "hash": lambda r, _: r["hash"][:12],
+        "detail": lambda r, _: safe_text(payload_detail(_payload(r))),
     }
     dropped = {"stream"} if "stream_id" in shared else set()
     dropped |= {"workflow"} if "workflow_id" in shared else set()
@@ -133,7 +132,7 @@ def events_table(rows: list[dict[str, Any]], title: str, *, detail: bool = False
         table.add_column(col, justify="right" if col in {"pos", "ver"} else "left")
     for r, time_ in zip(rows, times, strict=True):
         # shown: ids are data, not markup ("run[/x]" would raise)
-        table.add_row(*(cells[col]({**r, "_time": time_}) for col in columns))
+        table.add_row(*(cells[col](r, time_) for col in columns))
     give: dict[str, Give] = {
         "stream": "ellipsis", "workflow": "ellipsis", "hash": "crop", "detail": "fold"
     }  # fmt: skip

@@ -21,7 +21,7 @@ from rich.console import Console, ConsoleOptions, RenderableType
 from rich.measure import Measurement
 from rich.table import Column, Table
 
-__all__ = ["MIN_GIVEN", "Give", "fit", "hoist_date"]
+__all__ = ["MIN_GIVEN", "Give", "fit", "hoist_date", "short_digest"]
 
 Give = Literal["ellipsis", "crop", "fold"]
 """How a column that gives way shows what does not fit: cut with "…", cut, or wrapped."""
@@ -121,6 +121,12 @@ def fit(
         column.overflow = how
         column.no_wrap = how != "fold"
     return avail >= sum(floors)
+
+
+def short_digest(digest: str) -> str:
+    """A digest as the tables show it: ``sha256:`` and 12 hex digits, enough to match it by
+    eye against an evidence file."""
+    return digest[:19]
 
 
 def utc_text(at: datetime) -> str:

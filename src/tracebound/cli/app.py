@@ -102,9 +102,9 @@ from tracebound.store.port import (
     LedgerStore,
     RecordFilter,
     StreamIndex,
+    indexed_positions,
     position_runs,
     read_matching,
-    stream_positions,
 )
 from tracebound.store.reconnect import DEFAULT_GIVE_UP_AFTER, Outage
 from tracebound.store.url import open_store
@@ -754,19 +754,12 @@ def _stream_to_show(
     return stream
 
 
-_INDEX_PAGE: Final = 1000
-"""Stream versions looked up in the stream index at a time."""
-
-
 def _indexed_stream(backend: LedgerStore, stream: str, *, start: int = 1) -> Iterator[RawRecord]:
     """A stream's stored records at positions >= ``start``, in version order, found through
     the store's stream index: the work is the stream's, not the log's. Undecoded, so of
     any type."""
-    version = 1
-    while page := stream_positions(backend, stream, version, version + _INDEX_PAGE - 1):
-        for first, last in position_runs(p for _, p in page if p >= start):
-            yield from backend.read_raw(start=first, stop=last)
-        version = page[-1][0] + 1
+    for first, last in position_runs(indexed_positions(backend, stream, start=start)):
+        yield from backend.read_raw(start=first, stop=last)
 
 
 def _stream_records(backend: LedgerStore, stream: str) -> Iterator[RawRecord]:

@@ -45,7 +45,7 @@ from tracebound.cli._common import (
     safe_text,
     try_verifier,
 )
-from tracebound.cli._tables import fit, utc_text
+from tracebound.cli._tables import fit, short_digest, utc_text
 from tracebound.errors import ConfigError, PolicyUnusable
 from tracebound.ids import RunId, StepId
 
@@ -247,11 +247,8 @@ def _run_records(store: LedgerStore) -> Iterator[RawRecord]:
     first_gate: dict[str, int] = {}
     for raw in read_matching(store, gates, stop=stop):
         first_gate.setdefault(raw.stream_id, raw.position)
-    others = (
-        raw
-        for raw in _gated_records(store, first_gate, stop)
-        if raw.event_type not in kinds and raw.position >= first_gate.get(raw.stream_id, stop + 1)
-    )
+    # The run events among them come with the first read.
+    others = (raw for raw in _gated_records(store, first_gate, stop) if raw.event_type not in kinds)
     yield from heapq.merge(
         read_matching(store, RecordFilter(kinds=kinds), stop=stop),
         others,
@@ -263,21 +260,16 @@ def _gated_records(
     store: LedgerStore, first_gate: dict[str, int], stop: int
 ) -> Iterator[RawRecord]:
     """The records of the gated streams from their first gate on, in log order."""
-    from tracebound.store.port import position_runs, stream_positions  # noqa: PLC0415 - lazy, for startup time
+    from tracebound.store.port import indexed_positions, position_runs  # noqa: PLC0415 - lazy, for startup time
 
-    positions: list[int] = []
-    for stream, first in first_gate.items():
-        version = 1
-        while page := stream_positions(store, stream, version, version + _INDEX_PAGE - 1):
-            positions.extend(p for _, p in page if first <= p <= stop)
-            version = page[-1][0] + 1
-    positions.sort()
+    positions = sorted(
+        p
+        for stream, first in first_gate.items()
+        for p in indexed_positions(store, stream, start=first)
+        if p <= stop
+    )
     for first, last in position_runs(positions):
         yield from store.read_raw(start=first, stop=last)
-
-
-_INDEX_PAGE: Final = 1000
-"""Stream versions looked up in the stream index at a time."""
 
 
 def _run_records_scan(raws: Iterable[RawRecord], kinds: frozenset[str]) -> Iterator[RawRecord]:
@@ -515,7 +507,7 @@ def _steps_table(result: RunResult) -> Table:
             safe_text(s.step_id),
             s.role,
             s.status,
-            (s.artifact_hash or "-")[:19],
+            short_digest(s.artifact_hash or "-"),
             safe_text((s.reason or "")[:80]),
         )
     # The digest (19 characters, as `replay` shows it) never gives way: it is what an
@@ -901,7 +893,7 @@ def replay(
         gone = s.abandoned_by is not None
         table.add_row(
             f"{s.position}*" if gone else str(s.position), safe_text(s.step_id),
-            safe_text(s.parent_step_id or "-"), s.role, s.status, s.artifact_hash[:19],
+            safe_text(s.parent_step_id or "-"), s.role, s.status, short_digest(s.artifact_hash),
             f"[{colour}]{safe_text(s.blob)}[/]", style="dim" if gone else None,
         )  # fmt: skip
     fit(

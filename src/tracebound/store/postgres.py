@@ -114,9 +114,6 @@ __all__ = [
 DEFAULT_SCHEMA: Final = "tracebound"
 SCHEMA_VERSION: Final = 1
 _PAGE: Final = 1000  # rows per keyset page: bounded memory, one short statement per page
-# Positions one filtered statement looks at (read_raw_matching): a short statement however
-# few rows match (a scan: the filtered columns have no index, which would slow every append).
-_SCAN_WINDOW: Final = 1 << 16
 _VERIFY_PAGE: Final = 2048  # verify's page: a power of two, so a page is one Merkle subtree
 _COPY_THRESHOLD: Final = 1000  # events from which an append streams rows with binary COPY
 # A bulk append chains, sends and builds its events this many at a time, so that the server
@@ -1096,9 +1093,7 @@ class PostgresStore(ChainedAppends):
         def page(lo: int, hi: int) -> list[tuple[Any, ...]]:
             return self._fetch("read", self._sql.read_raw_matching, (lo, hi, *params, _PAGE))
 
-        for rows in window_pages(
-            page, self.size, start=start, stop=stop, limit=_PAGE, window=_SCAN_WINDOW
-        ):
+        for rows in window_pages(page, self.size, start=start, stop=stop, limit=_PAGE):
             for row in rows:
                 yield RawRecord(*row)
 

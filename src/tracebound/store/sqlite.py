@@ -86,10 +86,6 @@ _WAL_AUTOCHECKPOINT: Final = 1000
 # (prepare, chain, the returned events): see SQLiteStore._append_pipelined.
 _PIPELINE_MIN: Final = 512
 _PIPELINE_CHUNK: Final = 128  # 64-256 measured alike; 512 slower (less overlap)
-# Positions one filtered statement looks at (read_raw_matching): ~15 ms of SQLite for a
-# column filter, ~60 ms when the bodies are searched too, so each is a short read however
-# few rows match.
-_SCAN_WINDOW: Final = 1 << 16
 _VERIFY_PAGE = PAGE  # verify's pages: a power of two, so each page is one Merkle subtree
 
 # No index on workflow_id: nothing reads events by workflow (projections read by position),
@@ -963,9 +959,7 @@ class SQLiteStore(ChainedAppends):
             with self._io("read"):
                 return self._conn().execute(sql, (lo, hi, *params, _PAGE)).fetchall()
 
-        for rows in window_pages(
-            page, self.size, start=start, stop=stop, limit=_PAGE, window=_SCAN_WINDOW
-        ):
+        for rows in window_pages(page, self.size, start=start, stop=stop, limit=_PAGE):
             for row in rows:
                 yield RawRecord(*row)
 
