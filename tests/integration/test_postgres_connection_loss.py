@@ -353,3 +353,66 @@ def test_a_server_lost_mid_catch_up_fails_no_projection(
     assert {s.position for s in runner.status()} == {3}
     views.close()
     store.close()
+
+
+def _reading_its_input(appender: subprocess.Popen[str], key: Path) -> None:
+    """Return once ``appender`` has opened the ledger and reads stdin: it creates its
+    redaction key after opening the ledger, right before it reads."""
+    for _ in range(24000):
+        if key.exists():
+            return
+        if appender.poll() is not None:
+            pytest.fail(f"append ended before reading its input: {appender.communicate()}")
+        time.sleep(0.005)
+    pytest.fail(f"append never created {key}")
+
+
+def test_an_append_whose_session_died_while_it_read_its_input_still_writes_it(
+    tmp_path: Path, postgres_server: PgServer, postgres_dsn: str
+) -> None:
+    """`producer | tracebound append` opens the ledger first, then reads stdin for as long
+    as the producer runs. Before: a server restart (a failover, an idle-session cut) in that
+    time made it fail once the input was complete, "retrying is safe", with the input gone
+    with the pipe, and psycopg's "error ignored terminating <psycopg.Pipeline [BAD] at
+    0x…>" on stderr. Now the append goes to a new session and writes every event."""
+    url, _, _, init = _initialised(tmp_path, postgres_server, postgres_dsn, "tail")
+    appender = subprocess.Popen(
+        [*init.argv, "append", "--store", url, "--json"], cwd=tmp_path, env=init.env,
+        text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    _reading_its_input(appender, tmp_path / "home/.config/tracebound/keys/redaction.key")
+    with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+        ended = admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND application_name = 'tracebound'"
+        ).fetchall()
+    assert ended == [(True,)]  # its one session, idle while it waits for input
+    out, err = appender.communicate(_costs(1, 3), timeout=120)
+    assert appender.returncode == 0, out + err
+    assert json.loads(out)["last_position"] == 3
+    assert err == ""
+    assert [e["position"] for e in init.cli("log")["events"]] == [1, 2, 3]
+
+
+def test_an_append_cut_off_before_its_commit_says_so_in_one_message(
+    tmp_path: Path, postgres_server: PgServer, postgres_dsn: str
+) -> None:
+    """The CLI's append, its session ended while it waits for the log's lock. Before: the
+    error, and psycopg's own "error ignored terminating <psycopg.Pipeline [BAD] at 0x…>"
+    on stderr too (an internal object's address, to a user reading a failed append)."""
+    url, _, _, init = _initialised(tmp_path, postgres_server, postgres_dsn, "tail")
+    holder = PostgresStore(postgres_dsn, schema="ledger")
+    with holder.tracking("hold"):
+        holder.append("h", [note(0)])  # holds the log's lock until the block ends
+        killer = threading.Thread(target=terminate_when_waiting_for_the_lock, args=(postgres_dsn,))
+        killer.start()
+        appender = subprocess.run(
+            [*init.argv, "append", "--store", url], cwd=tmp_path, env=init.env,
+            input=_costs(1, 1), capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        killer.join()
+    holder.close()
+    assert appender.returncode == 2, appender.stdout + appender.stderr
+    said = " ".join(appender.stderr.split())
+    assert said.startswith("error: postgresql append failed") and "nothing was written" in said
+    assert "psycopg" not in said and "0x" not in said, said

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import sys
 import time
@@ -550,6 +551,11 @@ def append(
             numbers, requests = _read_input(file, None if config is None else config.redactor())
             if config is not None:
                 redacted = dict(sorted(config.stats.by_detector().items()))
+            # The input may have taken hours (`producer | tracebound append`): a server
+            # restarted meanwhile left a dead session, which the append would find only
+            # once the input is gone with the pipe. A read replaces a dead session (reads
+            # retry once on a new one), so the append goes to a live one.
+            backend.size()
             _check_expected_versions(backend, numbers, requests, as_json)
             with progress_bar("appending", enabled=not as_json) as update:
                 for i in range(0, len(requests), _APPEND_BATCH):
@@ -1228,6 +1234,10 @@ def main() -> None:
     _printable_stdout()
     _buffered_stdout()
     stop_on_sigterm()
+    # psycopg logs what it ignores while cleaning up after an error it raises ("error
+    # ignored terminating <psycopg.Pipeline [BAD] at 0x…>"); unconfigured, logging prints
+    # that on stderr beside the command's own message for the same error.
+    logging.getLogger("psycopg").addHandler(logging.NullHandler())
     try:
         app()
     except OSError as exc:  # rich's console writes outside handled()
