@@ -335,3 +335,27 @@ def test_a_read_only_role_reads_the_views_and_creates_nothing(
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:
         found = conn.execute("SELECT to_regclass('v.engine_history')").fetchone()
     assert found == (None,)
+
+
+def test_a_role_that_may_not_read_the_views_is_told_what_to_grant(
+    tmp_path: Path, views_url: Any, postgres_dsn: str, postgres_server: Any
+) -> None:
+    """An auditor not yet granted the views ran `report … --no-update` and was told "this
+    role may not update the views … a read-only role reads them with `report --no-update`",
+    which is what it had run. Now it is told what reading them needs."""
+    store = _ledger(tmp_path / "ledger", ["successful"])
+    ProjectionRunner(store, PostgresViews(views_url("v"))).run()
+    store.close()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEBOUND_")}
+    env.update(HOME=str(tmp_path / "home"), TRACEBOUND_STORE=f"sqlite:///{tmp_path / 'ledger'}")
+    with login_role(postgres_server, postgres_dsn, "tb_not_granted", []) as url:
+        for command in (["report", "cost", "--no-update"], ["project", "status"]):
+            proc = subprocess.run(
+                [sys.executable, "-m", "tracebound", *command, "--views", f"{url}?schema=v",
+                 "--json"],
+                env=env, capture_output=True, text=True, timeout=120, check=False,
+            )  # fmt: skip
+            assert proc.returncode == 2, proc.stdout + proc.stderr
+            said = json.loads(proc.stdout)["error"]["message"]
+            assert "permission denied for schema v" in said, said
+            assert "may not update" not in said and "USAGE on schema" in said, said

@@ -67,11 +67,30 @@ _T = TypeVar("_T")
 _CONNECT_TIMEOUT: Final = 30  # seconds, as the ledger's sessions wait for a connection
 
 
+def _not_allowed(what: str, exc: psycopg.Error, schema: str | None) -> StorageError:
+    """A privilege the role lacks: ``schema`` is the views' schema when the command only
+    reads them (then it lacks read privileges: telling it to read instead would be wrong)."""
+    if schema is not None:
+        return StorageError(
+            f"postgresql views {what} failed: {exc}: reading the views needs USAGE on schema "
+            f'{schema!r} and SELECT on its tables (docs/postgresql.md, "Roles and '
+            'privileges")'
+        )
+    return StorageError(
+        f"postgresql views {what} failed: {exc}: this role may not update the views "
+        "(`project run`, and `report` unless told --no-update); a read-only role reads "
+        "them with `report --no-update` and `project status`"
+    )
+
+
 @contextmanager
-def _translated(what: str, place: str, waited: float | None = None) -> Iterator[None]:
+def _translated(
+    what: str, place: str, waited: float | None = None, *, reads: str | None = None
+) -> Iterator[None]:
     """No psycopg error escapes: they become StorageError, like the SQLite views', and a
     lock another session held past ``lock_timeout`` StoreBusy (``place`` and ``waited``, the
-    session's lock_timeout: for its message).
+    session's lock_timeout: for its message). ``reads``: the schema, when the views are
+    opened only to be read.
     """
     try:
         yield
@@ -80,11 +99,7 @@ def _translated(what: str, place: str, waited: float | None = None) -> Iterator[
         assert busy is not None
         raise busy from exc
     except psycopg.errors.InsufficientPrivilege as exc:
-        raise StorageError(
-            f"postgresql views {what} failed: {exc}: this role may not update the views "
-            "(`project run`, and `report` unless told --no-update); a read-only role reads "
-            "them with `report --no-update` and `project status`"
-        ) from exc
+        raise _not_allowed(what, exc, reads) from exc
     except psycopg.Error as exc:
         lost = connection_lost(exc)  # a restart, a failover: the next call reconnects
         raise (ConnectionLost if lost else StorageError)(
@@ -126,7 +141,9 @@ class PostgresViews:
         # lock_timeout if one is set, else the ledger's 60 s (apply_lock_timeout)
         self.lock_timeout: float | None = None
         self._dsn = dsn
-        with _translated("open", self.place, self.lock_timeout):
+        # the schema, for a read-only command's messages (None: this one writes)
+        self._reads = None if create else schema
+        with _translated("open", self.place, self.lock_timeout, reads=self._reads):
             self._conn: _Conn = self._connect()
             try:
                 if create:
@@ -158,13 +175,13 @@ class PostgresViews:
         the session turned out to be dead (see the class docstring for why that is safe)."""
         with self._lock:
             try:
-                with _translated(what, self.place, self.lock_timeout):
+                with _translated(what, self.place, self.lock_timeout, reads=self._reads):
                     return call()
             except StorageError:
                 if not self._conn.broken:
                     raise
             self._conn.close()  # the dead session's socket and buffers, freed now
-            with _translated(what, self.place, self.lock_timeout):
+            with _translated(what, self.place, self.lock_timeout, reads=self._reads):
                 self._conn = self._connect()
                 return call()
 
