@@ -245,3 +245,53 @@ def test_a_critical_runs_slo_check_reads_no_step_when_nothing_was_blamed(
     first = _decodes_of_a_run(kit, handed, pipe)
     _plain_runs(kit, 20)  # 20 runs of 3 steps: 100 records a full fold would read
     assert _decodes_of_a_run(kit, handed, pipe) <= first + 10
+
+
+def _harmful_critical(name: str) -> Pipeline:
+    """A critical pipeline whose Critic finds a harmful output once (then it is repaired)."""
+    pipe = _critical(name)
+
+    @pipe.critic(name="critique")
+    def critique(ctx: Any) -> dict[str, Any]:
+        if not ctx.repair_notes:
+            ctx.report("the plan pins nothing", harmful=True)
+        return tpc("Critic")
+
+    return pipe
+
+
+def test_a_critical_runs_slo_check_after_a_harmful_blame_reads_its_pipeline_alone(
+    kit: Kit, handed: list[int]
+) -> None:
+    """Once any harmful (or unresolved) blame was in the log, the SLO check at the end of
+    every critical run folded every run's steps (30 s and 900 MB at 70,000 runs); it now
+    folds the records of the blamed critical pipeline's runs, and of the rest of the log
+    reads each run's start (which pipeline a run is of), not its steps."""
+    from tracebound.events.catalog import SloAlertRaised
+    from tracebound.pipeline.metrics import SLO_KINDS, slo_violations, store_metrics
+
+    pipe = _harmful_critical("risky")
+    first = _decodes_of_a_run(kit, handed, pipe)
+    second = _decodes_of_a_run(kit, handed, pipe)  # one blamed run more to fold
+    _plain_runs(kit, 20)  # 20 runs of 3 steps: over 100 records a full fold would read
+    assert _decodes_of_a_run(kit, handed, pipe) <= second + (second - first) + 20
+    with runner_on(kit, 92).ledger as ledger:
+        alerts = [e.payload for e in ledger.store.read_log()
+                  if isinstance(e.payload, SloAlertRaised)]  # fmt: skip
+        assert [(a.pipeline, a.metric) for a in alerts] == [("risky", "harm_rate")] * 3
+        assert slo_violations(store_metrics(ledger.store, SLO_KINDS))[0].value == alerts[-1].value
+
+
+def test_a_clean_critical_pipelines_slo_check_folds_no_run_of_a_blamed_one(
+    kit: Kit, handed: list[int]
+) -> None:
+    """The runner raises a run's pipeline's alerts alone, yet its check folded every
+    pipeline a blame was in: after a run of a clean critical pipeline it now reads the
+    blames and the blamed runs' starts, and none of the blamed pipeline's other records."""
+    risky, small = _harmful_critical("risky"), _critical("small")
+    _decodes_of_a_run(kit, handed, risky)
+    before = _decodes_of_a_run(kit, handed, small)
+    for _ in range(5):
+        _decodes_of_a_run(kit, handed, risky)
+    # each blamed run: its blame and its start, not its steps, gates and end
+    assert _decodes_of_a_run(kit, handed, small) <= before + 5 * 2

@@ -25,16 +25,19 @@ the gated step re-applied the approved artifact, whose cost the take-over's reco
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
-from typing import Final
+from typing import Final, NamedTuple
 
+from tracebound.canonical import canonical_bytes
 from tracebound.events.anchor import MONEY_CONTEXT
 from tracebound.events.catalog import (
+    FINAL_RUN_STATUSES,
     BlameAssigned,
     CostIncurred,
     RepairAttempted,
+    RunFinished,
     RunStarted,
     StepRecorded,
 )
@@ -173,15 +176,52 @@ class RunMetrics:
         }
 
 
+class _Step(NamedTuple):
+    """What the metrics read of a ``step_recorded``: a few numbers, not its payload (the
+    payloads of a year's steps held to the end of a pass took 900 MB at 70,000 runs)."""
+
+    position: int
+    stream: str
+    step_id: str
+    role: str
+    output: bool  # success or error: an output (a gated or skipped step is not)
+    latency_ms: int
+    cost_est: Decimal
+
+
+class _Blame(NamedTuple):
+    position: int
+    run_id: str
+    failed_step_id: str
+    failed_role: str
+    origin_step_id: str | None
+    harmful: bool
+
+
+_OUTPUTS: Final = frozenset({"success", "error"})
+
+
 @dataclass
 class _Scan:
-    """The events metrics need, gathered in one pass over the log."""
+    """The events metrics need, gathered in one pass over the log.
 
+    A run's steps are counted when the run is done with: at the end of the pass, or, with
+    ``close_finished``, when it finishes for good (``FINAL_RUN_STATUSES``: it records
+    nothing more, and no take-over can abandon what it recorded), so that a pass over a
+    year's runs holds the steps of the runs still open, not all of them. A log in which a
+    run records a step (or starts again) after it finished sets :attr:`reopened`: what was
+    counted of it cannot be taken back, and the caller reads the log again without closing.
+    """
+
+    close_finished: bool = False
+    m: RunMetrics = field(default_factory=RunMetrics)
     runs: dict[str, PipelineInfo] = field(default_factory=dict)
-    # by position, so that what a take-over abandons can be left out at the end
-    steps: list[tuple[int, StepRecorded]] = field(default_factory=list)
-    blames: list[tuple[int, BlameAssigned]] = field(default_factory=list)
-    repairs: list[tuple[int, RepairAttempted]] = field(default_factory=list)
+    # by position, so that what a take-over abandons can be left out when counted
+    open: dict[str, list[_Step]] = field(default_factory=dict)
+    closed: set[str] = field(default_factory=set)
+    reopened: bool = False
+    blames: list[_Blame] = field(default_factory=list)
+    repairs: list[tuple[int, str, str]] = field(default_factory=list)
     # Spent, abandoned or not: always counted. Summed per (run, role) as it is read, not
     # kept per event (the log's bulk: 309 MB at 500,000 events); which pipeline a run
     # belongs to is known only at the end, and exact sums regroup to the same totals.
@@ -191,36 +231,84 @@ class _Scan:
     def add(self, e: RecordedEvent) -> None:
         self.take_overs.add(e)
         p = e.payload
+        if isinstance(p, RunStarted | StepRecorded) and p.run_id in self.closed:
+            self.reopened = True
         if isinstance(p, RunStarted):
             self.runs[p.run_id] = PipelineInfo(p.pipeline, p.pipeline_type, p.critical)
         elif isinstance(p, StepRecorded):
-            self.steps.append((e.position, p))
+            step = _Step(
+                e.position, e.stream_id, p.step_id, p.role, p.status in _OUTPUTS,
+                p.latency_ms, p.cost_est.compute_usd_est,
+            )  # fmt: skip
+            self.open.setdefault(p.run_id, []).append(step)
         elif isinstance(p, BlameAssigned):
-            self.blames.append((e.position, p))
+            self.blames.append(
+                _Blame(e.position, p.run_id, p.failed_step_id, p.failed_role,
+                       p.origin_step_id, p.harmful)
+            )  # fmt: skip
         elif isinstance(p, RepairAttempted) and p.succeeded:
-            self.repairs.append((e.position, p))
+            self.repairs.append((e.position, p.run_id, p.origin_step_id))
         elif isinstance(p, CostIncurred):
             key = (e.workflow_id or "", p.role or "unattributed")
             self.costs[key] = MONEY_CONTEXT.add(self.costs.get(key, Decimal(0)), p.amount_usd)
+        elif isinstance(p, RunFinished) and self.close_finished:
+            self._finished(p, e.stream_id)
 
-    def final_steps(self) -> dict[tuple[str, str], StepRecorded]:
-        """Each step's last record, the abandoned ones left out: a later entry (after a
-        gate) wins, and a take-over's record is the one that counts, not the dead
-        claimant's (nor a step id only the dead claimant recorded, e.g. its repair)."""
-        gone = self.take_overs.abandoned
-        return {(p.run_id, p.step_id): p for pos, p in self.steps if pos not in gone}
+    def _finished(self, p: RunFinished, stream: str) -> None:
+        held = self.open.get(p.run_id, [])
+        # Only the run's own stream is settled by its end (a take-over abandons events of
+        # the stream it claims): steps recorded elsewhere keep the run open to the end.
+        if p.status not in FINAL_RUN_STATUSES or any(s.stream != stream for s in held):
+            return
+        self.open.pop(p.run_id, None)
+        self.closed.add(p.run_id)
+        self._count_steps(p.run_id, held)
 
-    def abandoned_executions(self) -> list[StepRecorded]:
-        """Abandoned records of steps that really ran: their cost was spent. The dead
-        claimant's record of the gated step itself re-applied the approved artifact (the
-        step's function is not called again), whose estimate the take-over's record of
-        the same step carries: counting it would count one artifact twice."""
+    def groups(self, run_id: str, role: str) -> list[GroupMetrics]:
+        m = self.m
+        out = [m.overall, m.by_role[role]]
+        info = self.runs.get(run_id)
+        if info is not None:
+            out += [m.by_pipeline_type[info.pipeline_type], m.by_pipeline[info.name]]
+        return out
+
+    def _count_steps(self, run_id: str, held: list[_Step]) -> None:
+        """Count a run's steps: each step's last record, the abandoned ones left out (a later
+        entry, after a gate, wins, and a take-over's record is the one that counts, not the
+        dead claimant's, nor a step id only the dead claimant recorded, e.g. its repair).
+
+        Abandoned records of steps that really ran add their estimate (it was spent), but
+        not the dead claimant's record of the gated step itself: it re-applied the approved
+        artifact (the step's function is not called again), whose estimate the take-over's
+        record of the same step carries, and counting it would count one artifact twice.
+        """
         gone = self.take_overs.abandoned
-        return [
-            p
-            for pos, p in self.steps
-            if pos in gone and p.status in {"success", "error"} and p.step_id != gone[pos].step_id
-        ]
+        final = {s.step_id: s for s in held if s.position not in gone}
+        for s in final.values():
+            if s.output:
+                for g in self.groups(run_id, s.role):
+                    g.outputs += 1
+                    g.cost_est_usd = MONEY_CONTEXT.add(g.cost_est_usd, s.cost_est)
+                    g.latencies_ms.append(s.latency_ms)
+        for s in held:
+            if s.position in gone and s.output and s.step_id != gone[s.position].step_id:
+                for g in self.groups(run_id, s.role):  # spent, though not an output
+                    g.cost_est_usd = MONEY_CONTEXT.add(g.cost_est_usd, s.cost_est)
+
+    def finish(self) -> RunMetrics:
+        """The metrics of everything read: the runs still open counted, then the blames and
+        costs (a run's pipeline is the one its last ``run_started`` names)."""
+        m = self.m
+        for info in self.runs.values():
+            m.pipelines[info.name] = info
+        for run_id, held in self.open.items():
+            self._count_steps(run_id, held)
+        self.open.clear()
+        _count_blames(m, self)
+        for (run_id, role), amount in self.costs.items():
+            for g in self.groups(run_id, role):
+                g.cost_usd = MONEY_CONTEXT.add(g.cost_usd, amount)
+        return m
 
 
 def compute_metrics(events: Iterable[RecordedEvent]) -> RunMetrics:
@@ -228,33 +316,7 @@ def compute_metrics(events: Iterable[RecordedEvent]) -> RunMetrics:
     scan = _Scan()
     for e in events:
         scan.add(e)
-    m = RunMetrics()
-    run_pipeline = scan.runs
-    for info in run_pipeline.values():
-        m.pipelines[info.name] = info
-
-    def groups(run_id: str, role: str) -> list[GroupMetrics]:
-        out = [m.overall, m.by_role[role]]
-        info = run_pipeline.get(run_id)
-        if info is not None:
-            out += [m.by_pipeline_type[info.pipeline_type], m.by_pipeline[info.name]]
-        return out
-
-    for step in scan.final_steps().values():
-        if step.status in {"success", "error"}:
-            for g in groups(step.run_id, step.role):
-                g.outputs += 1
-                g.cost_est_usd = MONEY_CONTEXT.add(g.cost_est_usd, step.cost_est.compute_usd_est)
-                g.latencies_ms.append(step.latency_ms)
-    for step in scan.abandoned_executions():
-        for g in groups(step.run_id, step.role):
-            # spent, though not an output
-            g.cost_est_usd = MONEY_CONTEXT.add(g.cost_est_usd, step.cost_est.compute_usd_est)
-    _count_blames(m, scan, groups)
-    for (run_id, role), amount in scan.costs.items():
-        for g in groups(run_id, role):
-            g.cost_usd = MONEY_CONTEXT.add(g.cost_usd, amount)
-    return m
+    return scan.finish()
 
 
 def ledger_metrics(raws: Iterable[RawRecord], kinds: frozenset[str] = METRICS_KINDS) -> RunMetrics:
@@ -272,48 +334,106 @@ def store_metrics(
     """:func:`ledger_metrics` of a store's whole log (only the records of these workflows,
     given), the records of other types left in the store: SQLite and PostgreSQL filter by
     their event type column (the one :func:`decode_known` reads), so a big log's costs and
-    a team's own events never reach Python."""
+    a team's own events never reach Python.
+
+    Each run's steps are counted when it finishes, so the pass holds the open runs' steps,
+    not the log's; a log in which a finished run records again is read a second time,
+    every run's steps kept to the end (the same numbers either way).
+    """
     where = RecordFilter(kinds=kinds, workflows=workflows)
-    return ledger_metrics(read_matching(store, where), kinds)
+    scan = _Scan(close_finished=True)
+    for e in decode_known(read_matching(store, where), kinds=kinds):
+        scan.add(e)
+        if scan.reopened:
+            return ledger_metrics(read_matching(store, where), kinds)
+    return scan.finish()
 
 
-def store_slo_violations(store: LogStore) -> list[SloViolation]:
-    """:func:`slo_violations` of :func:`store_metrics` over :data:`SLO_KINDS`, the steps
-    read only when a blame could break an SLO.
+def store_slo_violations(store: LogStore, *, pipeline: str | None = None) -> list[SloViolation]:
+    """:func:`slo_violations` of :func:`store_metrics` over :data:`SLO_KINDS` (only
+    ``pipeline``'s, given: the runner's check after one of its runs), folding only the runs
+    of the critical pipelines a blame could put in violation.
 
     Only a harmful or unresolved blame makes a violation, and a log of a year's runs holds
     few blames but every run's steps: the runner checks the SLOs after every critical run,
-    and folding all the steps each time (38 s and 900 MB at 70,000 runs) bought nothing
-    while no such blame exists. When one does, the whole fold runs, as before, for the
-    rates the alert states.
+    and folding all the steps each time took 30 s and 900 MB at 70,000 runs. The blames are
+    read first (none that could break an SLO: no violation), then the blamed runs' starts
+    (which pipelines they are of), then the starts that name one of those pipelines, and
+    then the records of those pipelines' runs alone: a violation's figures are its
+    pipeline's, over all of that pipeline's runs, and nothing else changes them. Like
+    ``metrics --pipeline``, this takes a run's records to carry its run id as their
+    workflow id, as the runner writes them.
     """
-    blames = read_matching(store, RecordFilter(kinds=_BLAME_KINDS))
-    if not any(
-        isinstance(p := e.payload, BlameAssigned) and (p.harmful or p.origin_step_id is None)
-        for e in decode_known(blames, kinds=_BLAME_KINDS)
-    ):
+    suspects = {
+        p.run_id
+        for e in decode_known(read_matching(store, _BLAMES), kinds=_BLAMES.kinds)
+        if isinstance(p := e.payload, BlameAssigned) and (p.harmful or p.origin_step_id is None)
+    }
+    if not suspects:
         return []
-    return slo_violations(store_metrics(store, SLO_KINDS))
+    blamed = _starts(read_matching(store, replace(_STARTS, workflows=frozenset(suspects))))
+    names = {info.name for run_id, info in blamed.items() if run_id in suspects}
+    if pipeline is not None:
+        names &= {pipeline}
+    if not names:
+        return []
+    runs = _runs_of(store, frozenset(names))
+    last = {info.name: info for info in runs.values()}  # the last run's says critical
+    workflows = frozenset(run_id for run_id, info in runs.items() if last[info.name].critical)
+    if not workflows:
+        return []
+    return slo_violations(store_metrics(store, SLO_KINDS, workflows=workflows))
 
 
-_BLAME_KINDS: Final = frozenset({"blame_assigned"})
+_BLAMES: Final = RecordFilter(kinds=frozenset({"blame_assigned"}))
+_STARTS: Final = RecordFilter(kinds=frozenset({"run_started"}))
 
 
-def _count_blames(
-    m: RunMetrics, scan: _Scan, groups: Callable[[str, str], list[GroupMetrics]]
-) -> None:
+def _starts(raws: Iterable[RawRecord]) -> dict[str, PipelineInfo]:
+    """Each run's pipeline, by its last ``run_started`` (in the order the runs started)."""
+    return {
+        p.run_id: PipelineInfo(p.pipeline, p.pipeline_type, p.critical)
+        for e in decode_known(raws, kinds=_STARTS.kinds)
+        if isinstance(p := e.payload, RunStarted)
+    }
+
+
+def _runs_of(store: LogStore, names: frozenset[str]) -> dict[str, PipelineInfo]:
+    """The runs of these pipelines, decoding only the starts whose bytes name one of them
+    (a year's starts are 70,000 records; decoding them took most of 3 s). A run started
+    twice (not what the runner writes) could be named by a start that is not decoded: the
+    starts are then all decoded."""
+    needles = tuple(b'"pipeline":' + canonical_bytes(name) for name in sorted(names))
+    seen: set[str | None] = set()
+    twice = False
+
+    def naming() -> Iterator[RawRecord]:
+        nonlocal twice
+        for raw in read_matching(store, _STARTS):
+            twice = twice or raw.workflow_id in seen
+            seen.add(raw.workflow_id)
+            if any(n in raw.body for n in needles):
+                yield raw
+
+    runs = _starts(naming())
+    if twice:
+        runs = _starts(read_matching(store, _STARTS))
+    return {run_id: info for run_id, info in runs.items() if info.name in names}
+
+
+def _count_blames(m: RunMetrics, scan: _Scan) -> None:
     """Failures, repairs, harmful outputs and unresolved origins, from the counted blames."""
     gone = scan.take_overs.abandoned
-    repaired_origins = {(p.run_id, p.origin_step_id) for pos, p in scan.repairs if pos not in gone}
-    blames = [b for pos, b in scan.blames if pos not in gone]
+    repaired_origins = {(run_id, origin) for pos, run_id, origin in scan.repairs if pos not in gone}
+    blames = [b for b in scan.blames if b.position not in gone]
     # harm_rate is harmful *outputs* / outputs: two findings in one output make one harmful
     # output, not two (the rate would pass 1).
     harmful = {(b.run_id, b.failed_step_id): b.failed_role for b in blames if b.harmful}
     for (run_id, _), role in harmful.items():
-        for g in groups(run_id, role):
+        for g in scan.groups(run_id, role):
             g.harmful += 1
     for b in blames:
-        for g in groups(b.run_id, b.failed_role):
+        for g in scan.groups(b.run_id, b.failed_role):
             g.failures += 1
             g.unresolved += int(b.origin_step_id is None)
             repaired = (

@@ -961,11 +961,9 @@ class Runner:
             self.evidence(self.ledger, self.blobs, run.run_id)
 
     def _check_slo(self, run: _Run) -> None:
-        # This runs after every critical run, over the whole log: the steps are read only
-        # when a blame could break an SLO.
-        for v in store_slo_violations(self.ledger.store):
-            if v.pipeline != run.pipeline.name:
-                continue
+        # This runs after every critical run, over the whole log: the steps read are those
+        # of this pipeline's runs, and only when a blame could break its SLOs.
+        for v in store_slo_violations(self.ledger.store, pipeline=run.pipeline.name):
             self._emit(
                 run,
                 SloAlertRaised(
