@@ -115,7 +115,7 @@ def test_gated_run_approve_resume_replay_and_evidence(sh: Shell) -> None:
     where = ("--store", ".tracebound", "--codeowners", "CODEOWNERS")
     approval = sh.tb_json("approve", run, "execute", "--as", "@alice", *where)
     assert (approval["approver"], approval["decision"]) == ("@alice", "approved")
-    assert approval["timestamp"].endswith("+00:00")
+    assert approval["timestamp"].endswith("Z")  # the hashed record's form
     assert sh.tb_json("approve", run, "execute", "--as", "@alice", code=2)["error"]
 
     # The next command it names, pasted as is, continues the run in the same store.

@@ -13,7 +13,7 @@ from rich.table import Table
 from tracebound.cli._common import console, safe_text
 from tracebound.cli._tables import Give, fit, hoist_date, short_digest, utc_text
 from tracebound.errors import DamageKind, IntegrityError, LedgerDamaged, UnknownEventType
-from tracebound.events.envelope import RecordedEvent
+from tracebound.events.envelope import RecordedEvent, format_timestamp
 from tracebound.events.record import RawRecord, decode_record
 
 __all__ = ["event_row", "events_table", "payload_detail", "raw_row", "record_row"]
@@ -28,7 +28,7 @@ def event_row(e: RecordedEvent) -> dict[str, Any]:
         "event_id": str(e.event_id),
         "workflow_id": e.workflow_id,
         "correlation_id": e.correlation_id,
-        "timestamp": e.timestamp.isoformat(),
+        "timestamp": format_timestamp(e.timestamp),
         "hash": e.hash.hex(),
         "payload": e.payload.model_dump(mode="json"),
     }
@@ -55,7 +55,7 @@ def record_row(body: bytes, hash_: bytes, position: int) -> dict[str, Any]:
         try:
             record = orjson.loads(body)
             row = {key: record[key] for key in _STORED_ROW_KEYS}
-            row["timestamp"] = datetime.fromisoformat(record["timestamp"]).isoformat()
+            row["timestamp"] = format_timestamp(datetime.fromisoformat(record["timestamp"]))
         except (ValueError, KeyError, TypeError) as exc:
             raise IntegrityError(f"stored record cannot be decoded: {exc}") from exc
         row["hash"] = bytes(hash_).hex()
@@ -100,7 +100,7 @@ def events_table(rows: list[dict[str, Any]], title: str, *, detail: bool = False
     (:func:`payload_detail`), folded when narrow; and a stream or workflow id that every
     row shares goes to the title instead of a column, to leave it the room.
     """
-    stamps = [utc_text(datetime.fromisoformat(r["timestamp"]))[:-3] for r in rows]
+    stamps = [utc_text(datetime.fromisoformat(r["timestamp"])) for r in rows]
     day, times = hoist_date(stamps)
     shared = {
         key: values.pop()

@@ -12,7 +12,7 @@ that is too wide, the table drops its outer border and cell padding first.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Literal
 
 from rich import box
@@ -129,10 +129,18 @@ def short_digest(digest: str) -> str:
     return digest[:19]
 
 
-def utc_text(at: datetime) -> str:
-    """``at`` as ``YYYY-MM-DD HH:MM:SS.ffffff``; the year padded by hand, since
-    strftime("%Y") writes year 999 as "999" on glibc."""
-    return f"{at.year:04d}-{at:%m-%d %H:%M:%S.%f}"
+def utc_text(at: datetime, *, seconds: bool = False) -> str:
+    """``at`` in UTC as every table and message shows a time: ``YYYY-MM-DD HH:MM:SS.mmm``,
+    or without ``.mmm`` (``seconds``) where a column or a sentence has no room for it.
+
+    The milliseconds are cut, not rounded, so a time is never shown later than recorded.
+    The caller marks it as UTC (a ``(UTC)`` column header or ``UTC`` after it); the date may
+    go to the title (:func:`hoist_date`). The year is padded by hand, since strftime("%Y")
+    writes year 999 as "999" on glibc.
+    """
+    at = at.astimezone(UTC)
+    text = f"{at.year:04d}-{at:%m-%d %H:%M:%S}"
+    return text if seconds else f"{text}.{at.microsecond // 1000:03d}"
 
 
 def hoist_date(stamps: Sequence[str], sep: str = " ") -> tuple[str | None, list[str]]:

@@ -62,6 +62,7 @@ from tracebound.cli._common import (
 )
 from tracebound.cli._events import events_table, raw_row, record_row
 from tracebound.cli._group import RootGroup, UsageError
+from tracebound.cli._tables import utc_text
 from tracebound.cli.copy import copy
 from tracebound.cli.export import export_app
 from tracebound.cli.inspect import AttemptsOpt, inspect_remediation
@@ -732,9 +733,10 @@ def _print_follow(row: dict[str, Any], as_json: bool) -> None:
     if as_json:
         write_stdout(json.dumps(row, sort_keys=True) + "\n")
     else:
-        stamp = datetime.fromisoformat(row["timestamp"])
+        # A follow can run past midnight and has no header: each line has its date and UTC.
+        stamp = utc_text(datetime.fromisoformat(row["timestamp"]))
         console.print(
-            f"{row['position']:>8} {stamp:%H:%M:%S.%f} [cyan]{safe_text(row['stream_id'])}[/]"
+            f"{row['position']:>8} {stamp} UTC [cyan]{safe_text(row['stream_id'])}[/]"
             f"#{row['stream_version']} [bold]{row['event_type']}[/] "
             + safe_text(row["workflow_id"] or "")
         )

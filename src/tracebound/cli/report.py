@@ -28,7 +28,7 @@ from tracebound.cli._common import (
     handled,
     safe_text,
 )
-from tracebound.cli._tables import Give, fit, hoist_date
+from tracebound.cli._tables import Give, fit, hoist_date, utc_text
 from tracebound.cli.project import ViewsOpt, open_runner
 from tracebound.errors import ConfigError
 from tracebound.events.anchor import MONEY_CONTEXT
@@ -657,7 +657,8 @@ def trail_cmd(
     if as_json:
         emit_json({"ok": True, "workflow_id": workflow, "entries": [e.to_dict() for e in entries]})
         return
-    day, times = hoist_date([e.timestamp for e in entries], sep="T")
+    # The nine digits of the order key stay in the JSON; the table shows milliseconds.
+    day, times = hoist_date([utc_text(datetime.fromisoformat(e.timestamp)) for e in entries])
     title = f"audit trail of {safe_text(workflow)}" + ("" if day is None else f", on {day}")
     table = Table(title=title)
     for col in ("time (UTC)", "source", "seq", "event", "detail"):

@@ -20,6 +20,7 @@ import importlib
 import shlex
 import sys
 from collections.abc import Iterable, Iterator
+from datetime import datetime
 from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final
@@ -47,6 +48,7 @@ from tracebound.cli._common import (
 )
 from tracebound.cli._tables import fit, short_digest, utc_text
 from tracebound.errors import ConfigError, PolicyUnusable
+from tracebound.events.envelope import format_timestamp
 from tracebound.ids import RunId, StepId
 
 if TYPE_CHECKING:
@@ -194,7 +196,7 @@ def _run_rows(events: Iterable[RecordedEvent]) -> list[dict[str, Any]]:
                 "pipeline": p.pipeline,
                 "pipeline_type": p.pipeline_type,
                 "critical": p.critical,
-                "started": e.timestamp.isoformat(),
+                "started": format_timestamp(e.timestamp),
                 "status": "running",
                 "steps": 0,
                 "waiting_at": None,
@@ -358,7 +360,7 @@ def _print_runs_table(rows: list[dict[str, Any]], *, title: str) -> None:
             f"[{colour}]{safe_text(r['status'])}[/]",
             str(r["steps"]),
             safe_text(waiting),
-            r["started"][:19].replace("T", " "),
+            utc_text(datetime.fromisoformat(r["started"]), seconds=True),
         )
     # A run id is what approve, reject and resume take: folded onto more lines, never cut.
     fit(
@@ -424,13 +426,13 @@ def _record_decision(
                 "approver": record.approver,
                 "decision": record.decision,
                 "paths": list(record.paths),
-                "timestamp": record.timestamp.isoformat(),
+                "timestamp": format_timestamp(record.timestamp),
             }
         )
         return
     console.print(
         f"[bold]{record.decision.capitalize()}[/] {safe_text(step)} of run {safe_text(run)} as "
-        f"{safe_text(record.approver)} at {utc_text(record.timestamp)[:19]} UTC "
+        f"{safe_text(record.approver)} at {utc_text(record.timestamp, seconds=True)} UTC "
         f"(paths: {safe_text(', '.join(record.paths) or '-')})."
     )
     console.print(f"Next: {next_cmd}", soft_wrap=True, markup=False, highlight=False)
@@ -815,11 +817,9 @@ def _print_blames_and_approvals(report: ReplayReport) -> None:
             line += f" [abandoned by the take-over at position {b.abandoned_by.position}]"
         console.print(f"[dim]{safe_text(line)}[/]" if b.abandoned_by else safe_text(line))
     for a, position in zip(report.approvals, report.approval_positions, strict=True):
+        at = utc_text(a.timestamp, seconds=True)
         console.print(
-            safe_text(
-                f"{a.decision} {a.step_id} as {a.approver} at {utc_text(a.timestamp)[:19]} UTC "
-                f"(position {position})"
-            )
+            safe_text(f"{a.decision} {a.step_id} as {a.approver} at {at} UTC (position {position})")
         )
 
 

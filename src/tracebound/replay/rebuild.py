@@ -70,7 +70,7 @@ from tracebound.events.catalog import (
     StepRecorded,
     ValidationRecorded,
 )
-from tracebound.events.envelope import RecordedEvent
+from tracebound.events.envelope import RecordedEvent, format_timestamp
 from tracebound.events.record import RawRecord, decode_record
 from tracebound.events.takeover import TakeOver, TakeOvers
 from tracebound.integrity.chain import GENESIS, chain_hash
@@ -292,7 +292,7 @@ class ReplayReport:
                     "step_id": a.step_id,
                     "approver": a.approver,
                     "decision": a.decision,
-                    "timestamp": a.timestamp.isoformat(),
+                    "timestamp": format_timestamp(a.timestamp),
                 }
                 for a, position in zip(self.approvals, self.approval_positions, strict=True)
             ],
