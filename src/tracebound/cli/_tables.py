@@ -143,13 +143,14 @@ def utc_text(at: datetime, *, seconds: bool = False) -> str:
     return text if seconds else f"{text}.{at.microsecond // 1000:03d}"
 
 
-def hoist_date(stamps: Sequence[str], sep: str = " ") -> tuple[str | None, list[str]]:
-    """When every timestamp is on the same day: that day, and the times without it.
+def hoist_date(stamps: Sequence[str]) -> tuple[str | None, list[str]]:
+    """When every timestamp (:func:`utc_text`) is on the same day: that day, and the times
+    without it.
 
     ``"2026-11-23 02:26:24.123"`` becomes ``"02:26:24.123"`` and the day goes to the
     table's title, which leaves a third of the column to the ids beside it.
     """
-    days = {s.partition(sep)[0] for s in stamps}
-    if len(days) != 1 or not all(sep in s for s in stamps):
+    days = {s.partition(" ")[0] for s in stamps}
+    if len(days) != 1 or not all(" " in s for s in stamps):
         return None, list(stamps)
-    return days.pop(), [s.partition(sep)[2] for s in stamps]
+    return days.pop(), [s.partition(" ")[2] for s in stamps]
