@@ -41,6 +41,7 @@ __all__ = [
     "EventTypeError",
     "GateRequired",
     "IntegrityError",
+    "KeyRotationRefused",
     "LedgerAttemptOutOfOrder",
     "LedgerDamaged",
     "PolicyError",
@@ -81,6 +82,7 @@ class DamageKind(StrEnum):
     REORDER = "reorder"  # events are present but not where they were written
     TRUNCATION = "truncation"  # the log ends before a signed checkpoint says it should
     FORGED_SIGNATURE = "forged-signature"  # a checkpoint whose signature does not verify
+    RETIRED_KEY = "retired-key"  # signed by a key retired by a rotation, beyond that rotation
     ROLLBACK = "rollback"  # older than the witness's checkpoint: a shorter log, or checkpoints
     FORK = "fork"  # the witness's checkpoint is no prefix of the log (same size or longer)
     TORN_TAIL = "torn-tail"  # a partially written final record (crash mid-append)
@@ -338,6 +340,12 @@ class StoreClosed(StorageError):
 
 class SigningKeyError(StorageError):
     """A signing key is missing, unreadable, or kept where it must not be."""
+
+
+class KeyRotationRefused(SigningKeyError):
+    """`keys rotate` (``Ledger.rotate_key``) would not hand the ledger over to a new key:
+    the key given is not the one that signs this ledger now, a rotation is unfinished or
+    another is in its way, or the new key is not new. Nothing was written."""
 
 
 class StoreBusy(ConcurrencyError, StorageError):

@@ -34,6 +34,7 @@ from tracebound.errors import (
     ConcurrencyError,
     ConfigError,
     DamageKind,
+    KeyRotationRefused,
     LedgerDamaged,
     ProofError,
     SignatureInvalid,
@@ -41,7 +42,8 @@ from tracebound.errors import (
     ValidationFailed,
     short_repr,
 )
-from tracebound.events.envelope import Event, Payload, RecordedEvent
+from tracebound.events.catalog import SigningKeyRotated
+from tracebound.events.envelope import Event, Payload, RecordedEvent, format_timestamp
 from tracebound.integrity import _kernel
 from tracebound.integrity.chain import chain_hash
 from tracebound.integrity.keys import NoteSigner, NoteVerifier
@@ -63,6 +65,13 @@ from tracebound.integrity.note import (
     open_checkpoint,
     sign_checkpoint,
 )
+from tracebound.integrity.rotation import (
+    KEY_STREAM,
+    ROTATION_TYPE,
+    KeyHistory,
+    Rotation,
+    open_checkpoints,
+)
 from tracebound.integrity.strict_json import loads_canonical_record, loads_strict
 from tracebound.integrity.verify import (
     ChunkResult,
@@ -75,10 +84,19 @@ from tracebound.sources import Clock, IdSource
 from tracebound.store.collector import paused_collector
 from tracebound.store.nodes import LogNodes, store_nodes
 from tracebound.store.port import ANY_VERSION, LedgerStore, MerkleNodeStore, stream_positions
+from tracebound.store.rotations import read_rotations
 from tracebound.store.url import open_store
 from tracebound.store.witness import Witness
 
-__all__ = ["CHUNK", "CheckpointRun", "InclusionBundle", "Ledger", "VerifyReport", "verify_bundle"]
+__all__ = [
+    "CHUNK",
+    "CheckpointRun",
+    "InclusionBundle",
+    "Ledger",
+    "RotationRun",
+    "VerifyReport",
+    "verify_bundle",
+]
 
 CHUNK: Final = 1 << 16  # positions per verify chunk: aligned, so chunk roots merge exactly
 ORIGIN_KEY: Final = "origin"
@@ -105,6 +123,9 @@ class VerifyReport:
     # The checkpoint origin the store names (its metadata's, else its newest checkpoint's
     # first line): what an auditor passes as `verify-evidence --origin`. None: neither yet.
     origin: str | None = None
+    # The key rotations the signed checkpoints cover (ADR 0017), oldest first; the key
+    # history is the first one's old key, then each one's new key.
+    rotations: tuple[Rotation, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -152,6 +173,7 @@ class VerifyReport:
             "checks": self.checks,
             "damage": None if self.damage is None else self.damage.as_dict(),
             "stored_checkpoint_size": self.stored_checkpoint_size,
+            "key_rotations": [r.as_dict() for r in self.rotations],
             "coverage": self.coverage(),
             "origin": self.origin,
         }
@@ -170,6 +192,10 @@ def stored_origin(store: LedgerStore) -> str | None:
 
 
 _P = TypeVar("_P")
+
+
+def _key_text(key: NoteVerifier) -> str:
+    return f"{key.name!r} ({key.key_hash:08x})"
 
 
 class _Spans(Sequence[tuple[int, int]]):
@@ -223,6 +249,23 @@ class CheckpointRun:
                 "incremental": self.incremental,
                 "full_reason": self.full_reason,
             },
+        }
+
+
+@dataclass(frozen=True)
+class RotationRun:
+    """A key rotation: the event that records it and the hand-over checkpoint both keys
+    signed (ADR 0017)."""
+
+    rotation: Rotation
+    handover: CheckpointRun
+    resumed: bool  # the event was there already (an interrupted rotation, finished now)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            **self.rotation.as_dict(),
+            "resumed": self.resumed,
+            "handover_checkpoint": self.handover.as_dict(),
         }
 
 
@@ -588,6 +631,19 @@ def _event_checked(
         raise ValidationFailed(f"payloads[{index}].{where}", error["msg"]) from exc
 
 
+def _refuse_key_stream(stream_id: object, payloads: Sequence[object]) -> None:
+    """Key rotations are written by :meth:`Ledger.rotate_key` alone: one appended any other
+    way names a key nobody handed the ledger to, and would stop its next checkpoint."""
+    if stream_id == KEY_STREAM or any(
+        isinstance(p, Payload) and p.kind == ROTATION_TYPE for p in payloads
+    ):
+        raise ValidationFailed(
+            "stream_id" if stream_id == KEY_STREAM else "payloads",
+            f"the stream {KEY_STREAM!r} and {ROTATION_TYPE!r} events are the ledger's own: "
+            "`tracebound keys rotate` (Ledger.rotate_key) writes them",
+        )
+
+
 _WORKER_STORES: dict[str, LedgerStore] = {}
 """A verify worker's open stores, by URL: a worker checks many chunks, and opening a store
 takes SQLite's write lock (schema check), which would make workers queue behind each other."""
@@ -634,6 +690,7 @@ class Ledger:
         self.verifier = verifier or (signer.verifier if signer else None)
         self.witness = witness
         self._origin = origin
+        self._history: KeyHistory | None = None  # the key history the last verify checked
 
     def close(self) -> None:
         self.store.close()
@@ -697,6 +754,7 @@ class Ledger:
             ConcurrencyConflict: the stream is not at ``expected_version``.
         """
         _check_arguments(payloads, workflow_id, correlation_id)
+        _refuse_key_stream(stream_id, payloads)
         if len(payloads) < _BULK:
             return self._record(stream_id, payloads, workflow_id, correlation_id, expected_version)
         with paused_collector():  # store/collector.py: a batch's objects form no cycles
@@ -773,6 +831,131 @@ class Ledger:
         """
         if self.signer is None:
             raise ConfigError("checkpoint needs the signing key; run `tracebound keys init`")
+        self._check_active(self.signer.verifier)
+        return self._sign((self.signer,), progress=progress, full=full)
+
+    def rotate_key(
+        self, new_signer: NoteSigner, *, rotated_by: str, reason: str | None = None
+    ) -> RotationRun:
+        """Hand this ledger over from :attr:`signer` to ``new_signer`` (ADR 0017).
+
+        The whole log is verified first; then a ``signing_key_rotated`` event naming both
+        keys is appended to :data:`KEY_STREAM`, and a hand-over checkpoint covering it is
+        signed by both keys and given to the witness. From then on only ``new_signer``
+        signs (:attr:`signer` is it when this returns). Run again with the same keys after
+        an interruption, it finishes the rotation whose event is there already.
+
+        Raises:
+            KeyRotationRefused: no signing key, the new key is the current one, the current
+                key is not the one that signs this ledger now (or does not match its newest
+                checkpoint), another rotation is unfinished, or the witness is unreadable.
+            LedgerDamaged: the log is damaged; nothing is written.
+            ConcurrencyConflict: another rotation was recorded at the same time.
+        """
+        old = self.signer
+        if old is None:
+            raise KeyRotationRefused("rotating needs the current signing key (--key)")
+        if new_signer.verifier == old.verifier:
+            raise KeyRotationRefused(f"the new key is the current key {_key_text(old.verifier)}")
+        rotations = read_rotations(self.store)
+        pending = self._pending_rotation(rotations)
+        resumed = pending is not None
+        if pending is None:
+            self._check_rotation_start(old.verifier, rotations)
+        elif (pending.old, pending.new) != (old.verifier, new_signer.verifier):
+            raise KeyRotationRefused(
+                f"{pending.describe()} from {_key_text(pending.old)} to "
+                f"{_key_text(pending.new)} is unfinished; finish it with those keys first"
+            )
+        report = self.verify()
+        if report.damage is not None:
+            raise report.damage
+        if report.checks.get("witness", "").startswith("unreadable"):
+            raise KeyRotationRefused(f"the witness cannot be read: {report.checks['witness']}")
+        if pending is None:
+            payload = SigningKeyRotated(
+                old_key=old.verifier.format(),
+                new_key=new_signer.verifier.format(),
+                rotated_by=rotated_by,
+                reason=reason,
+            )
+            (recorded,) = self.store.append(
+                KEY_STREAM, [self.event(payload)], expected_version=len(rotations)
+            )
+            pending = Rotation(
+                recorded.position,
+                old.verifier,
+                new_signer.verifier,
+                rotated_by,
+                reason,
+                format_timestamp(recorded.timestamp),
+            )
+        handover = self._sign((old, new_signer))
+        if self.verifier in {None, old.verifier}:
+            self.verifier = new_signer.verifier
+        self.signer = new_signer
+        return RotationRun(pending, handover, resumed)
+
+    def _pending_rotation(self, rotations: Sequence[Rotation]) -> Rotation | None:
+        """The newest rotation when no checkpoint covers it yet (its hand-over not signed)."""
+        signed = max((size for size, _ in self.store.checkpoints()), default=0)
+        return rotations[-1] if rotations and rotations[-1].position > signed else None
+
+    def _check_rotation_start(self, key: NoteVerifier, rotations: Sequence[Rotation]) -> None:
+        """``key`` must sign this ledger now: the newest rotation's new key, and the key
+        of the newest checkpoint."""
+        self._check_active(key)
+        newest = self.store.latest_checkpoint()
+        if newest is not None:
+            try:
+                open_checkpoint(newest, key, origin=self.origin)
+            except CheckpointError as exc:
+                raise KeyRotationRefused(
+                    f"the signing key {_key_text(key)} does not match this ledger's newest "
+                    f"checkpoint ({exc}); rotate with the key that signs it (--key)"
+                ) from exc
+
+    def _check_active(self, key: NoteVerifier) -> None:
+        """Refuse to sign with a key the ledger's key history has retired, or while a
+        rotation is unfinished (its event is in the log, its hand-over not signed).
+
+        Raises:
+            KeyRotationRefused: the key is retired, or a rotation is unfinished.
+        """
+        rotations = read_rotations(self.store)
+        if not rotations:
+            return
+        newest = rotations[-1]
+        signed = max((size for size, _ in self.store.checkpoints()), default=0)
+        if newest.position > signed:
+            raise KeyRotationRefused(
+                f"{newest.describe()} from {_key_text(newest.old)} to {_key_text(newest.new)} "
+                "is unfinished: its hand-over checkpoint was never signed. Run `tracebound "
+                "keys rotate` again with the same keys to finish it (if nobody here started "
+                "that rotation, the event is not genuine: run `tracebound verify`)"
+            )
+        if key != newest.new:
+            retired = next((r for r in rotations if r.old == key), None)
+            why = (
+                f"was retired by {retired.describe()}"
+                if retired is not None
+                else "is none of this ledger's keys"
+            )
+            raise KeyRotationRefused(
+                f"the signing key {_key_text(key)} {why}; this ledger is signed by "
+                f"{_key_text(newest.new)} now (sign with that key: --key)"
+            )
+
+    def _sign(
+        self,
+        signers: tuple[NoteSigner, ...],
+        *,
+        progress: Progress | None = None,
+        full: bool = False,
+    ) -> CheckpointRun:
+        """Verify what is new and sign the head with ``signers``; the first is the key the
+        previous checkpoint and the witness are read with (the outgoing key of a
+        hand-over, else the only one)."""
         self._keep_origin()
         base: MerkleAccumulator | None = None
         reason = "asked for"
@@ -798,13 +981,13 @@ class Ledger:
             first = base.size + 1
             size, root = log.size, log.root
             self.store_nodes(size, root)
-        held = None if self.witness is None else self.witness.latest(self.signer.verifier)
-        note = sign_checkpoint(Checkpoint(origin=self.origin, size=size, root=root), self.signer)
+        held = None if self.witness is None else self.witness.latest(signers[0].verifier)
+        note = sign_checkpoint(Checkpoint(origin=self.origin, size=size, root=root), signers)
         self.store.save_checkpoint(size, note)
         if self.witness is not None:
-            self._hand_to_witness(note, size, root, held)
+            self._hand_to_witness(note, size, root, held, signers[0].verifier)
         return CheckpointRun(
-            checkpoint=open_checkpoint(note, self.signer.verifier),
+            checkpoint=open_checkpoint(note, [s.verifier for s in signers]),
             verified_from=first,
             incremental=base is not None,
             full_reason=None if base is not None else reason,
@@ -836,7 +1019,7 @@ class Ledger:
         if not notes:
             raise _VerifyAll("no checkpoint yet")
         assert self.signer is not None  # checked by the caller
-        verifier = self.signer.verifier
+        verifier = self.signer.verifier  # the outgoing key in a hand-over: it signed the last
         try:
             newest = open_checkpoint(notes[-1][1], verifier)
             held = None if self.witness is None else self.witness.latest(verifier)
@@ -859,7 +1042,9 @@ class Ledger:
             raise _VerifyAll(f"the signed prefix cannot be read: {exc}") from exc
         return base
 
-    def _hand_to_witness(self, note: str, size: int, root: bytes, held: Checkpoint | None) -> None:
+    def _hand_to_witness(
+        self, note: str, size: int, root: bytes, held: Checkpoint | None, verifier: NoteVerifier
+    ) -> None:
         """Give the witness the new checkpoint ``note`` of the log of ``size`` and ``root``.
 
         ``held`` is what the witness held before this checkpoint was verified. Another
@@ -874,8 +1059,6 @@ class Ledger:
             ConcurrencyError: the witness kept moving while this was handed to it.
         """
         assert self.witness is not None
-        assert self.signer is not None
-        verifier = self.signer.verifier
         for _ in range(_WITNESS_TRIES):
             proof = [] if held is None else self._witness_proof(held, size, root)
             try:
@@ -1032,9 +1215,10 @@ class Ledger:
         note = self.store.latest_checkpoint()
         if note is None:
             raise ConfigError("no checkpoint yet; run `tracebound checkpoint` first")
-        if self.verifier is None:
+        verifier = self.active_verifier()
+        if verifier is None:
             raise ConfigError("proving needs the verifier key to read the checkpoint")
-        cp = open_checkpoint(note, self.verifier)
+        cp = open_checkpoint(note, verifier)
         if not 1 <= position <= cp.size:
             size = self.store.size()
             hint = (
@@ -1069,8 +1253,52 @@ class Ledger:
             )
 
         # Never hand out a proof that does not verify.
-        verifier = self.verifier
         return self.checked_proof(bundle_from, lambda b: verify_bundle(b, verifier))
+
+    def active_verifier(self) -> NoteVerifier | None:
+        """The key that signs this ledger's checkpoints now, reached from :attr:`verifier`
+        (any key of its history) through the hand-overs (ADR 0017); None without a verifier.
+
+        From an older key, each later rotation's hand-over checkpoint must be signed by
+        both its keys, and the rotation's record proven under the hand-over's root (from
+        the stored Merkle nodes, checked), before its new key is trusted. Costs a stream
+        index lookup without rotations, a few proofs with them.
+
+        Raises:
+            SignatureInvalid: a hand-over is not signed by both keys.
+            ProofError, LedgerDamaged: a rotation's record is not the one signed.
+        """
+        root = self.verifier
+        if root is None:
+            return None
+        notes = self.store.checkpoints()
+        signed = max((size for size, _ in notes), default=0)
+        rotations = [r for r in read_rotations(self.store) if r.position <= signed]
+        history = KeyHistory(rotations, root)
+        if root not in history.keys:
+            return root  # a key this log does not know: checks with it say so
+        for rotation in rotations[history.keys.index(root) :]:
+            note = next(n for s, n in notes if s >= rotation.position)
+            handover = open_checkpoint(note, [rotation.old, rotation.new], origin=self.origin)
+            self._prove_rotation(rotation, handover)
+        return history.keys[-1]
+
+    def _prove_rotation(self, rotation: Rotation, handover: Checkpoint) -> None:
+        """The rotation's record is the one at its position under the hand-over's root."""
+        position = rotation.position
+        raws = list(self.store.read_raw(start=position, stop=position))
+        damage = ChunkVerifier(position).feed_all(raws).damage
+        if damage is not None or len(raws) != 1:
+            raise damage or LogNodes(self.store).missing(position, position)
+        leaf = leaf_hash(raws[0].hash)
+
+        def build(tree: StoredTree) -> list[bytes]:
+            return inclusion_proof(position - 1, handover.size, tree.subtree_root)
+
+        def check(proof: list[bytes]) -> None:
+            verify_inclusion(leaf, position - 1, handover.size, proof, handover.root)
+
+        self.checked_proof(build, check)
 
     def checked_proof(self, build: Callable[[StoredTree], _P], check: Callable[[_P], object]) -> _P:
         """``build`` proofs from the stored Merkle nodes and ``check`` them against a signed
@@ -1107,33 +1335,21 @@ class Ledger:
         if self.verifier is None:
             report.checks["signature"] = NO_VERIFIER_KEY
             return None
-        out: list[Checkpoint] = []
-        for size, note in notes:
-            try:
-                cp = open_checkpoint(note, self.verifier)
-            except (SignatureInvalid, CheckpointError) as exc:
-                hint = (
-                    " (for a ledger signed with another key, check it with that key's "
-                    "public key: `verify --verifier-key`)"
-                    if isinstance(exc, SignatureInvalid)
-                    else ""
-                )
-                report.damage = LedgerDamaged(
-                    DamageKind.FORGED_SIGNATURE,
-                    size,
-                    f"the checkpoint stored for size {size} does not verify: {exc}{hint}",
-                )
-                report.checks["signature"] = "failed"
-                return None
-            if cp.size != size or cp.origin != self.origin:
-                report.damage = LedgerDamaged(
-                    DamageKind.FORGED_SIGNATURE,
-                    size,
-                    f"the checkpoint stored for size {size} is for {cp.origin!r} size {cp.size}",
-                )
-                report.checks["signature"] = "failed"
-                return None
-            out.append(cp)
+        try:
+            out, history = open_checkpoints(
+                notes,
+                self.verifier,
+                read_rotations(self.store),
+                origin=self.origin,
+                hint=" (for a ledger signed with another key, check it with that key's "
+                "public key: `verify --verifier-key`)",
+            )
+        except LedgerDamaged as damage:
+            report.damage = damage
+            report.checks["signature"] = "failed"
+            return None
+        report.rotations = history.rotations
+        self._history = history
         report.checks["signature"] = "ok"
         return out
 
@@ -1145,7 +1361,7 @@ class Ledger:
             report.checks["witness"] = NO_VERIFIER_KEY
             return None
         try:
-            held = self.witness.latest(self.verifier)
+            held = self._witness_latest(self.verifier)
         except TraceboundError as exc:
             report.checks["witness"] = f"unreadable: {exc}"
             return None
@@ -1155,6 +1371,52 @@ class Ledger:
         report.witness_size = held.size
         report.checks["witness"] = "ok"
         return held
+
+    def _behind_witness(self, report: VerifyReport) -> None:
+        """A store whose checkpoints the key does not verify, behind a witness it does: a
+        store put back to before a key rotation (its checkpoints are the old key's, the
+        witness's the new key's). That is a rollback, said as one, not a forgery."""
+        damage = report.damage
+        if (
+            damage is None
+            or damage.kind is not DamageKind.FORGED_SIGNATURE
+            or self.witness is None
+            or self.verifier is None
+        ):
+            return
+        try:
+            held = self.witness.latest(self.verifier)
+        except TraceboundError:
+            return
+        size = self.store.size()
+        if held is None or held.size <= size:
+            return
+        report.witness_size = held.size
+        report.checks["witness"] = "failed"
+        report.damage = LedgerDamaged(
+            DamageKind.ROLLBACK,
+            size + 1,
+            f"the witness holds a checkpoint of {held.size} events signed by "
+            f"{_key_text(self.verifier)}, but the store has only {size} and its checkpoints "
+            "are not signed by that key: the store was rolled back to an older state (from "
+            f"before a key rotation, if that key came by one); {damage}",
+        )
+
+    def _witness_latest(self, root: NoteVerifier) -> Checkpoint | None:
+        """The witness's checkpoint, checked with the key of the ledger's key history that
+        signs at its size: the newest key first (the witness holds the newest checkpoint),
+        then the older ones, then ``root`` (a key this log's history does not know)."""
+        assert self.witness is not None
+        history = self._history
+        keys = [*reversed(history.keys), root] if history is not None else [root]
+        first: TraceboundError | None = None
+        for key in dict.fromkeys(keys):
+            try:
+                return self.witness.latest(key)
+            except SignatureInvalid as exc:
+                first = first or exc
+        assert first is not None
+        raise first
 
     def _chunks(
         self, size: int, sizes: list[int], workers: int, *, first: int = 1
@@ -1239,6 +1501,8 @@ class Ledger:
         report = VerifyReport(origin=self._origin or stored_origin(self.store))
         checkpoints = self._signed_checkpoints(report)
         if report.damage is not None:
+            if require_signed:
+                self._behind_witness(report)
             return report
         if checkpoints:  # signatures checked: true whatever the chain turns out to hold
             report.checkpoint_size = max(c.size for c in checkpoints)

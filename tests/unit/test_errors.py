@@ -22,6 +22,7 @@ TREE: dict[type[E.TraceboundError], set[type[E.TraceboundError]]] = {
                       E.ValidationFailed},
     E.PolicyError: {E.PolicyUnusable, E.GateRequired, E.BudgetExceeded, E.AttemptRefusedError},
     E.StorageError: {E.ConfigError, E.StoreNotFound, E.StoreClosed, E.SigningKeyError,
+                     E.KeyRotationRefused,
                      E.StoreBusy, E.CommitOutcomeUnknown, E.ConnectionLost},
 }  # fmt: skip
 
@@ -36,6 +37,7 @@ def test_branches_hang_from_one_root() -> None:
     # The one class on two branches: what SQLite (StorageError) and PostgreSQL
     # (ConcurrencyError) raised for a busy store before it existed still catches it.
     assert E.StoreBusy.__bases__ == (E.ConcurrencyError, E.StorageError)
+    assert E.KeyRotationRefused.__bases__ == (E.SigningKeyError,)
 
 
 def test_every_exported_error_is_in_the_tree() -> None:

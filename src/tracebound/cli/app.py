@@ -69,6 +69,7 @@ from tracebound.cli.inspect import AttemptsOpt, inspect_remediation
 from tracebound.cli.project import project_app
 from tracebound.cli.repair import repair
 from tracebound.cli.report import report_app
+from tracebound.cli.rotate import keys_rotate
 from tracebound.cli.runs import register as register_runs
 from tracebound.errors import (
     CheckpointError,
@@ -89,6 +90,7 @@ from tracebound.ids import StreamId
 from tracebound.integrity.chain import GENESIS, chain_hash
 from tracebound.integrity.merkle import EMPTY_ROOT
 from tracebound.integrity.note import Checkpoint
+from tracebound.integrity.rotation import KEY_STREAM, ROTATION_TYPE
 from tracebound.integrity.verify import link_damage
 from tracebound.ledger import (
     NO_VERIFIER_KEY,
@@ -163,7 +165,7 @@ def _root(
 
 
 keys_app = typer.Typer(
-    help="Create and show the Ed25519 checkpoint signing key.", no_args_is_help=True
+    help="Create, show and rotate the Ed25519 checkpoint signing key.", no_args_is_help=True
 )
 app.add_typer(keys_app, name="keys")
 app.add_typer(export_app, name="export")
@@ -299,6 +301,9 @@ def keys_init(
             )
 
 
+keys_app.command("rotate")(keys_rotate)
+
+
 @keys_app.command("show")
 def keys_show(
     key: KeyOpt = None, verifier_key: VerifierOpt = None, as_json: JsonOpt = False
@@ -406,6 +411,11 @@ def _parse_line(
         ) from exc
     except TraceboundError as exc:
         raise ConfigError(f"line {number}: {exc}") from exc
+    if stream_id == KEY_STREAM or event.event_type == ROTATION_TYPE:
+        raise ConfigError(
+            f"line {number}: the stream {KEY_STREAM!r} and {ROTATION_TYPE!r} events are the "
+            "ledger's own: `tracebound keys rotate` writes them"
+        )
     return AppendRequest(StreamId(stream_id), [event], expected)
 
 
@@ -996,6 +1006,14 @@ def _verify_table(report: VerifyReport) -> Table:
     table.add_row(
         "witness holds", "-" if report.witness_size is None else f"{report.witness_size:,}"
     )
+    for rotation in report.rotations:  # who handed the ledger to which key, and when
+        why = f"; {safe_text(rotation.reason)}" if rotation.reason else ""
+        table.add_row(
+            "key rotated",
+            f"at position {rotation.position:,} ({rotation.timestamp}) by "
+            f"{safe_text(rotation.rotated_by)}{why}: {rotation.old.key_hash:08x} -> "
+            f"[cyan]{safe_text(rotation.new.format())}[/]",
+        )
     if coverage and coverage["after_last_checkpoint"]:
         table.add_row(
             "not yet signed",

@@ -12,6 +12,9 @@ The payloads fall into five groups:
   (docs/adr/0003).
 * **Agent Run Ledger** (TPC + ARL record): :class:`StepRecorded`, :class:`ApprovalRecorded`.
 * **Blob lifecycle** (ARCHITECTURE.md, contract 5): :class:`BlobErased`.
+* **Ledger system** (ADR 0017): :class:`SigningKeyRotated`, on the ledger's own key stream,
+  not a workflow's. Registered, but not a member of :data:`BuiltinPayload`: that union is
+  what the workflow fold matches over, and a key rotation belongs to no workflow.
 
 Nothing here may hold a float: the registry refuses any payload whose serialised schema
 admits one, because hashed bytes must not depend on float formatting.
@@ -73,6 +76,7 @@ __all__ = [
     "FINAL_RUN_STATUSES",
     "PHASE4_ATTEMPT_TYPES",
     "RUNTIME_PAYLOAD_TYPES",
+    "SYSTEM_PAYLOAD_TYPES",
     "AdapterDegraded",
     "ApprovalRecorded",
     "AttemptAnchorRecorded",
@@ -113,6 +117,7 @@ __all__ = [
     "RunStarted",
     "SignalKind",
     "SignalValue",
+    "SigningKeyRotated",
     "SloAlertRaised",
     "SolutionFound",
     "StepRecorded",
@@ -577,6 +582,29 @@ class BlobErased(Payload):
     reason: _Text
 
 
+# --- ledger system -------------------------------------------------------------------------
+
+
+class SigningKeyRotated(Payload):
+    """The ledger's checkpoint signing key was handed over from ``old_key`` to ``new_key``.
+
+    Both are C2SP verifier key texts (``<name>+<key id>+<base64 key>``). Written only by
+    ``Ledger.rotate_key`` (``tracebound keys rotate``) on the key stream, and signed by a
+    hand-over checkpoint that both keys sign (ADR 0017): checkpoints covering this event are
+    signed by ``new_key``, and ``old_key`` signs none beyond it.
+    """
+
+    kind: Literal["signing_key_rotated"] = "signing_key_rotated"
+    old_key: _Text
+    new_key: _Text
+    rotated_by: _Text
+    reason: _Text | None = None
+
+
+SYSTEM_PAYLOAD_TYPES: tuple[type[Payload], ...] = (SigningKeyRotated,)
+"""The ledger's own events: registered, outside :data:`BuiltinPayload` (no workflow)."""
+
+
 # --- pipeline runtime (TPC + ARL record: runs, gates, blame, repair, routing, SLOs) --------
 
 RatioText: TypeAlias = Annotated[str, Field(pattern=r"^(0(\.[0-9]+)?|1(\.0+)?)$")]
@@ -817,7 +845,7 @@ PHASE4_ATTEMPT_TYPES: tuple[type[Payload], ...] = (
 )
 """Phase 4's per-attempt events in emission order; the anchor is always last."""
 
-for _cls in BUILTIN_PAYLOAD_TYPES:
+for _cls in (*BUILTIN_PAYLOAD_TYPES, *SYSTEM_PAYLOAD_TYPES):
     default_registry().register(_cls)
 del _cls
 default_registry().register_upcaster("gate_requested", 1, _gate_requested_v1_to_v2)

@@ -208,8 +208,9 @@ def _latest_checkpoint(ledger: Ledger) -> tuple[str, Checkpoint] | None:
     note = ledger.store.latest_checkpoint()
     if note is None:
         return None
-    if ledger.verifier is not None:
-        cp = open_checkpoint(note, ledger.verifier)
+    verifier = ledger.active_verifier()  # the key that signs it now (ADR 0017)
+    if verifier is not None:
+        cp = open_checkpoint(note, verifier)
     else:  # still worth including: the auditor checks the signature with their key
         cp = parse_checkpoint(SignedNote.parse(note).text)
     return note, cp
@@ -336,8 +337,9 @@ def write_evidence(ledger: Ledger, blobs: BlobStore, run_id: str, directory: Pat
         EvidenceInvalid: what was built does not verify (never handed out).
     """
     doc = build_evidence(ledger, blobs, run_id)
-    if ledger.verifier is not None:
-        verify_evidence(doc, ledger.verifier, require_signed=False)
+    verifier = ledger.active_verifier()
+    if verifier is not None:
+        verify_evidence(doc, verifier, require_signed=False)
     path = evidence_path(directory, run_id)
     data = (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode("ascii")
     try:

@@ -322,7 +322,9 @@ class SignedNote:
         more = f" and {len(others) - 3} more" if len(others) > 3 else ""
         return (
             f"; it is signed by {names}{more}: another key than the one it was checked with "
-            "(the signing key was replaced, or someone else signed it)"
+            "(the signing key was replaced, or rotated: a ledger whose key was rotated with "
+            "`tracebound keys rotate` signs with its newest key, which `tracebound verify` "
+            "lists under 'key rotated'; or someone else signed it)"
         )
 
     @classmethod

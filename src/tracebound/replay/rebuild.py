@@ -521,7 +521,8 @@ def check_not_truncated(ledger: Ledger | LedgerStore) -> int:
     held: int | None = None
     if isinstance(ledger, Ledger) and ledger.witness is not None and ledger.verifier is not None:
         try:
-            latest = ledger.witness.latest(ledger.verifier)
+            active = ledger.active_verifier()  # the witness holds the newest key's
+            latest = None if active is None else ledger.witness.latest(active)
         except TraceboundError:
             latest = None  # an unreadable witness is `verify`'s to report
         held = latest.size if latest is not None else None

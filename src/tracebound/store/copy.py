@@ -40,13 +40,13 @@ from tracebound.errors import (
     DamageKind,
     IntegrityError,
     LedgerDamaged,
-    SignatureInvalid,
 )
 from tracebound.events.record import RawRecord
 from tracebound.ids import Sha256Digest
 from tracebound.integrity.keys import NoteVerifier
 from tracebound.integrity.nodes import StoredTree
-from tracebound.integrity.note import Checkpoint, SignedNote, open_checkpoint, parse_checkpoint
+from tracebound.integrity.note import Checkpoint, SignedNote, parse_checkpoint
+from tracebound.integrity.rotation import open_checkpoints
 from tracebound.integrity.verify import (
     PAGE,
     ChunkVerifier,
@@ -56,6 +56,7 @@ from tracebound.integrity.verify import (
 from tracebound.store.blobs import BlobStore
 from tracebound.store.nodes import LogNodes, store_nodes
 from tracebound.store.port import ImportStore, LedgerStore, MerkleNodeStore
+from tracebound.store.rotations import read_rotations
 
 __all__ = [
     "CHUNK",
@@ -129,31 +130,42 @@ class CopyReport:
 
 
 def _open_notes(
-    notes: Sequence[tuple[int, str]], verifier: NoteVerifier | None, origin: str | None
+    source: LedgerStore,
+    notes: Sequence[tuple[int, str]],
+    verifier: NoteVerifier | None,
+    origin: str | None,
 ) -> list[Checkpoint]:
-    """The source's checkpoints, signature-checked when a key is given.
+    """The source's checkpoints, signature-checked when a key is given: with the key of
+    the source's key history that signs at each size (ADR 0017), ``verifier`` being any
+    of them. The copy then compares every root with the log it reads, which is what makes
+    the rotation events that history comes from trustworthy.
 
     Without a key the note bodies are still parsed, so the roots can be compared; they are
     then claims, not proofs, and the report says so.
     """
+    if verifier is not None:
+        hint = (
+            " against the verifier key given (if the source was signed with another key, "
+            "pass that one)"
+        )
+        try:
+            checked, _ = open_checkpoints(
+                notes, verifier, read_rotations(source), origin=origin, hint=hint
+            )
+        except LedgerDamaged as damage:
+            raise LedgerDamaged(
+                damage.kind, damage.position, f"the source's {damage.detail.removeprefix('the ')}"
+            ) from damage
+        return checked
     out: list[Checkpoint] = []
     for size, note in notes:
         try:
-            if verifier is not None:
-                cp = open_checkpoint(note, verifier)
-            else:
-                cp = parse_checkpoint(SignedNote.parse(note).text)
-        except (SignatureInvalid, CheckpointError) as exc:
-            key = (
-                " against the verifier key given (if the source was signed with another key, "
-                "pass that one)"
-                if verifier is not None
-                else ""
-            )
+            cp = parse_checkpoint(SignedNote.parse(note).text)
+        except CheckpointError as exc:
             raise LedgerDamaged(
                 DamageKind.FORGED_SIGNATURE,
                 size,
-                f"the source's checkpoint for size {size} does not verify{key}: {exc}",
+                f"the source's checkpoint for size {size} does not verify: {exc}",
             ) from exc
         if cp.size != size or (origin is not None and cp.origin != origin):
             raise LedgerDamaged(
@@ -300,7 +312,7 @@ def copy_ledger(
         raise CopyDiverged(None, f"its origin is {held_origin!r}, the source's {origin!r}{hint}")
 
     notes = source.checkpoints()
-    checkpoints = _open_notes(notes, verifier, origin)
+    checkpoints = _open_notes(source, notes, verifier, origin)
     if notes:
         report.signatures = "ok" if verifier is not None else "not checked: no verifier key"
     source_notes = dict(notes)

@@ -31,14 +31,19 @@ from tracebound.store.files import make_private_dir, write_file_atomic
 __all__ = [
     "KEY_DIR_ENV",
     "GeneratedKey",
+    "RotatedKeyFiles",
     "check_key_pair",
     "default_key_dir",
     "default_key_path",
+    "discard_next_key",
     "file_stem",
     "generate_keypair",
+    "install_rotated_key",
     "load_signer",
     "load_verifier",
     "missing_signer_error",
+    "next_key",
+    "next_key_path",
     "public_key_path",
 ]
 
@@ -354,3 +359,77 @@ def missing_signer_error(path: Path) -> SigningKeyError:
         "back if you have a copy; if it is lost, see README 'Losing, leaking or replacing "
         "the signing key'"
     )
+
+
+# -- rotation (ADR 0017) ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RotatedKeyFiles:
+    """Where :func:`install_rotated_key` put the new key, and where it kept the old one."""
+
+    private_path: Path
+    public_path: Path
+    archived_private: Path
+    archived_public: Path
+
+
+def next_key_path(path: Path) -> Path:
+    """``<stem>.next.key`` beside ``path``: the incoming key of a rotation in progress."""
+    return path.with_name(f"{path.stem}.next{path.suffix or '.key'}")
+
+
+def _retired_path(path: Path, verifier: NoteVerifier) -> Path:
+    return path.with_name(f"{path.stem}.retired-{verifier.key_hash:08x}{path.suffix or '.key'}")
+
+
+def next_key(path: Path, name: str, *, store_dir: Path | None) -> tuple[NoteSigner, bool]:
+    """The incoming key of a rotation of the key at ``path``, and whether it was there
+    already: made (0600, with its ``.pub``) before anything is recorded, so a rotation
+    interrupted midway finds the same key again.
+
+    Raises:
+        SigningKeyError: it cannot be written or read.
+    """
+    pending = next_key_path(path)
+    if pending.exists():
+        return load_signer(pending, store_dir=store_dir), True
+    generate_keypair(name, path=pending, store_dir=store_dir)
+    return load_signer(pending, store_dir=store_dir), False
+
+
+def discard_next_key(path: Path) -> None:
+    """Remove the incoming key :func:`next_key` made, when the rotation was refused before
+    anything named it (a key nobody uses should not lie around)."""
+    pending = next_key_path(path)
+    for file in (public_key_path(pending), pending):
+        file.unlink(missing_ok=True)
+
+
+def install_rotated_key(path: Path, old: NoteSigner) -> RotatedKeyFiles:
+    """Archive the outgoing pair beside ``path`` as ``<stem>.retired-<key id>.key`` and
+    ``.pub`` (never over another file), then move the incoming pair into place.
+
+    Raises:
+        SigningKeyError: a file of that archive name holds another key, or a file could
+            not be written or moved.
+    """
+    pending = next_key_path(path)
+    archive = _retired_path(path, old.verifier)
+    texts = (
+        (archive, old.format_private(), 0o600),
+        (public_key_path(archive), old.verifier.format(), 0o644),
+    )
+    try:
+        for target, text, mode in texts:
+            data = (text + "\n").encode()
+            if target.exists():
+                if target.read_bytes() != data:
+                    raise SigningKeyError(f"{target} exists and holds another key; move it away")
+                continue
+            write_file_atomic(target, data, mode=mode, overwrite=False)
+        pending.replace(path)
+        public_key_path(pending).replace(public_key_path(path))
+    except OSError as exc:
+        raise SigningKeyError(f"could not move the rotated key into place: {exc}") from exc
+    return RotatedKeyFiles(path, public_key_path(path), archive, public_key_path(archive))

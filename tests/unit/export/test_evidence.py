@@ -267,3 +267,24 @@ def test_write_evidence_rewrites_a_run_on_demand(tmp_path: Path) -> None:
     again = write_evidence(runner.ledger, runner.blobs, path.stem, tmp_path / "again")
     assert again.name == path.name
     assert _load(again) == _load(path)  # same ledger, same checkpoint: same bytes
+
+
+def test_after_a_key_rotation_evidence_is_signed_by_the_new_key(tmp_path: Path) -> None:
+    """ADR 0017: a run after `keys rotate` is signed (checkpoint and run head) by the new
+    key; checked with the retired key it is refused, naming both keys and the rotation."""
+    writer = EvidenceWriter(tmp_path / "evidence")
+    runner = rp.make_runner(tmp_path, evidence=writer)
+    runner.run(rp.repaired, {"ticket": "T-1"})
+    new = NoteSigner("kit", bytes([9]) * 32)
+    runner.ledger.rotate_key(new, rotated_by="alice", reason="yearly")
+    runner.run(rp.repaired, {"ticket": "T-2"})
+    first, second = writer.written
+    verify_evidence(first, VERIFIER)  # written before the rotation: the old key's
+    report = verify_evidence(second, new.verifier)
+    assert report.signed and report.tree_size == runner.ledger.store.size()
+    with pytest.raises(EvidenceInvalid) as info:
+        verify_evidence(second, VERIFIER)
+    message = str(info.value)
+    assert f"{VERIFIER.key_hash:08x}" in message and f"{new.verifier.key_hash:08x}" in message
+    assert "keys rotate" in message
+    assert runner.ledger.verify().ok

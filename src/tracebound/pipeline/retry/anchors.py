@@ -257,9 +257,10 @@ DATASET_ROW_ADAPTER: TypeAdapter[AnchorDatasetRow] = TypeAdapter(AnchorDatasetRo
 
 def _covered(ledger: Ledger) -> int:
     note = ledger.store.latest_checkpoint()
-    if note is None or ledger.verifier is None:
+    verifier = None if note is None else ledger.active_verifier()
+    if note is None or verifier is None:
         return 0
-    return open_checkpoint(note, ledger.verifier).size
+    return open_checkpoint(note, verifier).size
 
 
 def _sign_or_refuse(ledger: Ledger, last: int) -> None:

@@ -1,0 +1,128 @@
+"""`tracebound keys rotate`: hand a live ledger over to a new signing key (ADR 0017)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from tracebound.cli._common import (
+    JsonOpt,
+    KeyOpt,
+    StoreOpt,
+    WitnessOpt,
+    console,
+    emit_json,
+    handled,
+    open_ledger,
+    resolve_key_path,
+    safe_text,
+    store_dir,
+)
+from tracebound.errors import KeyRotationRefused, TraceboundError
+from tracebound.ledger import Ledger, RotationRun
+from tracebound.store.keyfile import discard_next_key, install_rotated_key, next_key
+from tracebound.store.rotations import read_rotations
+
+__all__ = ["keys_rotate"]
+
+ByOpt = Annotated[
+    str,
+    typer.Option(
+        "--by",
+        help="Who rotates the key (recorded in the rotation event, as an approver's name is).",
+    ),
+]
+ReasonOpt = Annotated[
+    str | None,
+    typer.Option(help="Why, recorded with it (yearly rotation, a suspected leak...)."),
+]
+
+
+def keys_rotate(
+    by: ByOpt,
+    reason: ReasonOpt = None,
+    store: StoreOpt = None,
+    key: KeyOpt = None,
+    witness: WitnessOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Hand this ledger over to a new signing key, recorded in the ledger itself.
+
+    Verifies the whole log, makes the new key (beside --key, as <name>.next.key until it
+    is in place), appends a signing_key_rotated event naming both public keys and who
+    rotated, signs a hand-over checkpoint covering it with the old key AND the new key,
+    and updates the witness. Then the old pair is kept as <name>.retired-<key id>.key/.pub
+    and the new pair takes --key's place: `checkpoint` signs with it alone, and a
+    checkpoint the old key signs beyond the rotation is reported as `retired-key`. Any key
+    of the ledger's history still verifies it. Interrupted, run it again: it finishes the
+    same rotation.
+    """
+    with handled(as_json):
+        path = resolve_key_path(key)
+        with open_ledger(store, key=key, witness=witness, need_signer=True) as ledger:
+            old = ledger.signer
+            assert old is not None  # need_signer
+            new, had = next_key(path, old.name, store_dir=store_dir(store))
+            try:
+                run = _rotate(ledger, new, by, reason) if not _done(ledger, old, new) else None
+            except TraceboundError:
+                if not had:  # refused before anything was recorded: leave no new key behind
+                    discard_next_key(path)
+                raise
+        files = install_rotated_key(path, old)
+    data: dict[str, Any] = {
+        "ok": True,
+        **(run.as_dict() if run is not None else {"resumed": True}),
+        "key": str(files.private_path),
+        "public": str(files.public_path),
+        "archived_key": str(files.archived_private),
+        "archived_public": str(files.archived_public),
+        "new_verifier_key": new.verifier.format(),
+        "old_verifier_key": old.verifier.format(),
+    }
+    if as_json:
+        emit_json(data)
+        return
+    _say(data, had)
+
+
+def _done(ledger: Ledger, old: Any, new: Any) -> bool:
+    """The rotation from ``old`` to ``new`` is signed already; only the key files were
+    not moved yet (a run interrupted after the hand-over)."""
+    rotations = read_rotations(ledger.store)
+    signed = max((size for size, _ in ledger.store.checkpoints()), default=0)
+    return bool(
+        rotations
+        and (rotations[-1].old, rotations[-1].new) == (old.verifier, new.verifier)
+        and rotations[-1].position <= signed
+    )
+
+
+def _rotate(ledger: Ledger, new: Any, by: str, reason: str | None) -> RotationRun:
+    if not by.strip():
+        raise KeyRotationRefused("--by needs a name: who rotates the key is recorded")
+    return ledger.rotate_key(new, rotated_by=by, reason=reason)
+
+
+def _say(data: dict[str, Any], had: bool) -> None:
+    if "position" in data:
+        handover = data["handover_checkpoint"]
+        console.print(
+            f"Rotated the signing key at position {data['position']} (by "
+            f"{safe_text(data['rotated_by'])}); the hand-over checkpoint of "
+            f"{handover['size']} events is signed by the old and the new key."
+        )
+    else:
+        console.print("The rotation was signed already; its key files are now in place.")
+    console.print(f"New signing key: [bold]{safe_text(data['key'])}[/]")
+    console.print(
+        f"Old key kept as [bold]{safe_text(data['archived_key'])}[/] (retired: it can no "
+        "longer sign this ledger; keep it secret, or destroy it)"
+    )
+    console.print(
+        f"New verifier key (give this to auditors): [cyan]{data['new_verifier_key']}[/]; "
+        f"the old one ({data['old_verifier_key']}) still verifies the ledger too."
+    )
+    if had:
+        console.print("(an interrupted rotation was finished)")

@@ -1,0 +1,172 @@
+"""`tracebound keys rotate` (ADR 0017), as an operator and an auditor run it: real
+subprocesses, a real SQLite ledger, the default key files and witness."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from tests.e2e.test_cli import CLI, _lines, ready_cli
+from tracebound.integrity.keys import NoteSigner
+from tracebound.integrity.note import Checkpoint, sign_checkpoint
+from tracebound.store.keyfile import load_signer
+
+
+def _keys(cli: CLI) -> Path:
+    return Path(cli.env["HOME"]) / ".config" / "tracebound" / "keys"
+
+
+def _db(cli: CLI) -> Path:
+    return cli.cwd / ".tracebound" / "ledger.db"
+
+
+def _pub(tmp_path: Path, name: str, text: str) -> str:
+    path = tmp_path / f"{name}.pub"
+    path.write_text(text + "\n")
+    return str(path)
+
+
+def _rotated(tmp_path: Path) -> tuple[CLI, str, str, dict[str, Any]]:
+    """4 events signed by K1; rotated to K2 (event 5); 2 more events signed by K2."""
+    cli = ready_cli(tmp_path, 4, checkpoint=True)
+    old = cli.json("keys", "show")["verifier_key"]
+    out = cli.json("keys", "rotate", "--by", "alice", "--reason", "yearly rotation")
+    new = cli.json("keys", "show")["verifier_key"]
+    cli.json("append", stdin=_lines(2, start=4))
+    cli.json("checkpoint")
+    return cli, old, new, out
+
+
+def test_rotate_hands_over_and_every_key_of_the_history_verifies(tmp_path: Path) -> None:
+    cli, old, new, out = _rotated(tmp_path)
+    assert new != old
+    assert (out["old_key"], out["new_key"]) == (old, new)
+    assert (out["position"], out["rotated_by"], out["reason"]) == (5, "alice", "yearly rotation")
+    assert out["handover_checkpoint"]["size"] == 5 and out["resumed"] is False
+    keys = _keys(cli)
+    archived = Path(out["archived_key"])
+    assert archived.parent == keys and archived.name.startswith("tracebound.retired-")
+    assert load_signer(archived).verifier.format() == old  # kept, not overwritten
+    assert Path(out["archived_public"]).read_text().strip() == old
+    assert load_signer(keys / "tracebound.key").verifier.format() == new
+    assert not (keys / "tracebound.next.key").exists()
+    # The hand-over note carries two signature lines, the others one.
+    with sqlite3.connect(_db(cli)) as conn:
+        notes = dict(conn.execute("SELECT size, note FROM checkpoints").fetchall())
+    assert sorted(notes) == [4, 5, 7]
+    assert [notes[s].count("\n\u2014 ") for s in (4, 5, 7)] == [1, 2, 1]
+    for key in (None, _pub(tmp_path, "old", old), _pub(tmp_path, "new", new)):
+        args = ("verify",) if key is None else ("verify", "--verifier-key", key)
+        report = cli.json(*args)
+        assert report["ok"] is True, report
+        assert report["checkpoint_size"] == 7 and report["witness_size"] == 7
+        (rotation,) = report["key_rotations"]
+        assert (rotation["old_key"], rotation["new_key"]) == (old, new)
+        assert rotation["rotated_by"] == "alice"
+    text = cli.run("verify")
+    assert text.returncode == 0 and "key rotated" in text.stdout and "alice" in text.stdout
+    # Proofs are signed by the newest key; the old one refuses, naming both and rotation.
+    proof = tmp_path / "p.json"
+    cli.json("prove", "2", "-o", str(proof))
+    cli.json("verify-proof", str(proof), "--verifier-key", new)
+    refused = cli.json("verify-proof", str(proof), "--verifier-key", old, code=1)
+    message = refused["error"]["message"]
+    assert old.split("+")[1] in message and new.split("+")[1] in message
+    assert "keys rotate" in message
+
+
+def test_two_rotations(tmp_path: Path) -> None:
+    cli, k1, k2, _ = _rotated(tmp_path)
+    second = cli.json("keys", "rotate", "--by", "bob", "--reason", "suspected leak")
+    k3 = cli.json("keys", "show")["verifier_key"]
+    assert second["old_key"] == k2 and second["new_key"] == k3 and second["position"] == 8
+    cli.json("append", stdin=_lines(1, start=6))
+    cli.json("checkpoint")
+    for key in (k1, k2, k3):
+        report = cli.json("verify", "--verifier-key", key)
+        assert report["ok"] is True, report
+        assert [r["rotated_by"] for r in report["key_rotations"]] == ["alice", "bob"]
+    assert len(list(_keys(cli).glob("tracebound.retired-*.key"))) == 2
+
+
+def test_a_checkpoint_the_retired_key_signs_after_the_rotation_is_forged(
+    tmp_path: Path,
+) -> None:
+    cli, old, _new, out = _rotated(tmp_path)
+    retired = load_signer(Path(out["archived_key"]))
+    # Whoever kept (or stole) the old key signs a checkpoint of the log of 7 events.
+    root = bytes.fromhex(cli.json("verify")["root"])
+    origin = cli.json("verify")["origin"]
+    note = sign_checkpoint(Checkpoint(origin, 7, root), retired)
+    with sqlite3.connect(_db(cli)) as conn:
+        conn.execute("UPDATE checkpoints SET note = ? WHERE size = 7", (note,))
+    for key in (old, None):
+        args = ("verify",) if key is None else ("verify", "--verifier-key", key)
+        report = cli.json(*args, code=1)
+        assert report["damage"]["kind"] == "retired-key"
+        assert report["damage"]["position"] == 7
+        assert "retired by the rotation at position 5" in report["damage"]["detail"]
+    # The retired key cannot sign a checkpoint either.
+    refused = cli.json("checkpoint", "--key", out["archived_key"], code=2)
+    assert refused["error"]["kind"] == "KeyRotationRefused"
+    assert "retired" in refused["error"]["message"]
+
+
+def test_tampering_with_the_rotation_event_is_found(tmp_path: Path) -> None:
+    cli, _old, _new, _ = _rotated(tmp_path)
+    with sqlite3.connect(_db(cli)) as conn:
+        (body,) = conn.execute("SELECT body FROM events WHERE position = 5").fetchone()
+        forged = bytes(body).replace(b"alice", b"mallo")
+        conn.execute("UPDATE events SET body = ? WHERE position = 5", (forged,))
+    report = cli.json("verify", code=1)
+    assert report["damage"]["kind"] == "tamper" and report["damage"]["position"] == 5
+
+
+def test_a_forged_rotation_appended_by_hand_is_refused(tmp_path: Path) -> None:
+    cli = ready_cli(tmp_path, 1, checkpoint=True)
+    stranger = NoteSigner("tracebound", bytes(32)).verifier.format()
+    payload = {
+        "kind": "signing_key_rotated",
+        "old_key": cli.json("keys", "show")["verifier_key"],
+        "new_key": stranger,
+        "rotated_by": "mallory",
+    }
+    line = json.dumps({"stream_id": "s", "payload": payload}) + "\n"
+    out = cli.json("append", stdin=line, code=2)
+    assert "keys rotate" in out["error"]["message"]
+
+
+def test_the_witness_catches_a_rollback_across_the_rotation(tmp_path: Path) -> None:
+    cli = ready_cli(tmp_path, 4, checkpoint=True)
+    snapshot = _db(cli).read_bytes()  # before the rotation, signed by the old key
+    cli.json("keys", "rotate", "--by", "alice")
+    cli.json("append", stdin=_lines(2, start=4))
+    cli.json("checkpoint")
+    _db(cli).write_bytes(snapshot)
+    report = cli.json("verify", code=1)  # with the new key, as configured now
+    assert report["damage"]["kind"] == "rollback", report
+    assert report["damage"]["position"] == 5
+
+
+def test_rotate_refuses_a_damaged_ledger_and_a_foreign_key(tmp_path: Path) -> None:
+    cli = ready_cli(tmp_path, 3, checkpoint=True)
+    stranger = tmp_path / "other.key"
+    cli.json("keys", "init", "--key", str(stranger), "--name", "tracebound")
+    refused = cli.json("keys", "rotate", "--by", "alice", "--key", str(stranger), code=2)
+    assert refused["error"]["kind"] == "KeyRotationRefused"
+    assert "newest checkpoint" in refused["error"]["message"]
+    assert not (tmp_path / "other.next.key").exists()  # a refused rotation leaves no key
+    with sqlite3.connect(_db(cli)) as conn:
+        (body,) = conn.execute("SELECT body FROM events WHERE position = 2").fetchone()
+        conn.execute(
+            "UPDATE events SET body = ? WHERE position = 2",
+            (bytes(body).replace(b"0.0001", b"0.0009"),),
+        )
+    damaged = cli.json("keys", "rotate", "--by", "alice", code=1)
+    assert damaged["error"]["damage"]["position"] == 2
+    with sqlite3.connect(_db(cli)) as conn:
+        assert conn.execute("SELECT count(*) FROM events").fetchone() == (3,)
+    assert (_keys(cli) / "tracebound.key").exists()
+    assert not (_keys(cli) / "tracebound.next.key").exists()
