@@ -33,6 +33,9 @@ from tracebound.events import Event, Payload, default_registry
 from tracebound.events.catalog import MergeOutcome
 from tracebound.events.record import record_dict
 from tracebound.integrity.chain import GENESIS, chain_hash
+from tracebound.integrity.keys import NoteSigner
+from tracebound.ledger import Ledger
+from tracebound.sources import FixedClock, SequentialIds
 from tracebound.store.port import (
     NO_STREAM,
     AppendRequest,
@@ -42,6 +45,7 @@ from tracebound.store.port import (
     read_matching,
     stream_positions,
 )
+from tracebound.store.witness import FileWitness
 
 
 class ConformanceNote(Payload):
@@ -462,3 +466,33 @@ class LedgerStoreSuite:
         store.set_meta("origin", "example.com/log")
         store.set_meta("origin", "example.com/log2")
         assert store.get_meta("origin") == "example.com/log2"
+
+    def test_a_key_rotation_verifies_from_either_key(
+        self, store: LedgerStore, tmp_path: Path
+    ) -> None:
+        """ADR 0017 on every backend: the rotation event is found through the key stream's
+        index, and the log verifies from the old and the new key."""
+        old, new = NoteSigner("conformance", b"\x01" * 32), NoteSigner("conformance", b"\x02" * 32)
+        origin = "conformance.example/rotation"
+
+        def ledger(signer: NoteSigner, root: NoteSigner) -> Ledger:
+            return Ledger(
+                store,
+                clock=FixedClock(),
+                ids=SequentialIds(namespace=3),
+                signer=signer,
+                verifier=root.verifier,
+                witness=FileWitness(tmp_path / "witness.note", origin=origin),
+                origin=origin,
+            )
+
+        led = ledger(old, old)
+        led.record("a", [ConformanceNote(text="x", n=i) for i in range(3)])
+        led.checkpoint()
+        assert led.rotate_key(new, rotated_by="alice").rotation.position == 4
+        led.record("a", [ConformanceNote(text="x", n=i) for i in range(3, 5)])
+        led.checkpoint()
+        for root in (old, new):
+            report = ledger(new, root).verify(workers=1)
+            assert report.ok, report.damage
+            assert [(r.old, r.new) for r in report.rotations] == [(old.verifier, new.verifier)]
