@@ -981,7 +981,10 @@ class Ledger:
             first = base.size + 1
             size, root = log.size, log.root
             self.store_nodes(size, root)
-        held = None if self.witness is None else self.witness.latest(signers[0].verifier)
+        held = None
+        if self.witness is not None:
+            self._finish_handover(signers[0].verifier)
+            held = self.witness.latest(signers[0].verifier)
         note = sign_checkpoint(Checkpoint(origin=self.origin, size=size, root=root), signers)
         self.store.save_checkpoint(size, note)
         if self.witness is not None:
@@ -1041,6 +1044,29 @@ class Ledger:
         except (LedgerDamaged, ProofError) as exc:
             raise _VerifyAll(f"the signed prefix cannot be read: {exc}") from exc
         return base
+
+    def _finish_handover(self, key: NoteVerifier) -> None:
+        """Give the witness the newest rotation's stored hand-over if it holds the outgoing
+        key's note still (a rotation interrupted between saving the hand-over and handing
+        it on): both keys signed the hand-over, so the witness reads it with the key it
+        holds, and from then on with ``key``, the incoming one. Anything else is left to
+        the caller's own read of the witness, which reports it."""
+        assert self.witness is not None
+        rotations = read_rotations(self.store)
+        if not rotations or rotations[-1].new != key:
+            return
+        rotation = rotations[-1]
+        try:
+            held = self.witness.latest(rotation.old)
+        except TraceboundError:
+            return  # not the outgoing key's note (already handed over, or unreadable)
+        if held is not None and held.size >= rotation.position:
+            return  # it holds the hand-over already (or something past it: the caller says)
+        stored = next((n for s, n in self.store.checkpoints() if s >= rotation.position), None)
+        if stored is None:
+            return
+        handover = open_checkpoint(stored, [rotation.old, rotation.new], origin=self.origin)
+        self._hand_to_witness(stored, handover.size, handover.root, held, rotation.old)
 
     def _hand_to_witness(
         self, note: str, size: int, root: bytes, held: Checkpoint | None, verifier: NoteVerifier

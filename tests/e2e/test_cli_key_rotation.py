@@ -170,3 +170,24 @@ def test_rotate_refuses_a_damaged_ledger_and_a_foreign_key(tmp_path: Path) -> No
         assert conn.execute("SELECT count(*) FROM events").fetchone() == (3,)
     assert (_keys(cli) / "tracebound.key").exists()
     assert not (_keys(cli) / "tracebound.next.key").exists()
+
+
+def test_a_rotation_the_witness_missed_is_handed_to_it_by_the_next_checkpoint(
+    tmp_path: Path,
+) -> None:
+    """Interrupted after the hand-over was saved, before the witness took it: the witness
+    holds the old key's note. The next checkpoint gives it the stored hand-over (both keys
+    signed it) first, then its own note, instead of calling the witness unreadable."""
+    cli = ready_cli(tmp_path, 4, checkpoint=True)
+    witness = Path(cli.env["HOME"]) / ".local" / "state" / "tracebound" / "witness"
+    (held,) = witness.glob("*.note")
+    before = held.read_bytes()
+    cli.json("keys", "rotate", "--by", "alice")
+    held.write_bytes(before)  # the witness never took the hand-over
+    cli.json("append", stdin=_lines(2, start=4))
+    run = cli.json("checkpoint")
+    assert run["size"] == 7
+    report = cli.json("verify")
+    assert report["ok"] is True, report
+    assert report["witness_size"] == 7
+    assert held.read_bytes() != before
