@@ -20,6 +20,7 @@ from tracebound.cli._common import (
     store_dir,
 )
 from tracebound.errors import KeyRotationRefused, TraceboundError
+from tracebound.integrity.keys import NoteSigner
 from tracebound.ledger import Ledger, RotationRun
 from tracebound.store.keyfile import discard_next_key, install_rotated_key, next_key
 from tracebound.store.rotations import read_rotations
@@ -87,7 +88,7 @@ def keys_rotate(
     _say(data, had)
 
 
-def _done(ledger: Ledger, old: Any, new: Any) -> bool:
+def _done(ledger: Ledger, old: NoteSigner, new: NoteSigner) -> bool:
     """The rotation from ``old`` to ``new`` is signed already; only the key files were
     not moved yet (a run interrupted after the hand-over)."""
     rotations = read_rotations(ledger.store)
@@ -99,7 +100,7 @@ def _done(ledger: Ledger, old: Any, new: Any) -> bool:
     )
 
 
-def _rotate(ledger: Ledger, new: Any, by: str, reason: str | None) -> RotationRun:
+def _rotate(ledger: Ledger, new: NoteSigner, by: str, reason: str | None) -> RotationRun:
     if not by.strip():
         raise KeyRotationRefused("--by needs a name: who rotates the key is recorded")
     return ledger.rotate_key(new, rotated_by=by, reason=reason)

@@ -26,7 +26,7 @@ from typing import NoReturn
 
 from tracebound.errors import SigningKeyError
 from tracebound.integrity.keys import NoteSigner, NoteVerifier, is_valid_key_name
-from tracebound.store.files import make_private_dir, write_file_atomic
+from tracebound.store.files import fsync_dir, make_private_dir, write_file_atomic
 
 __all__ = [
     "KEY_DIR_ENV",
@@ -430,6 +430,7 @@ def install_rotated_key(path: Path, old: NoteSigner) -> RotatedKeyFiles:
             write_file_atomic(target, data, mode=mode, overwrite=False)
         pending.replace(path)
         public_key_path(pending).replace(public_key_path(path))
+        fsync_dir(path.parent)  # the renames survive a power cut, not only a crash
     except OSError as exc:
         raise SigningKeyError(f"could not move the rotated key into place: {exc}") from exc
     return RotatedKeyFiles(path, public_key_path(path), archive, public_key_path(archive))
