@@ -13,6 +13,7 @@ from tracebound.pipeline.redaction import Redactor
 from tracebound.pipeline.runner import Runner
 from tracebound.pipeline.validations import ValidationRegistry
 from tracebound.store.blobs import FileBlobStore
+from tracebound.store.port import LedgerStore
 from tracebound.store.witness import FileWitness
 
 POLICY: dict[str, Any] = {
@@ -67,9 +68,10 @@ class Kit:
     def store_dir(self) -> Path:
         return self.root / "store"
 
-    def ledger(self) -> Ledger:
+    def ledger(self, store: LedgerStore | None = None) -> Ledger:
+        """The kit's ledger: a SQLite file under the root, or ``store`` (PostgreSQL)."""
         return Ledger(
-            SQLiteStore(self.store_dir),
+            SQLiteStore(self.store_dir) if store is None else store,
             clock=FixedClock(),
             ids=SequentialIds(namespace=3),
             signer=NoteSigner("kit", bytes(32)),

@@ -49,6 +49,19 @@ def terminate(dsn: str, pid: int) -> None:
     assert done, f"no backend {pid} to terminate"
 
 
+def terminate_sessions(dsn: str) -> None:
+    """End every tracebound session in the test's database, as a restart or a failover
+    does: each client finds out on its next use. Returns once each backend has exited
+    (the timeout form, PostgreSQL 14+), so its goodbye is in the client's socket, as it is
+    when a step's minutes pass between the restart and the next append."""
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        ended = admin.execute(
+            "SELECT pg_terminate_backend(pid, 60000) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND application_name = 'tracebound'"
+        ).fetchall()
+    assert ended and all(done for (done,) in ended), ended
+
+
 def test_views_work_again_after_their_session_is_terminated(
     tmp_path: Path, postgres_server: PgServer, postgres_dsn: str
 ) -> None:
@@ -184,6 +197,29 @@ def test_an_append_cut_off_before_its_commit_wrote_nothing_and_the_next_one_work
     written = store.append_batch(batch)  # the same object, on a new session
     assert written[-1].position == events + 2
     holder.close()
+    store.close()
+
+
+@pytest.mark.parametrize(
+    ("grouped", "events"),
+    [(False, 3), (False, 1500), (True, 3), (True, 1500)],
+    ids=["store", "store-bulk", "group_commit", "group_commit-bulk"],
+)
+def test_an_append_that_finds_its_session_already_dead_writes_once_on_a_new_one(
+    postgres_dsn: str, grouped: bool, events: int
+) -> None:
+    """The session died while idle (a restart, a failover between two appends): the next
+    append sent nothing on it, so nothing of it can have been committed. Before: it failed
+    with ConnectionLost ("retrying is safe") and a long-running writer had to retry by
+    itself. Now the store replaces the session first, and the events land once."""
+    store: Any = PostgresStore(postgres_dsn)
+    if grouped:
+        store = GroupCommitter(store)
+    store.append("s", [note(0)])
+    terminate_sessions(postgres_dsn)  # the appending session among them, idle
+    written = store.append("s", [note(i) for i in range(1, events + 1)], expected_version=1)
+    assert written[-1].position == events + 1
+    assert [e.stream_version for e in store.read_stream("s")] == list(range(1, events + 2))
     store.close()
 
 

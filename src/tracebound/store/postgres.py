@@ -37,15 +37,19 @@ the events commit. **Tracking** keeps projection positions in ``projection_posit
 updated in the projection's own transaction.
 
 Every ``psycopg.Error`` is translated into :class:`~tracebound.errors.StorageError` (or
-:class:`~tracebound.errors.ConcurrencyError` for lock and serialisation failures); an append
-whose connection was lost after its COMMIT was sent raises
-:class:`~tracebound.errors.CommitOutcomeUnknown`, since it may have committed.
+:class:`~tracebound.errors.ConcurrencyError` for lock and serialisation failures). An append
+first replaces a session the server already ended (its goodbye is in the socket): nothing
+was sent, so it runs once on the new one. Lost once something was sent, it is never
+retried: :class:`~tracebound.errors.ConnectionLost` before its COMMIT was sent (nothing
+written), :class:`~tracebound.errors.CommitOutcomeUnknown` after, since it may have
+committed.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import select
 import threading
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
@@ -115,6 +119,7 @@ DEFAULT_SCHEMA: Final = "tracebound"
 SCHEMA_VERSION: Final = 1
 _PAGE: Final = 1000  # rows per keyset page: bounded memory, one short statement per page
 _VERIFY_PAGE: Final = 2048  # verify's page: a power of two, so a page is one Merkle subtree
+_GOODBYE_READS: Final = 4  # reads of an idle session's unasked input: a FATAL, then EOF
 _COPY_THRESHOLD: Final = 1000  # events from which an append streams rows with binary COPY
 # A bulk append chains, sends and builds its events this many at a time, so that the server
 # ingests one piece while the next is chained (PostgresStore._copy_batches).
@@ -757,6 +762,24 @@ class PostgresStore(ChainedAppends):
             self._connections = alive
         return conn
 
+    def _write_conn(self) -> _Conn:
+        """The session for an append: a live one, if the server let it be known that the
+        idle session it had is dead.
+
+        A server that ended the session while it was idle (a restart, a failover, an idle
+        cut, ``pg_terminate_backend``) sent its goodbye and closed the socket, which the
+        session has not read yet. Read now, before anything of the append is sent, it
+        marks the session broken, and a new one is opened: nothing of the append reached
+        the old one, so nothing of it can have been committed, and it runs once, on the
+        new session. A session cut without a word (a host gone, a network cut) is found
+        dead only once the append was sent: ConnectionLost, as for any loss before COMMIT.
+        Inside a tracking block the transaction is the block's: its loss is the block's.
+        """
+        conn = self._conn()
+        if conn.info.transaction_status == TransactionStatus.IDLE and _read_goodbye(conn):
+            conn = self._conn()  # raises ConnectionLost (translated) if the server is down
+        return conn
+
     def _forget_parent_connections(self) -> None:
         """After fork: the parent's sessions are not ours to use, nor to close (closing
         would send the server a goodbye on the parent's socket)."""
@@ -786,7 +809,7 @@ class PostgresStore(ChainedAppends):
         count = sum(len(r.items) for r in prepared)
         streams = list(dict.fromkeys(r.stream_id for r in requests))
         with self._append_errors():
-            conn = self._conn()
+            conn = self._write_conn()
             if conn.info.transaction_status != TransactionStatus.IDLE:
                 return self._append_in_transaction(conn, count, streams, prepared)
             if count < _COPY_THRESHOLD:
@@ -934,7 +957,7 @@ class PostgresStore(ChainedAppends):
         """
         streams = list(dict.fromkeys(r.stream_id for batch in batches for r in batch))
         with self._append_errors():
-            conn = self._conn()
+            conn = self._write_conn()
             idle = conn.info.transaction_status == TransactionStatus.IDLE
             if not idle:  # a tracking block's transaction: a group must not ride on it
                 raise StorageError("group commit cannot join an open transaction")
@@ -1026,9 +1049,12 @@ class PostgresStore(ChainedAppends):
 
         If the session turns out to be dead (the server restarted, a failover), the statement
         is run once more on a fresh session: it has no effect that could apply twice.
-        Appends are never retried this way, since a lost connection leaves their commit
-        unknown; they fail, and the next call reconnects. Inside a tracking transaction
-        there is no retry either: the transaction is gone with the session.
+        Appends are never retried once anything of them was sent: lost before their COMMIT
+        was sent they raise ConnectionLost (nothing written; the caller decides), after it
+        CommitOutcomeUnknown. What an append does is replace a session that is already
+        known dead before it sends anything (:meth:`_write_conn`), and run once on the new
+        one. Inside a tracking transaction there is no retry either: the transaction is
+        gone with the session.
         """
         args = () if params is None else params  # always parsed, so "%%" in a name is "%"
         with self._errors(what):  # a server still down fails the connect: translated too
@@ -1245,6 +1271,24 @@ class PostgresStore(ChainedAppends):
                             copy.write_row(row)
                 else:
                     cur.execute(self._sql.insert, [list(col) for col in zip(*rows, strict=True)])
+
+
+def _read_goodbye(conn: _Conn) -> bool:
+    """Read what an idle session was sent unasked; whether that showed it dead.
+
+    Waits for nothing: only bytes already in the socket are read (a notice, a parameter
+    change, or a server's FATAL and end of stream). The end of stream marks ``conn``
+    broken; so does a socket that cannot be polled.
+    """
+    for _ in range(_GOODBYE_READS):
+        try:
+            readable, _, _ = select.select([conn.fileno()], [], [], 0)
+            if not readable:
+                break
+            conn.pgconn.consume_input()  # libpq: the FATAL as a notice, then the EOF
+        except (OSError, ValueError, psycopg.Error):
+            break  # a closed socket, or libpq saw the end of stream: the session is BAD
+    return conn.broken or conn.closed
 
 
 def _rows(cursor: psycopg.Cursor[Any]) -> list[tuple[Any, ...]]:
