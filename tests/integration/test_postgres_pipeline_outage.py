@@ -10,7 +10,10 @@ such in ``tracebound runs``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
@@ -18,7 +21,8 @@ import pytest
 from tests.integration.pipeline_kit import Kit, tpc
 from tests.integration.test_postgres_connection_loss import terminate_sessions
 from tests.pg import PgServer, server_stopped
-from tracebound.events.catalog import RunFinished, StepRecorded
+from tracebound.errors import ConnectionLost
+from tracebound.events.catalog import RunFinished, RunStarted, StepRecorded
 from tracebound.pipeline.runner import run_stream
 from tracebound.pipeline.runtime import Pipeline, StepContext
 from tracebound.store.postgres import PostgresStore
@@ -82,3 +86,86 @@ def test_a_run_goes_on_after_its_session_died_between_two_steps(
         ledger.checkpoint()
         report = ledger.verify()
         assert report.damage is None and report.ok, report
+
+
+class Said(logging.Handler):
+    """What the run said about the lost server; ``reconnecting`` is set once it waits."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+        self.reconnecting = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+        if "reconnecting" in record.getMessage():
+            self.reconnecting.set()
+
+
+@contextmanager
+def said() -> Iterator[Said]:
+    handler = Said()
+    logger = logging.getLogger("tracebound.store.reconnect")
+    logger.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+
+
+def test_a_run_waits_for_a_server_still_down_when_a_step_ends(
+    tmp_path: Path, postgres_server: PgServer, postgres_dsn: str
+) -> None:
+    """The failover is not over when the step returns: the server refuses connections.
+    Before: the step's record raised ConnectionLost at once, the run's end could not be
+    recorded either, and the run stayed `running` in the ledger, its steps' work lost.
+    Now the run says it lost the server, waits for it (as the followers do), and goes on
+    once it is back: the same events as a run with no outage, each once."""
+    down = ExitStack()
+    kit = Kit(tmp_path)
+    with said() as log, kit.ledger(PostgresStore(postgres_dsn)) as ledger:
+
+        def restart_once_the_run_waits() -> None:
+            log.reconnecting.wait(120)
+            down.close()
+
+        restarter = threading.Thread(target=restart_once_the_run_waits)
+        restarter.start()
+        try:
+            pipe = three_steps(lambda: down.enter_context(server_stopped(postgres_server)))
+            result = kit.runner(ledger).run(pipe, {})
+        finally:
+            log.reconnecting.set()
+            restarter.join()
+            down.close()
+        assert (result.status, result.reason) == ("completed", None)
+        kinds = [type(e.payload) for e in ledger.store.read_stream(run_stream(result.run_id))]
+        assert kinds == without_outage(tmp_path / "control")
+        assert ledger.store.size() == len(kinds)
+        ledger.checkpoint()
+        assert ledger.verify().ok
+    lost, back = log.lines
+    assert "postgresql append failed" in lost and "reconnecting" in lost, lost
+    assert back.startswith("reconnected after") and result.run_id in back, back
+
+
+def test_a_run_whose_server_stays_down_ends_with_the_error(
+    tmp_path: Path, postgres_server: PgServer, postgres_dsn: str
+) -> None:
+    """Past give_up_after the run ends with ConnectionLost saying it gave up, noted that
+    the run's end could not be recorded either, and without waiting a second time for it.
+    Nothing was half written: the ledger holds the run up to its last recorded step."""
+    down = ExitStack()
+    kit = Kit(tmp_path)
+    with down, said() as log, kit.ledger(PostgresStore(postgres_dsn)) as ledger:
+        runner = kit.runner(ledger)
+        runner.give_up_after = 0.2
+        pipe = three_steps(lambda: down.enter_context(server_stopped(postgres_server)))
+        with pytest.raises(ConnectionLost) as info:
+            runner.run(pipe, {})
+    assert "gave up after" in str(info.value), info.value
+    assert info.value.__notes__ == ["the run's end could not be recorded: ConnectionLost"]
+    assert len([line for line in log.lines if "reconnecting" in line]) == 1  # one wait
+    with kit.ledger(PostgresStore(postgres_dsn)) as ledger:
+        kinds = [type(e.payload) for e in ledger.store.read_log()]
+    assert kinds == [RunStarted, StepRecorded]  # the planner's; the executor's never sent

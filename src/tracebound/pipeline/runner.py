@@ -45,6 +45,7 @@ from tracebound.contract import HandoffEnvelope, TPCArtifact, validate_envelope,
 from tracebound.errors import (
     ConcurrencyConflict,
     ConfigError,
+    ConnectionLost,
     PolicyError,
     RunAlreadyResumed,
     RunTakenOver,
@@ -76,6 +77,7 @@ from tracebound.pipeline.redaction import Redaction, Redactor
 from tracebound.pipeline.runtime import Pipeline, RoleName, StepContext, StepSpec
 from tracebound.pipeline.validations import ValidationInput, ValidationRegistry
 from tracebound.store.blobs import BlobStore
+from tracebound.store.reconnect import DEFAULT_GIVE_UP_AFTER, Outage
 
 __all__ = ["RunResult", "Runner", "StepOutcome", "run_stream"]
 
@@ -141,6 +143,7 @@ class _Run:
     current: StepId | None = None  # the execution this process is at (_begin)
     gate_requested: bool = False  # past this, an interrupted run is a take-over's to end
     finishing: bool = False  # its run_finished is being written: that end stands
+    stopped: bool = False  # its end is recorded after an error: tried once, never waited for
 
     def artifacts(self) -> dict[str, TPCArtifact]:
         return {k: v.artifact for k, v in self.accepted.items() if v.artifact is not None}
@@ -195,6 +198,10 @@ class Runner:
         on_event: called with every event this runner records, right after it is durable
             (live metrics, e.g. ``tracebound.export.otel.OtelRunHook``). A hook that raises
             stops the run; a run not yet at a gate then ends failed (``error (<type>)``).
+        give_up_after: seconds a run waits for a database server it lost (a PostgreSQL
+            restart or failover still under way when a step ends) before it ends with
+            :class:`~tracebound.errors.ConnectionLost`; None: for ever. Such an append
+            wrote nothing, so it is made again once the server answers.
     """
 
     def __init__(
@@ -210,8 +217,10 @@ class Runner:
         storage: Literal["console", "file", "db"] = "db",
         evidence: Callable[[Ledger, BlobStore, RunId], object] | None = None,
         on_event: Callable[[RecordedEvent], object] | None = None,
+        give_up_after: float | None = DEFAULT_GIVE_UP_AFTER,
     ) -> None:
         self.ledger = ledger
+        self.give_up_after = give_up_after
         self.blobs = blobs
         self.policy = policy
         self.redactor = redactor
@@ -289,6 +298,7 @@ class Runner:
             done = any(o.step_id == run.current for o in run.result.steps)
             where = f" {'after' if done else 'during'} step {run.current}"
         version = run.version
+        run.stopped = True
         try:
             self._finish(run, "failed", run.current, f"{stopped} ({type(exc).__name__}){where}")
         except Exception as failed:  # noqa: BLE001 - exc is what surfaces
@@ -864,9 +874,7 @@ class Runner:
         stream = run_stream(run.run_id)
         while True:
             try:
-                (recorded,) = self.ledger.record(
-                    stream, [payload], workflow_id=run.run_id, expected_version=run.version
-                )
+                recorded = self._record(run, stream, payload)
                 break
             except ConcurrencyConflict:
                 if not read_past_decisions:
@@ -883,6 +891,29 @@ class Runner:
         if self.on_event is not None:
             self.on_event(recorded)
         return recorded
+
+    def _record(self, run: _Run, stream: str, payload: Payload) -> RecordedEvent:
+        """Append one event of the run; a lost server is waited for, then asked again.
+
+        ConnectionLost means nothing of the append was written, and the append is fenced by
+        the stream's version anyway, so making it again cannot write it twice. A run whose
+        end is recorded after an error tries once: its error is what surfaces.
+        """
+        outage: Outage | None = None
+        while True:
+            try:
+                (recorded,) = self.ledger.record(
+                    stream, [payload], workflow_id=run.run_id, expected_version=run.version
+                )
+            except ConnectionLost as exc:
+                if run.stopped:
+                    raise
+                outage = outage or Outage(self.give_up_after)
+                outage.wait(exc)  # raises ConnectionLost past give_up_after
+                continue
+            if outage is not None:
+                outage.over(f"run {run.run_id} goes on")
+            return recorded
 
     def _record_error(self, sr: _StepRun, reason: str, *, origin: StepId | None) -> StepOutcome:
         """A step that produced no valid artifact: its error record is the artifact."""
