@@ -348,7 +348,7 @@ def test_a_step_the_runner_could_not_run_is_refused_when_declared(
     with pytest.raises(ConfigError, match=said):
         declare(pipe)(lambda ctx: tpc("Executor"))
     with pytest.raises(ConfigError, match="a step is a function"):
-        pipe.executor(name="y")("not a function")  # type: ignore[arg-type]
+        pipe.executor(name="y")("not a function")  # type: ignore[type-var]
 
 
 def test_a_step_name_that_is_no_arl_step_id_is_refused_when_declared() -> None:

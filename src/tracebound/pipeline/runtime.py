@@ -29,10 +29,11 @@ import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias, get_args
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar, get_args
 
 from tracebound.contract import HandoffEnvelope, TPCArtifact
 from tracebound.errors import ConfigError
+from tracebound.ids import RunId, StepId
 from tracebound.pipeline.critic import Finding
 
 if TYPE_CHECKING:
@@ -51,6 +52,9 @@ RoleName: TypeAlias = Literal["Planner", "Executor", "Critic", "Reviewer", "Rout
 StepResult: TypeAlias = Mapping[str, Any] | TPCArtifact
 StepFn: TypeAlias = Callable[["StepContext"], StepResult | Awaitable[StepResult]]
 ApplyFn: TypeAlias = Callable[["StepContext", TPCArtifact], object]
+_Step = TypeVar("_Step", bound=StepFn)
+"""A step function as its author typed it: the decorators hand it back unchanged, so the
+team's own tests can call ``plan(ctx)`` and index the dict it is declared to return."""
 _PREVIOUS = "__previous__"
 
 
@@ -85,8 +89,8 @@ class StepContext:
         workspace: the directory the pipeline works in, if any.
     """
 
-    run_id: str
-    step_id: str
+    run_id: RunId
+    step_id: StepId
     name: str
     role: RoleName
     inputs: Mapping[str, Any]
@@ -259,12 +263,12 @@ class Pipeline:
         after: str | None = _PREVIOUS,
         apply: ApplyFn | None = None,
         scopes: Sequence[str] = (),
-    ) -> Callable[[StepFn], StepFn]:
+    ) -> Callable[[_Step], _Step]:
         """Declare a step played by ``role``; its parent is the previous step by default."""
 
         _check_step(role, apply, scopes)
 
-        def decorate(fn: StepFn) -> StepFn:
+        def decorate(fn: _Step) -> _Step:
             if not callable(fn):
                 raise ConfigError(f"a step is a function of its StepContext, not {fn!r}")
             step_name = name or getattr(fn, "__name__", None)
@@ -290,17 +294,17 @@ class Pipeline:
 
         return decorate
 
-    def planner(self, **kw: Any) -> Callable[[StepFn], StepFn]:
+    def planner(self, **kw: Any) -> Callable[[_Step], _Step]:
         return self.step("Planner", **kw)
 
-    def executor(self, **kw: Any) -> Callable[[StepFn], StepFn]:
+    def executor(self, **kw: Any) -> Callable[[_Step], _Step]:
         return self.step("Executor", **kw)
 
-    def critic(self, **kw: Any) -> Callable[[StepFn], StepFn]:
+    def critic(self, **kw: Any) -> Callable[[_Step], _Step]:
         return self.step("Critic", **kw)
 
-    def reviewer(self, **kw: Any) -> Callable[[StepFn], StepFn]:
+    def reviewer(self, **kw: Any) -> Callable[[_Step], _Step]:
         return self.step("Reviewer", **kw)
 
-    def router(self, **kw: Any) -> Callable[[StepFn], StepFn]:
+    def router(self, **kw: Any) -> Callable[[_Step], _Step]:
         return self.step("Router", **kw)
