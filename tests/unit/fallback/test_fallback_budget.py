@@ -61,10 +61,30 @@ def test_floats_are_refused_for_money() -> None:
 
 def test_estimate_is_an_upper_bound_shape() -> None:
     table = PricingTable({"m": PRICE}, bytes_per_token=3)
-    # 300 bytes -> 100 tokens @2, 50 output tokens at the dearer of output/reasoning (12)
+    # 300 bytes -> 100 tokens at the dearer of input/cache write (2.5), 50 output tokens at
+    # the dearer of output/reasoning (12)
     assert table.estimate("m", "x" * 300, max_tokens=50) == (
-        Decimal(100) * 2 + Decimal(50) * 12
+        Decimal(100) * Decimal("2.5") + Decimal(50) * 12
     ) / Decimal(1_000_000)
+
+
+def test_estimate_covers_a_prompt_written_to_the_cache_in_full() -> None:
+    """Anthropic bills a cache write at 1.25x (5 min) or 2x (1 h) the input rate. The
+    reservation priced the prompt at the plain input rate, so a call whose whole prompt
+    was written to the cache cost more than was reserved: the "worst case" was not."""
+    price = ModelPrice(
+        input_per_mtok=Decimal("3.00"),
+        cached_input_per_mtok=Decimal("0.30"),
+        output_per_mtok=Decimal("15.00"),
+        cache_write_per_mtok=Decimal("6.00"),
+    )
+    table = PricingTable({"claude": price})
+    prompt = "p" * 3000
+    tokens_in = table.estimate_input_tokens(prompt)
+    written = TokenUsage(
+        input_tokens=tokens_in, cache_write_input_tokens=tokens_in, output_tokens=100
+    )
+    assert table.cost("claude", written) <= table.estimate("claude", prompt, max_tokens=100)
     with pytest.raises(ConfigError, match="no price"):
         table.estimate("other", "x", max_tokens=1)
 

@@ -144,13 +144,16 @@ class PricingTable:
         return math.ceil(len(prompt.encode("utf-8")) / self.bytes_per_token)
 
     def estimate(self, model: str, prompt: str, *, max_tokens: int) -> Decimal:
-        """An upper-bound-minded estimate: no cache discount, every output token at the
-        dearer of the output and reasoning rates."""
+        """An upper-bound-minded estimate: no cache discount, every input token at the
+        dearer of the input and cache-write rates (a prompt may be written to the cache in
+        full, at a premium), every output token at the dearer of the output and reasoning
+        rates."""
         price = self.price(model)
+        in_rate = max(price.input_per_mtok, price.cache_write_per_mtok or Decimal(0))
         out_rate = max(price.output_per_mtok, price.reasoning_per_mtok or Decimal(0))
         tokens_in = self.estimate_input_tokens(prompt)
         with localcontext(MONEY_CONTEXT):
-            return (tokens_in * price.input_per_mtok + max_tokens * out_rate) / _PER
+            return (tokens_in * in_rate + max_tokens * out_rate) / _PER
 
     def cost(self, model: str, usage: TokenUsage) -> Decimal:
         return self.price(model).cost(usage)
