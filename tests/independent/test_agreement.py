@@ -30,9 +30,15 @@ from tests.unit.export.test_evidence_forgeries import (
     _reseal,
     world,  # noqa: F401 - the module fixture, shared
 )
+from tests.unit.export.test_evidence_spend import (
+    IMPOSTOR,
+    Spent,
+    spent,  # noqa: F401 - the module fixture, shared
+)
 from tracebound.errors import TraceboundError
 from tracebound.export.evidence import EvidenceInvalid, verify_evidence
 from tracebound.integrity.keys import NoteVerifier
+from tracebound.integrity.stream_head import open_stream_head, sign_stream_head
 from tracebound.ledger import InclusionBundle, verify_bundle
 
 KEY = iv.Key.parse(VERIFIER.format())
@@ -107,6 +113,7 @@ def _tree_size_true(doc: Doc) -> Doc:
 
 def _unsigned(doc: Doc) -> Doc:
     doc.update(checkpoint=None, tree_size=None, proofs=[], run_head=None)
+    doc["costs"].update(proofs=[], head=None)
     return doc
 
 
@@ -117,7 +124,14 @@ def _digest(doc: Doc) -> Doc:
 
 def _v1(doc: Doc) -> Doc:
     doc["format"] = "tracebound-evidence/1"
-    del doc["run_head"]
+    del doc["run_head"], doc["costs"]
+    return doc
+
+
+def _v2(doc: Doc) -> Doc:
+    """The downgrade: the spend stream dropped, relabelled as the format that lacks it."""
+    doc["format"] = "tracebound-evidence/2"
+    del doc["costs"]
     return doc
 
 
@@ -159,6 +173,7 @@ MUTATIONS: dict[str, Callable[[Doc], Doc]] = {
     "unsigned": _unsigned,
     "edited digest": _digest,
     "relabelled v1": _v1,
+    "relabelled v2": _v2,
     "proof too long": _proof_too_long,
     "cut to the gate": _cut_to_gate,
     "a witness cosignature": _cosigned,
@@ -214,6 +229,124 @@ def test_both_verifiers_agree_on_every_evidence_file(
     assert verdicts["resumed: flipped byte in a record"][0] == "record"
     assert verdicts["resumed: cut to the gate"][0] == "head"
     assert verdicts["head of another file"][0] == "head"
+
+
+# -- the spend stream (tracebound-evidence/3) and committed older files -----------------------
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "evidence"
+
+
+def _drop_last_cost(doc: Doc) -> Doc:
+    gone = doc["costs"]["events"].pop()["position"]
+    doc["costs"]["proofs"] = [p for p in doc["costs"]["proofs"] if p["position"] != gone]
+    return doc
+
+
+def _edit_amount(doc: Doc) -> Doc:
+    entry = doc["costs"]["events"][0]
+    body = base64.b64decode(entry["body"]).replace(b'"0.0213"', b'"0.0013"')
+    entry["body"] = base64.b64encode(body).decode()
+    return doc
+
+
+def _forged_cost_head(doc: Doc) -> Doc:
+    head = open_stream_head(doc["costs"]["head"], VERIFIER)
+    doc["costs"]["head"] = sign_stream_head(head, IMPOSTOR)
+    return doc
+
+
+def _strip_cost_head(doc: Doc) -> Doc:
+    doc["costs"]["head"] = None
+    return doc
+
+
+def _spend_files(spent: Spent) -> dict[str, bytes]:
+    edits: dict[str, Callable[[Doc], Doc]] = {
+        "genuine": lambda d: d,
+        "edited amount": _edit_amount,
+        "dropped last cost": _drop_last_cost,
+        "forged cost head": _forged_cost_head,
+        "stripped cost head": _strip_cost_head,
+        "downgraded to v2": _v2,
+        "another run's costs": lambda d: {**d, "costs": copy.deepcopy(spent.other["costs"])},
+        "another run's cost record": lambda d: {
+            **d,
+            "costs": {
+                **d["costs"],
+                "events": [d["costs"]["events"][0], spent.other["costs"]["events"][0]],
+                "proofs": [d["costs"]["proofs"][0], spent.other["costs"]["proofs"][0]],
+            },
+        },
+        "the head of a run without spend": lambda d: {
+            **d,
+            "costs": {
+                **d["costs"],
+                "events": [],
+                "proofs": [],
+                "head": spent.free["costs"]["head"],
+            },
+        },
+        "unsigned": _unsigned,
+    }
+    out = {}
+    for base in ("costly", "free", "late", "later"):
+        for name, edit in edits.items():
+            if base != "costly" and name != "genuine":
+                continue
+            doc = edit(copy.deepcopy(getattr(spent, base)))
+            out[f"{base}: {name}"] = json.dumps(_reseal(doc)).encode()
+    for path in sorted(FIXTURES.glob("v2-*.json")):
+        out[f"committed {path.name}"] = path.read_bytes()
+    return out
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [{}, {"require_head": True}, {"require_spend": True}, {"require_signed": False}],
+    ids=["plain", "require_head", "require_spend", "unsigned allowed"],
+)
+def test_both_verifiers_agree_on_the_spend_stream(
+    spent: Spent, kw: dict[str, bool], tmp_path: Path
+) -> None:
+    files = _spend_files(spent)
+    verdicts = {
+        n: (_tracebound(d, tmp_path, **kw), _independent(d, **kw)) for n, d in files.items()
+    }
+    assert {n: v for n, v in verdicts.items() if v[0] != v[1]} == {}
+    assert verdicts["costly: genuine"] == ("ok", "ok")
+    assert verdicts["costly: dropped last cost"][0] == "head"
+    assert verdicts["costly: edited amount"][0] == "record"
+    assert verdicts["costly: forged cost head"][0] == "head"
+    assert verdicts["costly: another run's cost record"][0] == "record"
+    downgraded = "ok" if not kw.get("require_spend") else "head"
+    assert verdicts["costly: downgraded to v2"][0] == downgraded
+
+
+def test_both_verifiers_state_the_same_spend(spent: Spent) -> None:
+    for name, data in _spend_files(spent).items():
+        if name.endswith("genuine"):
+            ours = verify_evidence(json.loads(data), VERIFIER).as_dict()["spend"]
+            theirs = iv.verify_evidence(data, KEY).spend
+            assert theirs == {k: v for k, v in ours.items() if k not in {"stream_id", "head"}}
+
+
+@pytest.mark.parametrize("name", ["v2-completed.json", "v2-gated.json"])
+def test_committed_version_2_files_verify_exactly_as_before(name: str) -> None:
+    """Written by the /2 writer (before the spend stream): both verifiers accept them, with
+    their run head, and say nothing about spend; an edited copy is refused by both."""
+    data = (FIXTURES / name).read_bytes()
+    doc = json.loads(data)
+    assert doc["format"] == "tracebound-evidence/2" and "costs" not in doc
+    report = verify_evidence(FIXTURES / name, VERIFIER, require_head=True)
+    assert report.run_head is not None and report.spend is None
+    assert report.as_dict()["spend"] is None
+    assert report.status == ("completed" if "completed" in name else "gated")
+    summary = iv.verify_evidence(data, KEY, require_head=True)
+    assert (summary.status, summary.events, summary.spend) == (report.status, report.events, None)
+    edited = _reseal(_flip_body(copy.deepcopy(doc)))
+    assert _independent(json.dumps(edited).encode()) == "record"
+    with pytest.raises(EvidenceInvalid):
+        verify_evidence(edited, VERIFIER)
 
 
 # -- inclusion proofs from `tracebound prove` ------------------------------------------------

@@ -21,6 +21,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
+from decimal import MAX_EMAX, MAX_PREC, MIN_EMIN, Context, Decimal, Inexact
 from pathlib import Path
 from typing import Any
 
@@ -33,13 +34,20 @@ GENESIS = bytes(32)
 MAX_PROOF_PATH = 64
 RUN_STATUSES = frozenset({"running", "gated", "completed", "failed", "rejected"})
 FINAL_STATUSES = frozenset({"completed", "failed", "rejected"})
-EVIDENCE_FORMATS = ("tracebound-evidence/1", "tracebound-evidence/2")
+EVIDENCE_FORMATS = ("tracebound-evidence/1", "tracebound-evidence/2", "tracebound-evidence/3")
 INTEGRITY_OVER = "RFC 8785 canonical JSON of every other member"
 _DOC_V1 = frozenset(
     {"format", "run_id", "stream_id", "pipeline", "pipeline_type", "critical", "status",
      "events", "artifacts", "checkpoint", "tree_size", "proofs", "integrity"}
 )  # fmt: skip
-_DOC = {EVIDENCE_FORMATS[0]: _DOC_V1, EVIDENCE_FORMATS[1]: _DOC_V1 | {"run_head"}}
+_DOC = {
+    EVIDENCE_FORMATS[0]: _DOC_V1,
+    EVIDENCE_FORMATS[1]: _DOC_V1 | {"run_head"},
+    EVIDENCE_FORMATS[2]: _DOC_V1 | {"run_head", "costs"},
+}
+_COSTS = frozenset({"stream_id", "events", "proofs", "head"})
+_AMOUNT = re.compile(r"[0-9]+(\.[0-9]+)?")
+_EXACT = Context(prec=MAX_PREC, Emax=MAX_EMAX, Emin=MIN_EMIN, traps=[Inexact])
 _EVENT = frozenset({"position", "stream_version", "event_type", "prev_hash", "hash", "body"})
 _ARTIFACT = frozenset({"kind", "step_id", "digest", "present"})
 _PROOF = frozenset({"position", "proof"})
@@ -308,6 +316,55 @@ def open_run_head(note: Any, key: Key) -> RunHead:
     return head
 
 
+@dataclass(frozen=True)
+class StreamHead:
+    origin: str
+    stream_id: str
+    stream_version: int
+    hash: bytes
+    tree_size: int
+    root: bytes
+
+
+def stream_head_text(h: StreamHead) -> str:
+    return (
+        "tracebound-stream-head/1\n"
+        f"origin {h.origin}\n"
+        f"stream {json.dumps(h.stream_id, ensure_ascii=True)}\n"
+        f"stream-version {h.stream_version}\n"
+        f"hash {h.hash.hex()}\n"
+        f"tree-size {h.tree_size}\n"
+        f"root {h.root.hex()}\n"
+    )
+
+
+def open_stream_head(note: Any, key: Key) -> StreamHead:
+    text = open_note(note, key, "head")
+    keys = ("origin", "stream", "stream-version", "hash", "tree-size", "root")
+    lines = text[:-1].split("\n")
+    if lines[0] != "tracebound-stream-head/1" or len(lines) != 7:
+        raise Refused("head", "not a stream head")
+    values = dict(line.partition(" ")[::2] for line in lines[1:])
+    try:
+        head = StreamHead(
+            values["origin"],
+            json.loads(values["stream"]),
+            int(values["stream-version"]),
+            hex32(values["hash"]),
+            int(values["tree-size"]),
+            hex32(values["root"]),
+        )
+    except (KeyError, ValueError) as exc:
+        raise Refused("head", "malformed stream head") from exc
+    if [line.partition(" ")[0] for line in lines[1:]] != list(keys) or stream_head_text(
+        head
+    ) != text:
+        raise Refused("head", "stream head not in its one written form")
+    if head.tree_size < 1 or (head.stream_version == 0 and head.hash != GENESIS):
+        raise Refused("head", "stream head value out of range")
+    return head
+
+
 # -- (a) evidence files ----------------------------------------------------------------------
 
 
@@ -334,6 +391,7 @@ class EvidenceSummary:
     tree_size: int | None
     run_head: RunHead | None
     final: bool
+    spend: dict[str, Any] | None = None  # a /3 file's spend summary (see _spend)
 
 
 def _members(obj: Any, allowed: frozenset[str], part: str) -> dict[str, Any]:
@@ -433,7 +491,11 @@ def _check_proofs(records: list[Record], doc: dict[str, Any], key: Key) -> Check
     cp = open_checkpoint(doc.get("checkpoint"), key)
     if not is_int(doc.get("tree_size")) or doc["tree_size"] != cp.size:
         raise Refused("checkpoint", "tree_size is not the checkpoint's size")
-    proofs = doc.get("proofs")
+    _check_paths(records, doc.get("proofs"), cp)
+    return cp
+
+
+def _check_paths(records: list[Record], proofs: Any, cp: Checkpoint) -> None:
     if not isinstance(proofs, list):
         raise Refused("proof", "proofs is not a list")
     paths: dict[int, list[bytes]] = {}
@@ -448,12 +510,11 @@ def _check_proofs(records: list[Record], doc: dict[str, Any], key: Key) -> Check
         except ValueError as exc:
             raise Refused("proof", str(exc)) from exc
     if len(proofs) != len(records) or set(paths) != {r.position for r in records}:
-        raise Refused("proof", "not exactly one proof per event")
+        raise Refused("proof", "not exactly one proof per record")
     for r in records:
         index = r.position - 1
         if root_from_inclusion(leaf_hash(r.hash), index, cp.size, paths[r.position]) != cp.root:
             raise Refused("proof", f"position {r.position} is not under the signed root")
-    return cp
 
 
 def _check_head(note: Any, records: list[Record], doc: dict[str, Any], cp: Checkpoint,
@@ -466,6 +527,80 @@ def _check_head(note: Any, records: list[Record], doc: dict[str, Any], cp: Check
     if got != expected:
         raise Refused("head", "the run head does not say the records end here, in this tree")
     return head
+
+
+def _check_stream(records: list[Record]) -> None:
+    head, version, position = GENESIS, 0, 0
+    for r in records:
+        if r.version != version + 1 or r.prev != head or r.position <= position:
+            raise Refused("chain", f"cost record at {r.position} does not follow the one before")
+        head, version, position = r.hash, r.version, r.position
+
+
+def _usd(amount: Decimal) -> str:
+    return format(amount, "f")
+
+
+def _spend(records: list[Record], proven: bool) -> dict[str, Any]:
+    """The spec's sums: exact, plain decimal; by role (null when none), source and tier."""
+    total, count = Decimal(0), 0
+    groups: dict[str, dict[Any, list[Any]]] = {"role": {}, "source": {}, "tier": {}}
+    for r in records:
+        p = r.payload
+        if p.get("kind") != "cost_incurred":
+            continue
+        amount = p.get("amount_usd")
+        if not isinstance(amount, str) or not _AMOUNT.fullmatch(amount):
+            raise Refused("record", "amount_usd is not a plain decimal")
+        if not (isinstance(p.get("source"), str) and isinstance(p.get("tier"), str)) or not (
+            p.get("role") is None or isinstance(p.get("role"), str)
+        ):
+            raise Refused("record", "a cost record's role, source or tier is malformed")
+        total, count = _EXACT.add(total, Decimal(amount)), count + 1
+        for name, group in groups.items():
+            entry = group.setdefault(p.get(name), [Decimal(0), 0])
+            entry[0], entry[1] = _EXACT.add(entry[0], Decimal(amount)), entry[1] + 1
+    return {
+        "proven": proven,
+        "total_usd": _usd(total),
+        "records": count,
+        **{
+            f"by_{name}": [
+                {name: k, "total_usd": _usd(v[0]), "records": v[1]}
+                for k, v in sorted(group.items(), key=lambda kv: (kv[0] is None, kv[0] or ""))
+            ]
+            for name, group in groups.items()
+        },
+    }
+
+
+def _check_costs(
+    doc: dict[str, Any], cp: Checkpoint | None, key: Key, require_head: bool
+) -> dict[str, Any]:
+    costs = doc.get("costs")
+    stream = f"costs/{doc['run_id']}"
+    if not isinstance(costs, dict) or costs.keys() - _COSTS or "head" not in costs:
+        raise Refused("format", "costs is not an object of its members")
+    if costs.get("stream_id") != stream or not isinstance(costs.get("events"), list):
+        raise Refused("format", "costs stream_id or events malformed")
+    records = [_check_record(item, stream) for item in costs["events"]]
+    _check_stream(records)
+    if cp is not None:
+        _check_paths(records, costs.get("proofs"), cp)
+    elif costs.get("proofs") != []:
+        raise Refused("format", "unsigned costs must have proofs [] and head null")
+    head = costs.get("head")
+    if head is not None:
+        if cp is None:
+            raise Refused("head", "a stream head without a checkpoint")
+        h = open_stream_head(head, key)
+        last = (records[-1].version, records[-1].hash) if records else (0, GENESIS)
+        got = (h.origin, h.stream_id, h.tree_size, h.root, h.stream_version, h.hash)
+        if got != (cp.origin, stream, cp.size, cp.root, *last):
+            raise Refused("head", "the stream head does not say the cost records end here")
+    elif require_head:
+        raise Refused("head", "no signed stream head")
+    return _spend(records, head is not None)
 
 
 def load_json_file(data: bytes, part: str) -> dict[str, Any]:
@@ -492,14 +627,20 @@ def _check_integrity(doc: dict[str, Any]) -> None:
 
 
 def verify_evidence(
-    data: bytes, key: Key, *, require_signed: bool = True, require_head: bool = False
+    data: bytes,
+    key: Key,
+    *,
+    require_signed: bool = True,
+    require_head: bool = False,
+    require_spend: bool = False,
 ) -> EvidenceSummary:
     doc = load_json_file(data, "format")
     fmt = doc.get("format")
     if (
         fmt not in _DOC
         or doc.keys() - _DOC[fmt]
-        or (fmt == EVIDENCE_FORMATS[1] and "run_head" not in doc)
+        or (fmt != EVIDENCE_FORMATS[0] and "run_head" not in doc)
+        or (fmt == EVIDENCE_FORMATS[2] and "costs" not in doc)
     ):
         raise Refused("format", "not an evidence file of a known format")
     if not isinstance(doc.get("integrity"), dict):
@@ -532,9 +673,14 @@ def verify_evidence(
         head = _check_head(doc["run_head"], records, doc, cp, key, status)
     elif require_head:
         raise Refused("head", "no signed run head")
+    spend = None
+    if fmt == EVIDENCE_FORMATS[2]:
+        spend = _check_costs(doc, cp, key, require_head or require_spend)
+    elif require_spend:
+        raise Refused("head", "an older format carries no spend stream")
     size = None if cp is None else cp.size
     final = status in FINAL_STATUSES
-    return EvidenceSummary(run_id, status, len(records), cp is not None, size, head, final)
+    return EvidenceSummary(run_id, status, len(records), cp is not None, size, head, final, spend)
 
 
 # -- (b) inclusion proofs --------------------------------------------------------------------

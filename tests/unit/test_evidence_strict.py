@@ -146,7 +146,7 @@ def test_a_checkpoint_of_another_origin_is_refused_when_one_is_expected(
     with pytest.raises(EvidenceInvalid) as head:
         verify_evidence(_reseal(doc), VERIFIER)
     assert head.value.part == "head"
-    doc["run_head"] = None  # as a file without a head: the origin check alone
+    doc["run_head"] = doc["costs"]["head"] = None  # a file without heads: the origin check alone
     _reseal(doc)
     assert verify_evidence(doc, VERIFIER).origin == "evil.example/log"  # named in the report
     with pytest.raises(EvidenceInvalid) as info:
@@ -212,7 +212,8 @@ def test_any_resealed_edit_is_refused_with_a_typed_error(
     if action == "delete" and isinstance(parent, list) and path[0] == "proofs":
         pass  # a dropped proof is refused: one proof per event
     _reseal(doc)
-    if path == ("run_head",) and doc.get("run_head", "absent") is None:
+    stripped_spend = path == ("costs", "head") and doc["costs"].get("head", "absent") is None
+    if (path == ("run_head",) and doc.get("run_head", "absent") is None) or stripped_spend:
         # A stripped head reads as a file written without one (documented: the integrity
         # hash is unkeyed); such a file is refused only where a head is required.
         verify_evidence(copy.deepcopy(doc), VERIFIER)

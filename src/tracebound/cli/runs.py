@@ -52,9 +52,12 @@ from tracebound.events.envelope import format_timestamp
 from tracebound.ids import RunId, StepId
 
 if TYPE_CHECKING:
+    from decimal import Decimal
+
     from tracebound.events.catalog import GateRequested
     from tracebound.events.envelope import RecordedEvent
     from tracebound.events.record import RawRecord
+    from tracebound.export.evidence import EvidenceReport, Spend
     from tracebound.ledger import Ledger
     from tracebound.pipeline.config import RunnerConfig
     from tracebound.pipeline.metrics import GroupMetrics
@@ -951,7 +954,17 @@ def verify_evidence_cmd(
         bool,
         typer.Option(
             "--require-head",
-            help="Refuse (exit 1) a file without a signed run head: its end is then unproven.",
+            help="Refuse (exit 1) a file without a signed run head (or, in a file that carries "
+            "the run's spend, without its signed spend head): its end is then unproven.",
+        ),
+    ] = False,
+    require_spend: Annotated[
+        bool,
+        typer.Option(
+            "--require-spend",
+            help="Refuse (exit 1) a file whose spend is not proven: one written before files "
+            "carried the run's spend stream (tracebound-evidence/2 or /1), or without its signed "
+            "spend head.",
         ),
     ] = False,
     show: Annotated[
@@ -959,7 +972,8 @@ def verify_evidence_cmd(
         typer.Option(
             "--show",
             help="Then list the file's records (position, stream, version, type, time, hash "
-            "and what each is about; with --json, `records`, as `log --json` gives them). "
+            "and what each is about; with --json, `records`, as `log --json` gives them), then "
+            "its spend records (`cost_records`). "
             "Only a file that passed is listed; an unsigned one is marked NOT SIGNED.",
         ),
     ] = False,
@@ -970,10 +984,14 @@ def verify_evidence_cmd(
     Checks the integrity hash, the checkpoint signature, every record's BLAKE3 link and the
     run stream's continuity, every inclusion proof, that each artifact digest is listed,
     and the signed run head: the records end exactly where it says (a run cut back is
-    refused). Exit 1 names what failed; 3 when the file carries no signed checkpoint. A
-    file without a run head (older, or stripped) verifies with ``"run_head": null`` and a
-    warning, unless ``--require-head``. A status of running or gated is reported as not
-    final (JSON ``"final": false``): the run may have gone on after this file's tree.
+    refused). Then the run's spend stream (costs/RUN) the same way, with its own signed head,
+    and reports the proven spend: the exact total in USD and its sums by role, source and
+    tier (JSON ``spend``). Exit 1 names what failed; 3 when the file carries no signed
+    checkpoint. A file without a run head (older, or stripped) verifies with
+    ``"run_head": null`` and a warning, unless ``--require-head``; one whose spend is not
+    proven (older, or its spend head stripped) with a warning, unless ``--require-spend``.
+    A status of running or gated is reported as not final (JSON ``"final": false``): the
+    run may have gone on after this file's tree.
     """
     from tracebound.export.evidence import verify_evidence  # noqa: PLC0415 - lazy, for startup time
 
@@ -985,16 +1003,23 @@ def verify_evidence_cmd(
                 "nothing in the file can be trusted"
             )
         report = verify_evidence(
-            file, verifier, require_signed=False, require_head=require_head, origin=origin
+            file,
+            verifier,
+            require_signed=False,
+            require_head=require_head,
+            require_spend=require_spend,
+            origin=origin,
         )
         # Decoded only now: `report` exists only for a file every check passed on.
         rows = _evidence_rows(report.records) if show else None
+        cost_rows = _evidence_rows(report.cost_records) if show else None
     code = 0 if report.signed else EXIT_INCOMPLETE
     if as_json:
         out = report.as_dict()
         out["ok"] = report.signed
         if rows is not None:
             out["records"] = rows
+            out["cost_records"] = cost_rows
         emit_json(out)
         raise typer.Exit(code)
     if report.signed:
@@ -1018,6 +1043,7 @@ def verify_evidence_cmd(
                 f"[yellow]NOT FINAL[/]: {safe_text(report.status)} is not how a run ends; the "
                 "file shows the run up to here, and a later copy may hold more of it."
             )
+        _print_spend(report)
     else:
         console.print(
             f"[yellow]UNSIGNED[/]: run {safe_text(str(report.run_id))}'s records chain correctly, "
@@ -1027,6 +1053,8 @@ def verify_evidence_cmd(
         )
     if rows is not None:
         _print_evidence_rows(rows, report.run_id, signed=report.signed)
+    if cost_rows:
+        _print_evidence_rows(cost_rows, report.run_id, signed=report.signed, what="spend record")
     raise typer.Exit(code)
 
 
@@ -1036,13 +1064,58 @@ def _evidence_rows(records: Iterable[RawRecord]) -> list[dict[str, Any]]:
     return [raw_row(raw) for raw in records]
 
 
-def _print_evidence_rows(rows: list[dict[str, Any]], run_id: str, *, signed: bool) -> None:
+def _print_spend(report: EvidenceReport) -> None:
+    """The spend a signed file proves (or says nothing about), with its sums by role."""
+    spend = report.spend
+    if spend is None:
+        console.print(
+            "[yellow]NO SPEND[/]: this file's format does not carry the run's spend stream, so "
+            "it proves nothing about what the run cost (--require-spend refuses such a file)."
+        )
+        return
+    if not spend.proven:
+        console.print(
+            f"[yellow]SPEND NOT PROVEN[/]: {spend.records} cost record(s), but no signed head "
+            f"says they are all of {safe_text(spend.stream_id)} (--require-spend refuses such "
+            "a file)."
+        )
+        return
+    console.print(
+        "Spend: "
+        + safe_text(
+            f"{_usd_text(spend.total_usd)} USD in {spend.records} cost record(s) of "
+            f"{spend.stream_id}, all of them up to the signed tree of {report.tree_size}."
+        )
+    )
+    if spend.records:
+        console.print(_spend_table(spend))
+
+
+def _usd_text(amount: Decimal) -> str:
+    return format(amount, "f")
+
+
+def _spend_table(spend: Spend) -> Table:
+    table = Table(title="Proven spend, by role, source and tier", title_justify="left")
+    for name in ("by", "name", "USD", "records"):
+        table.add_column(name, justify="right" if name in {"USD", "records"} else "left")
+    for by, shares in (("role", spend.by_role), ("source", spend.by_source),
+                       ("tier", spend.by_tier)):  # fmt: skip
+        for share in shares:
+            name = "unattributed" if share.key is None else share.key
+            table.add_row(by, safe_text(name), _usd_text(share.total_usd), str(share.records))
+    return table
+
+
+def _print_evidence_rows(
+    rows: list[dict[str, Any]], run_id: str, *, signed: bool, what: str = "event"
+) -> None:
     from tracebound.cli._events import events_table  # noqa: PLC0415 - lazy, for startup time
 
     title = (
-        f"{len(rows)} verified event(s) of run {run_id}"
+        f"{len(rows)} verified {what}(s) of run {run_id}"
         if signed
-        else f"{len(rows)} event(s) of run {run_id}, NOT SIGNED: chain-checked only"
+        else f"{len(rows)} {what}(s) of run {run_id}, NOT SIGNED: chain-checked only"
     )
     console.print(events_table(rows, title, detail=True))
 

@@ -41,6 +41,20 @@ gate, say) carries its own older checkpoint and head and verifies, truly, as the
 that tree; ``final`` is False for ``running`` and ``gated`` because the run may have gone on
 since. Judge freshness by the checkpoint's size (and a witness, where there is one).
 
+What the run cost: the file (format ``tracebound-evidence/3``) also carries ``costs``, the
+run's spend stream ``costs/RUN`` (the ``cost_incurred`` records the remediation loop and
+billing imports write), proven the same way: every record from stream version 1 to the last
+inside the checkpoint's tree, chain-linked, each with its inclusion proof, and a signed
+*stream head* (:mod:`tracebound.integrity.stream_head`) saying where that stream ends in the
+tree, version 0 when the tree holds none of it. So the verifier states the whole recorded
+spend up to the checkpoint (:class:`Spend`: an exact total and sums by role, source and
+tier), and a record edited, dropped, or taken from another run is refused. A signed "no
+spend" cannot be replayed onto a later tree (it names its tree), nor onto another run (it
+names its stream). Stripping the spend head, or dropping ``costs`` and relabelling the file
+``/2``, still verifies (the integrity hash is unkeyed), reported as spend unproven or not
+carried; ``require_spend=True`` refuses both. The head says what the signer's own ledger
+held; a store edit that hides a record from it is damage ``tracebound verify`` finds.
+
 Files without a head (format ``tracebound-evidence/1``, written before heads existed; a
 ledger holding only the verifier key writes ``run_head`` null) still verify, reported with
 ``run_head`` None: their end is unproven. The integrity hash is unkeyed, so anyone can strip a
@@ -54,8 +68,19 @@ import base64
 import binascii
 import hashlib
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import (
+    MAX_EMAX,
+    MAX_PREC,
+    MIN_EMIN,
+    Context,
+    Decimal,
+    Inexact,
+    InvalidOperation,
+    Overflow,
+)
 from pathlib import Path
 from typing import Any, Final
 
@@ -64,9 +89,12 @@ from tracebound.errors import (
     CanonicalizationError,
     CheckpointError,
     ConfigError,
+    DamageKind,
     IntegrityError,
+    LedgerDamaged,
     ProofError,
     StorageError,
+    ValidationFailed,
 )
 from tracebound.events.catalog import (
     FINAL_RUN_STATUSES,
@@ -77,7 +105,7 @@ from tracebound.events.catalog import (
 )
 from tracebound.events.record import RawRecord
 from tracebound.integrity.chain import GENESIS, chain_hash
-from tracebound.integrity.keys import NoteVerifier
+from tracebound.integrity.keys import NoteSigner, NoteVerifier
 from tracebound.integrity.merkle import (
     MAX_PROOF_PATH,
     inclusion_proof,
@@ -87,6 +115,7 @@ from tracebound.integrity.merkle import (
 from tracebound.integrity.nodes import StoredTree
 from tracebound.integrity.note import Checkpoint, SignedNote, open_checkpoint, parse_checkpoint
 from tracebound.integrity.run_head import RUN_STATUSES, RunHead, open_run_head, sign_run_head
+from tracebound.integrity.stream_head import StreamHead, open_stream_head, sign_stream_head
 from tracebound.integrity.strict_json import loads_canonical_record, loads_strict
 from tracebound.ledger import Ledger
 from tracebound.pipeline.runner import run_stream
@@ -94,23 +123,29 @@ from tracebound.replay.rebuild import read_run_records
 from tracebound.store.blobs import BlobStore
 from tracebound.store.files import write_file_atomic
 from tracebound.store.keyfile import file_stem
+from tracebound.store.port import LedgerStore, position_runs
 
 __all__ = [
     "DEFAULT_EVIDENCE_DIR",
     "FORMAT",
     "FORMAT_V1",
+    "FORMAT_V2",
     "EvidenceInvalid",
     "EvidenceReport",
     "EvidenceWriter",
+    "Spend",
     "build_evidence",
+    "cost_stream",
     "evidence_path",
     "integrity_hash",
     "verify_evidence",
     "write_evidence",
 ]
 
-FORMAT: Final = "tracebound-evidence/2"
-"""What this version writes: version 1 plus ``run_head`` (a signed note, or null)."""
+FORMAT: Final = "tracebound-evidence/3"
+"""What this version writes: version 2 plus ``costs`` (the run's spend stream, proven)."""
+FORMAT_V2: Final = "tracebound-evidence/2"
+"""Written before the spend stream was carried; still verified, reported with ``spend`` None."""
 FORMAT_V1: Final = "tracebound-evidence/1"
 """Written before run heads existed; still verified, and reported with ``run_head`` None."""
 # The members each part of an evidence file has: exactly these. The integrity hash is not a
@@ -119,7 +154,12 @@ _DOC_MEMBERS_V1: Final = frozenset(
     {"format", "run_id", "stream_id", "pipeline", "pipeline_type", "critical", "status",
      "events", "artifacts", "checkpoint", "tree_size", "proofs", "integrity"}
 )  # fmt: skip
-_DOC_MEMBERS: Final = {FORMAT_V1: _DOC_MEMBERS_V1, FORMAT: _DOC_MEMBERS_V1 | {"run_head"}}
+_DOC_MEMBERS: Final = {
+    FORMAT_V1: _DOC_MEMBERS_V1,
+    FORMAT_V2: _DOC_MEMBERS_V1 | {"run_head"},
+    FORMAT: _DOC_MEMBERS_V1 | {"run_head", "costs"},
+}
+_COSTS_MEMBERS: Final = frozenset({"stream_id", "events", "proofs", "head"})
 _EVENT_MEMBERS: Final = frozenset(
     {"position", "stream_version", "event_type", "prev_hash", "hash", "body"}
 )
@@ -136,8 +176,9 @@ class EvidenceInvalid(IntegrityError):
     ``checkpoint`` (signature, or no checkpoint when one is required), ``record`` (a
     record's bytes, hash or fields), ``chain`` (the run stream's links, order or ends),
     ``proof`` (an inclusion proof), ``digests`` (the artifact digests listed) or ``head``
-    (the signed run head: its signature, or the records not ending where it says, or none
-    when one is required).
+    (the signed run head or spend head: its signature, or the records not ending where it
+    says, or none when one is required). The spend stream's records, chain and proofs fail
+    as ``record``, ``chain`` and ``proof``, their messages naming a cost record.
     """
 
     def __init__(self, part: str, detail: str) -> None:
@@ -166,9 +207,13 @@ class EvidenceReport:
     # Where the signed head says the run ends (the file's records end exactly there), or
     # None: no head (an older writer, no signing key, or stripped), so the end is unproven.
     run_head: RunHead | None = None
+    # The run's spend stream and its sums (a /3 file), or None: the file does not carry it
+    # (an older format), so it says nothing about spend, not even that there was none.
+    spend: Spend | None = None
     # The file's records, every check above passed on them (``signed`` says whether a
     # signature vouches for them too), for a caller to list; not in :meth:`as_dict`.
     records: tuple[RawRecord, ...] = field(default=(), repr=False, compare=False)
+    cost_records: tuple[RawRecord, ...] = field(default=(), repr=False, compare=False)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -191,6 +236,7 @@ class EvidenceReport:
                 "status": self.run_head.status,
                 "tree_size": self.run_head.tree_size,
             },
+            "spend": None if self.spend is None else self.spend.as_dict(),
         }
 
 
@@ -216,19 +262,76 @@ def _latest_checkpoint(ledger: Ledger) -> tuple[str, Checkpoint] | None:
     return note, cp
 
 
-def _run_head(
-    ledger: Ledger, run_id: str, *, last: RawRecord, status: str, note: str, cp: Checkpoint
-) -> str | None:
-    """The signed run head of a file carrying checkpoint ``note``, when this ledger's signer
-    signed that checkpoint (a head by another key would not verify beside it)."""
+def cost_stream(run_id: str) -> str:
+    """The stream a run's incurred spend is recorded under (``cost_incurred`` records)."""
+    return f"costs/{run_id}"
+
+
+def _head_signer(ledger: Ledger, note: str) -> NoteSigner | None:
+    """This ledger's signer, when it signed checkpoint ``note`` (a head by another key would
+    not verify beside it); else None."""
     if ledger.signer is None:
         return None
     try:
         open_checkpoint(note, ledger.signer.verifier)
     except CheckpointError:  # signed by a key this process does not hold
         return None
+    return ledger.signer
+
+
+def _heads(
+    ledger: Ledger,
+    run_id: str,
+    *,
+    last: RawRecord,
+    costs: Sequence[RawRecord],
+    status: str,
+    note: str,
+    cp: Checkpoint,
+) -> tuple[str | None, str | None]:
+    """The signed run head and spend-stream head of a file carrying checkpoint ``note``."""
+    signer = _head_signer(ledger, note)
+    if signer is None:
+        return None, None
     head = RunHead(cp.origin, run_id, last.stream_version, last.hash, status, cp.size, cp.root)
-    return sign_run_head(head, ledger.signer)
+    # Version 0 with the zero hash: signed "no spend recorded in this tree", not left out.
+    version, end = (costs[-1].stream_version, costs[-1].hash) if costs else (0, bytes(GENESIS))
+    spent = StreamHead(cp.origin, cost_stream(run_id), version, end, cp.size, cp.root)
+    return sign_run_head(head, signer), sign_stream_head(spent, signer)
+
+
+def _read_costs(store: LedgerStore, stream: str, upto: int | None) -> list[RawRecord]:
+    """The spend stream's stored records up to position ``upto`` (all with None), each
+    re-hashed and linked from genesis: the head signed over them says they are all.
+
+    Raises:
+        LedgerDamaged: a record does not hash to its hash, is not the stream's next version
+            or does not link to the one before it.
+    """
+    try:
+        positions = sorted(
+            e.position for e in store.read_stream(stream) if upto is None or e.position <= upto
+        )
+    except (IntegrityError, ValidationFailed) as exc:
+        raise LedgerDamaged(
+            DamageKind.MALFORMED, None, f"a record of {stream!r} cannot be decoded: {exc}"
+        ) from exc
+    raws: list[RawRecord] = []
+    for first, last in position_runs(positions):
+        raws += store.read_raw(start=first, stop=last)
+    version, head = 0, bytes(GENESIS)
+    for raw in raws:
+        if chain_hash(raw.prev_hash, raw.body) != raw.hash:
+            raise LedgerDamaged(DamageKind.TAMPER, raw.position, "the record's bytes do not "
+                                "hash to its hash")  # fmt: skip
+        if raw.stream_id != stream or raw.stream_version != version + 1 or raw.prev_hash != head:
+            raise LedgerDamaged(
+                DamageKind.GAP,
+                raw.position,
+                f"{stream!r} version {raw.stream_version} does not follow version {version}",
+            )
+        version, head = raw.stream_version, raw.hash
+    return raws
 
 
 def _artifacts(records: Sequence[tuple[RawRecord, Any]], blobs: BlobStore) -> list[dict[str, Any]]:
@@ -278,23 +381,34 @@ def build_evidence(ledger: Ledger, blobs: BlobStore, run_id: str) -> dict[str, A
             status = event.payload.status
     newest = records[-1][0].position
     signed = latest if latest is not None and latest[1].size >= newest else None
+    # The spend inside the checkpoint's tree (all of it for an unsigned file): what a signed
+    # head can say is the whole of the run's spend there.
+    costs = _read_costs(
+        ledger.store, cost_stream(run_id), None if signed is None else signed[1].size
+    )
     proofs: list[dict[str, Any]] = []
+    cost_proofs: list[dict[str, Any]] = []
     head: str | None = None
+    cost_head: str | None = None
     if signed is not None:
         cp = signed[1]
+        proven = [r for r, _ in records] + costs
 
         def build(tree: StoredTree) -> list[list[bytes]]:
-            # One tree for all the run's proofs: they share most of their subtrees.
-            return [inclusion_proof(r.position - 1, cp.size, tree.subtree_root) for r, _ in records]
+            # One tree for all the proofs: they share most of their subtrees.
+            return [inclusion_proof(r.position - 1, cp.size, tree.subtree_root) for r in proven]
 
         def check(paths: list[list[bytes]]) -> None:
-            for (raw, _), proof in zip(records, paths, strict=True):
+            for raw, proof in zip(proven, paths, strict=True):
                 verify_inclusion(leaf_hash(raw.hash), raw.position - 1, cp.size, proof, cp.root)
 
         paths = ledger.checked_proof(build, check)
-        for (raw, _), proof in zip(records, paths, strict=True):
-            proofs.append({"position": raw.position, "proof": [h.hex() for h in proof]})
-        head = _run_head(ledger, run_id, last=records[-1][0], status=status, note=signed[0], cp=cp)
+        for raw, proof in zip(proven, paths, strict=True):
+            entry = {"position": raw.position, "proof": [h.hex() for h in proof]}
+            (proofs if raw.stream_id == run_stream(run_id) else cost_proofs).append(entry)
+        head, cost_head = _heads(
+            ledger, run_id, last=records[-1][0], costs=costs, status=status, note=signed[0], cp=cp
+        )
     doc: dict[str, Any] = {
         "format": FORMAT,
         "run_id": run_id,
@@ -303,25 +417,33 @@ def build_evidence(ledger: Ledger, blobs: BlobStore, run_id: str) -> dict[str, A
         "pipeline_type": started.pipeline_type,
         "critical": started.critical,
         "status": status,
-        "events": [
-            {
-                "position": raw.position,
-                "stream_version": raw.stream_version,
-                "event_type": raw.event_type,
-                "prev_hash": raw.prev_hash.hex(),
-                "hash": raw.hash.hex(),
-                "body": base64.b64encode(raw.body).decode("ascii"),
-            }
-            for raw, _ in records
-        ],
+        "events": [_entry(raw) for raw, _ in records],
         "artifacts": _artifacts(records, blobs),
         "checkpoint": None if signed is None else signed[0],
         "tree_size": None if signed is None else signed[1].size,
         "proofs": proofs,
         "run_head": head,
+        "costs": {
+            "stream_id": cost_stream(run_id),
+            "events": [_entry(raw) for raw in costs],
+            "proofs": cost_proofs,
+            "head": cost_head,
+        },
     }
     doc["integrity"] = {**_INTEGRITY, "hash": integrity_hash(doc)}
     return doc
+
+
+def _entry(raw: RawRecord) -> dict[str, Any]:
+    """One stored record as an entry of ``events``: its bytes and what the store assigned."""
+    return {
+        "position": raw.position,
+        "stream_version": raw.stream_version,
+        "event_type": raw.event_type,
+        "prev_hash": raw.prev_hash.hex(),
+        "hash": raw.hash.hex(),
+        "body": base64.b64encode(raw.body).decode("ascii"),
+    }
 
 
 def evidence_path(directory: Path, run_id: str) -> Path:
@@ -447,11 +569,11 @@ class _Record:
         )
 
 
-def _check_record(item: Any, stream: str) -> _Record:
+def _check_record(item: Any, stream: str, label: str = "record") -> _Record:
     """One record: its bytes hash to its hash, and its fields agree with those bytes."""
-    _members(item, _EVENT_MEMBERS, "record", "an entry of 'events'")
+    _members(item, _EVENT_MEMBERS, "record", f"an entry of {label}s")
     position = _field(item, "position", int, "record")
-    where = f"record at position {position}"
+    where = f"{label} at position {position}"
     version = _field(item, "stream_version", int, "record")
     prev = _hex(item.get("prev_hash"), "record", f"{where}: prev_hash")
     claimed = _hex(item.get("hash"), "record", f"{where}: hash")
@@ -589,9 +711,14 @@ def _check_proofs(
     tree_size = doc.get("tree_size")
     if type(tree_size) is not int or tree_size != cp.size:  # not True for 1, nor 1.0
         raise EvidenceInvalid("checkpoint", f"tree_size is not the checkpoint's {cp.size}")
-    proofs = doc.get("proofs")
+    _check_paths(records, doc.get("proofs"), cp, "event")
+    return cp
+
+
+def _check_paths(records: list[_Record], proofs: Any, cp: Checkpoint, label: str) -> None:
+    """Exactly one inclusion proof per record, each leading to the checkpoint's root."""
     if not isinstance(proofs, list):
-        raise EvidenceInvalid("proof", "'proofs' is not a list")
+        raise EvidenceInvalid("proof", f"the proofs of each {label} are not a list")
     by_position: dict[int, list[bytes]] = {}
     for item in proofs:
         _members(item, _PROOF_MEMBERS, "proof", "an entry of 'proofs'")
@@ -601,15 +728,14 @@ def _check_proofs(
             raise EvidenceInvalid("proof", f"the proof of position {pos} is too long")
         by_position[pos] = [_hex(h, "proof", f"proof of position {pos}") for h in path]
     if set(by_position) != {r.position for r in records} or len(proofs) != len(records):
-        raise EvidenceInvalid("proof", "there is not exactly one proof per event")
+        raise EvidenceInvalid("proof", f"there is not exactly one proof per {label}")
     for r in records:
         try:
             verify_inclusion(
                 leaf_hash(r.hash), r.position - 1, cp.size, by_position[r.position], cp.root
             )
         except ProofError as exc:
-            raise EvidenceInvalid("proof", f"position {r.position}: {exc}") from exc
-    return cp
+            raise EvidenceInvalid("proof", f"{label} at position {r.position}: {exc}") from exc
 
 
 def _check_head(
@@ -652,12 +778,256 @@ def _check_head(
     return head
 
 
+_AMOUNT: Final = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+# Exact sums: as many digits as the amounts need, so no total is ever rounded.
+_EXACT: Final = Context(
+    prec=MAX_PREC, Emax=MAX_EMAX, Emin=MIN_EMIN, traps=[Inexact, InvalidOperation, Overflow]
+)
+
+
+@dataclass(frozen=True)
+class SpendShare:
+    """The spend of the records with one role, source or tier."""
+
+    key: str | None  # None: the records name no role
+    total_usd: Decimal
+    records: int
+
+
+@dataclass(frozen=True)
+class Spend:
+    """The run's spend stream (``costs/RUN``) as a verified file holds it.
+
+    ``total_usd`` is the exact sum of the ``amount_usd`` of its ``cost_incurred`` records
+    (``records`` of them). With ``head`` (a signed stream head the records end at), that is
+    the whole recorded spend of the run up to the checkpoint's tree; with ``head`` None,
+    only what the file lists (the head was stripped, or the writer held no signing key).
+    """
+
+    stream_id: str
+    total_usd: Decimal
+    records: int
+    events: int  # every record of the stream, of any kind
+    by_role: tuple[SpendShare, ...]
+    by_source: tuple[SpendShare, ...]
+    by_tier: tuple[SpendShare, ...]
+    head: StreamHead | None
+
+    @property
+    def proven(self) -> bool:
+        return self.head is not None
+
+    def as_dict(self) -> dict[str, Any]:
+        def shares(name: str, items: tuple[SpendShare, ...]) -> list[dict[str, Any]]:
+            return [
+                {name: i.key, "total_usd": _usd(i.total_usd), "records": i.records} for i in items
+            ]
+
+        return {
+            "stream_id": self.stream_id,
+            "proven": self.proven,
+            "total_usd": _usd(self.total_usd),
+            "records": self.records,
+            "by_role": shares("role", self.by_role),
+            "by_source": shares("source", self.by_source),
+            "by_tier": shares("tier", self.by_tier),
+            "head": None
+            if self.head is None
+            else {
+                "stream_version": self.head.stream_version,
+                "hash": self.head.hash.hex(),
+                "tree_size": self.head.tree_size,
+            },
+        }
+
+
+def _usd(amount: Decimal) -> str:
+    """Plain decimal, never an exponent: what the spec says a total is written as."""
+    return format(amount, "f")
+
+
+def _cost_amount(r: _Record) -> tuple[Decimal, str | None, str, str] | None:
+    """A cost record's amount, role, source and tier; None for a record of another kind."""
+    p = r.body["payload"]
+    if p.get("kind") != "cost_incurred":
+        return None
+    amount, role, source, tier = p.get("amount_usd"), p.get("role"), p.get("source"), p.get("tier")
+    if not (isinstance(amount, str) and _AMOUNT.fullmatch(amount)):
+        raise EvidenceInvalid(
+            "record", f"cost record at position {r.position}: amount_usd is not a plain decimal"
+        )
+    if not (isinstance(source, str) and isinstance(tier, str)) or not (
+        role is None or isinstance(role, str)
+    ):
+        raise EvidenceInvalid(
+            "record", f"cost record at position {r.position}: its role, source or tier is malformed"
+        )
+    return Decimal(amount), role, source, tier
+
+
+def _spend(stream: str, records: list[_Record], head: StreamHead | None) -> Spend:
+    total, count = Decimal(0), 0
+    groups: tuple[dict[str | None, tuple[Decimal, int]], ...] = ({}, {}, {})
+    for r in records:
+        cost = _cost_amount(r)
+        if cost is None:
+            continue
+        amount, *keys = cost
+        total, count = _EXACT.add(total, amount), count + 1
+        for group, key in zip(groups, keys, strict=True):
+            was, n = group.get(key, (Decimal(0), 0))
+            group[key] = (_EXACT.add(was, amount), n + 1)
+
+    def shares(group: dict[str | None, tuple[Decimal, int]]) -> tuple[SpendShare, ...]:
+        order = sorted(group, key=lambda k: (k is None, k or ""))
+        return tuple(SpendShare(k, *group[k]) for k in order)
+
+    role, source, tier = (shares(g) for g in groups)
+    return Spend(stream, total, count, len(records), role, source, tier, head)
+
+
+def _check_cost_chain(records: list[_Record]) -> None:
+    """The spend stream from genesis without gaps (it may have no record at all)."""
+    head, version, position = bytes(GENESIS), 0, 0
+    for r in records:
+        if r.version != version + 1 or r.prev != head:
+            raise EvidenceInvalid(
+                "chain",
+                f"cost record at position {r.position} (version {r.version}) does not follow "
+                f"version {version}: a spend record was removed, reordered or replaced",
+            )
+        if r.position <= position:
+            raise EvidenceInvalid("chain", f"cost position {r.position} comes after {position}")
+        head, version, position = r.hash, r.version, r.position
+
+
+def _check_cost_head(
+    note: Any, records: list[_Record], *, stream: str, cp: Checkpoint, verifier: NoteVerifier
+) -> StreamHead:
+    """The signed head of the spend stream: by the checkpoint's key and origin, for this
+    run's stream, bound to this checkpoint, and the file's cost records end exactly there."""
+    if not isinstance(note, str):
+        raise EvidenceInvalid("head", "the spend stream's 'head' is not a signed note")
+    try:
+        head = open_stream_head(note, verifier, origin=cp.origin)
+    except CheckpointError as exc:  # SignatureInvalid included
+        raise EvidenceInvalid("head", f"spend head: {exc}") from exc
+    if head.stream_id != stream:
+        raise EvidenceInvalid(
+            "head", f"the spend head is for stream {head.stream_id!r:.80}, not {stream!r:.80}"
+        )
+    if (head.tree_size, head.root) != (cp.size, cp.root):
+        raise EvidenceInvalid(
+            "head",
+            f"the spend head is for a tree of {head.tree_size}, not the checkpoint's {cp.size}: "
+            "it was signed beside another checkpoint",
+        )
+    last = (records[-1].version, records[-1].hash) if records else (0, bytes(GENESIS))
+    if (head.stream_version, head.hash) != last:
+        raise EvidenceInvalid(
+            "head",
+            f"the signed spend head says {stream} ends at version {head.stream_version} in a "
+            f"tree of {cp.size}, but the file's cost records end at version {last[0]}: spend "
+            "records were dropped or added",
+        )
+    return head
+
+
+def _check_costs(
+    doc: Mapping[str, Any],
+    run_id: str,
+    cp: Checkpoint | None,
+    verifier: NoteVerifier,
+    *,
+    require_head: bool,
+) -> tuple[Spend, list[_Record]]:
+    """A /3 file's spend stream: records, chain, proofs and signed head (checks 10 to 13)."""
+    costs = _field(doc, "costs", dict, "format")
+    _members(costs, _COSTS_MEMBERS, "format", "'costs'")
+    stream = cost_stream(run_id)
+    if "head" not in costs:  # as written: a note, or null (a stripped head), never absent
+        raise EvidenceInvalid("format", "'costs' has no 'head' (a note, or null)")
+    if costs.get("stream_id") != stream:
+        raise EvidenceInvalid("format", f"the spend stream_id is not {stream!r}")
+    events = _field(costs, "events", list, "format")
+    records = [_check_record(item, stream, "cost record") for item in events]
+    _check_cost_chain(records)
+    if cp is not None:
+        _check_paths(records, costs.get("proofs"), cp, "cost record")
+    elif costs.get("proofs") != []:
+        raise EvidenceInvalid(
+            "format", "an unsigned file's spend stream has 'proofs' [] and 'head' null"
+        )
+    head: StreamHead | None = None
+    if costs.get("head") is not None:
+        if cp is None:
+            raise EvidenceInvalid("head", "a spend head without a checkpoint to bind it to")
+        head = _check_cost_head(costs["head"], records, stream=stream, cp=cp, verifier=verifier)
+    elif require_head:
+        raise EvidenceInvalid(
+            "head",
+            "the evidence carries no signed spend head, so nothing signed says these are all "
+            "the run's spend records (written without the signing key, or stripped)",
+        )
+    return _spend(stream, records, head), records
+
+
+def _check_signature(
+    records: list[_Record],
+    doc: Mapping[str, Any],
+    verifier: NoteVerifier,
+    origin: str | None,
+    *,
+    require_signed: bool,
+) -> Checkpoint | None:
+    """The checkpoint and the proofs of the run's records, or None for an unsigned file."""
+    if doc.get("checkpoint") is not None:
+        return _check_proofs(records, doc, verifier, origin)
+    if require_signed:
+        raise EvidenceInvalid("checkpoint", "the evidence carries no signed checkpoint")
+    if doc.get("proofs") or doc.get("tree_size") is not None:
+        raise EvidenceInvalid("checkpoint", "proofs without a checkpoint")
+    if not ("checkpoint" in doc and "tree_size" in doc and doc.get("proofs") == []):
+        # As written: all three members, null, null and []. Anything else is not a file
+        # this writer made, and an unsigned file is read no less strictly than a signed one.
+        raise EvidenceInvalid(
+            "format", "an unsigned file has 'checkpoint' and 'tree_size' null and 'proofs' []"
+        )
+    return None
+
+
+def _check_run_head(
+    doc: Mapping[str, Any],
+    records: list[_Record],
+    run_id: str,
+    status: str,
+    *,
+    cp: Checkpoint | None,
+    verifier: NoteVerifier,
+    require_head: bool,
+) -> RunHead | None:
+    if doc.get("run_head") is not None:
+        if cp is None:
+            raise EvidenceInvalid("head", "a run head without a checkpoint to bind it to")
+        return _check_head(
+            doc["run_head"], records, run_id=run_id, status=status, cp=cp, verifier=verifier
+        )
+    if require_head:
+        raise EvidenceInvalid(
+            "head",
+            "the evidence carries no signed run head, so nothing signed says where the run "
+            "ends (written by an older version or without the signing key, or stripped)",
+        )
+    return None
+
+
 def verify_evidence(
     source: Path | str | Mapping[str, Any],
     verifier: NoteVerifier,
     *,
     require_signed: bool = True,
     require_head: bool = False,
+    require_spend: bool = False,
     origin: str | None = None,
 ) -> EvidenceReport:
     """Check an evidence file offline: no ledger, no blobs, only the verifier key.
@@ -681,6 +1051,9 @@ def verify_evidence(
             report says ``signed=False``.
         require_head: refuse evidence without a signed run head, so that where the run ends
             is proven (implies a checkpoint). Without it, a missing head is reported only.
+        require_spend: refuse evidence whose spend is not proven: an older format (which
+            does not carry the spend stream), or a spend stream without its signed head.
+            ``require_head`` refuses the latter too, but accepts an older format.
         origin: When given, the checkpoint must name this log (one key may sign several).
 
     Raises:
@@ -692,8 +1065,9 @@ def verify_evidence(
     if not isinstance(fmt, str) or fmt not in _DOC_MEMBERS:
         raise EvidenceInvalid("format", f"not a tracebound evidence file ({FORMAT})")
     _members(doc, _DOC_MEMBERS[fmt], "format", "the evidence file")
-    if fmt == FORMAT and "run_head" not in doc:
-        raise EvidenceInvalid("format", f"a {FORMAT} file has 'run_head' (a note, or null)")
+    for member in sorted(_DOC_MEMBERS[fmt] - _DOC_MEMBERS_V1):
+        if member not in doc:  # a /1 file has neither; newer ones always say them
+            raise EvidenceInvalid("format", f"a {fmt} file has {member!r}")
     integrity = _field(doc, "integrity", dict, "integrity")
     try:
         expected = integrity_hash(doc)
@@ -709,31 +1083,21 @@ def verify_evidence(
     records = [_check_record(item, stream) for item in events]
     status = _check_chain(records, doc, run_id)
     artifacts = _check_digests(records, doc.get("artifacts"))
-    cp: Checkpoint | None = None
-    if doc.get("checkpoint") is not None:
-        cp = _check_proofs(records, doc, verifier, origin)
-    elif require_signed:
-        raise EvidenceInvalid("checkpoint", "the evidence carries no signed checkpoint")
-    elif doc.get("proofs") or doc.get("tree_size") is not None:
-        raise EvidenceInvalid("checkpoint", "proofs without a checkpoint")
-    elif not ("checkpoint" in doc and "tree_size" in doc and doc.get("proofs") == []):
-        # As written: all three members, null, null and []. Anything else is not a file
-        # this writer made, and an unsigned file is read no less strictly than a signed one.
-        raise EvidenceInvalid(
-            "format", "an unsigned file has 'checkpoint' and 'tree_size' null and 'proofs' []"
+    cp = _check_signature(records, doc, verifier, origin, require_signed=require_signed)
+    head = _check_run_head(
+        doc, records, run_id, status, cp=cp, verifier=verifier, require_head=require_head
+    )
+    spend: Spend | None = None
+    costs: list[_Record] = []
+    if fmt == FORMAT:
+        spend, costs = _check_costs(
+            doc, run_id, cp, verifier, require_head=require_head or require_spend
         )
-    head: RunHead | None = None
-    if doc.get("run_head") is not None:
-        if cp is None:
-            raise EvidenceInvalid("head", "a run head without a checkpoint to bind it to")
-        head = _check_head(
-            doc["run_head"], records, run_id=run_id, status=status, cp=cp, verifier=verifier
-        )
-    elif require_head:
+    elif require_spend:
         raise EvidenceInvalid(
             "head",
-            "the evidence carries no signed run head, so nothing signed says where the run "
-            "ends (written by an older version or without the signing key, or stripped)",
+            f"a {fmt} file does not carry the run's spend stream, so it proves nothing about "
+            "what the run cost",
         )
     return EvidenceReport(
         run_id=run_id,
@@ -748,5 +1112,7 @@ def verify_evidence(
         # "running" and "gated" are where a genuine prefix of a longer run can stop
         final=status in FINAL_RUN_STATUSES,
         run_head=head,
+        spend=spend,
         records=tuple(r.stored() for r in records),
+        cost_records=tuple(r.stored() for r in costs),
     )

@@ -212,7 +212,7 @@ def test_a_stripped_head_is_reported_and_refused_on_request(world: World) -> Non
     nulled = copy.deepcopy(world.first)
     nulled["run_head"] = None
     older = copy.deepcopy(world.first)
-    del older["run_head"]
+    del older["run_head"], older["costs"]
     older["format"] = FORMAT_V1
     for doc in (_reseal(nulled), _reseal(older)):
         report = verify_evidence(copy.deepcopy(doc), VERIFIER)
@@ -226,6 +226,7 @@ def test_the_format_versions_have_their_own_members(world: World) -> None:
     del missing["run_head"]
     assert "'run_head'" in _rejects(_reseal(missing), "format")
     v1_with_head = copy.deepcopy(world.first)
+    del v1_with_head["costs"]
     v1_with_head["format"] = FORMAT_V1
     assert "unknown member" in _rejects(_reseal(v1_with_head), "format")
 
@@ -233,6 +234,7 @@ def test_the_format_versions_have_their_own_members(world: World) -> None:
 def test_an_unsigned_file_has_no_head_to_require(world: World) -> None:
     doc = copy.deepcopy(world.first)
     doc.update(checkpoint=None, tree_size=None, proofs=[], run_head=None)
+    doc["costs"].update(proofs=[], head=None)
     assert not verify_evidence(_reseal(doc), VERIFIER, require_signed=False).signed
     _rejects(doc, "head", require_signed=False, require_head=True)
     _rejects(doc, "checkpoint", require_head=True)
@@ -241,7 +243,7 @@ def test_an_unsigned_file_has_no_head_to_require(world: World) -> None:
 def test_a_cut_version_1_file_is_the_old_limit(world: World) -> None:
     """A version 1 file (no head) cut back verifies as before: what require_head is for."""
     doc = _cut_to_gate(copy.deepcopy(world.resumed))
-    del doc["run_head"]
+    del doc["run_head"], doc["costs"]
     doc["format"] = FORMAT_V1
     report = verify_evidence(_reseal(doc), VERIFIER)
     assert (report.status, report.final, report.run_head) == ("gated", False, None)
