@@ -312,6 +312,8 @@ def _read_costs(store: LedgerStore, stream: str, upto: int | None) -> list[RawRe
         positions = sorted(
             e.position for e in store.read_stream(stream) if upto is None or e.position <= upto
         )
+    except LedgerDamaged:  # already says where and what
+        raise
     except (IntegrityError, ValidationFailed) as exc:
         raise LedgerDamaged(
             DamageKind.MALFORMED, None, f"a record of {stream!r} cannot be decoded: {exc}"
