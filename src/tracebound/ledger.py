@@ -863,6 +863,10 @@ class Ledger:
         if pending is None:
             self._check_rotation_start(old.verifier, rotations)
         elif (pending.old, pending.new) != (old.verifier, new_signer.verifier):
+            # A rotation the log's key could not have written is damage to report (verify
+            # says which), not an unfinished rotation to ask the operator to finish.
+            if (damage := self.verify().damage) is not None:
+                raise damage
             raise KeyRotationRefused(
                 f"{pending.describe()} from {_key_text(pending.old)} to "
                 f"{_key_text(pending.new)} is unfinished; finish it with those keys first"

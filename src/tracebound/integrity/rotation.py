@@ -139,6 +139,14 @@ class KeyHistory:
 
     def __init__(self, rotations: Sequence[Rotation], root: NoteVerifier) -> None:
         self.rotations = tuple(rotations)
+        for rotation in self.rotations:
+            if rotation.old == rotation.new:
+                raise LedgerDamaged(
+                    DamageKind.TAMPER,
+                    rotation.position,
+                    f"the key rotation here hands over from {_key_id(rotation.old)} to itself: "
+                    "the ledger's own rotations could not have recorded it",
+                )
         for before, after in zip(self.rotations, self.rotations[1:], strict=False):
             if after.old != before.new:
                 raise LedgerDamaged(
@@ -259,6 +267,8 @@ def open_checkpoints(
     history = KeyHistory([r for r in rotations if r.position <= newest], root)
     if notes and root not in history.keys:
         raise _foreign_root(notes[0][0], root, history, hint)
+    if notes:
+        _check_pending(history, [r for r in rotations if r.position > newest])
     out: list[Checkpoint] = []
     previous = 0
     for size, note in notes:
@@ -272,6 +282,30 @@ def open_checkpoints(
         out.append(cp)
         previous = size
     return out, history
+
+
+def _check_pending(history: KeyHistory, pending: Sequence[Rotation]) -> None:
+    """A rotation no checkpoint covers yet must still be one ``rotate_key`` could have
+    written: from the key that signs the newest checkpoint (or the pending one before it)
+    to another key. Any other is no interrupted rotation to finish, only an event someone
+    with write access to the store appended (nothing signed it); it would stop every
+    checkpoint, so it is reported, not left for `checkpoint` to trip over.
+
+    Raises:
+        LedgerDamaged: TAMPER at the first such rotation.
+    """
+    signing = history.keys[-1]
+    for rotation in pending:
+        if rotation.old != signing or rotation.new == rotation.old:
+            raise LedgerDamaged(
+                DamageKind.TAMPER,
+                rotation.position,
+                f"the key rotation here (not yet covered by a checkpoint) hands over from "
+                f"{_key_id(rotation.old)} to {_key_id(rotation.new)}, but the ledger is "
+                f"signed by {_key_id(signing)} there: its own rotations could not have "
+                "recorded it (someone appended it to the store; nothing signed it)",
+            )
+        signing = rotation.new
 
 
 def _foreign_root(size: int, root: NoteVerifier, history: KeyHistory, hint: str) -> LedgerDamaged:

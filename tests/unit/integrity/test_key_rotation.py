@@ -292,3 +292,44 @@ def test_a_record_that_is_not_a_rotation_is_refused() -> None:
     with pytest.raises(LedgerDamaged) as info:
         rotation_from_record(4, b'{"event_type":"x"}')
     assert (info.value.kind, info.value.position) == (DamageKind.TAMPER, 4)
+
+
+# -- rotation events nobody could have written (security review) ---------------------------
+
+
+def _planted(root: Path, old: NoteSigner, new: NoteSigner) -> None:
+    """3 events signed (K1); then someone with write access to the store, and no key,
+    appends a rotation event after the newest checkpoint, chained like any other."""
+    with _ledger(root, K1) as led:
+        _append(led, 3)
+        led.checkpoint()
+        payload = SigningKeyRotated(
+            old_key=old.verifier.format(), new_key=new.verifier.format(), rotated_by="mallory"
+        )
+        led.store.append(KEY_STREAM, [led.event(payload)], expected_version=0)
+
+
+@pytest.mark.parametrize(
+    ("old", "new"), [(K3, K2), (K1, K1)], ids=["not-the-signing-key", "same-key"]
+)
+def test_a_pending_rotation_the_signing_key_could_not_have_made_is_tampering(
+    tmp_path: Path, old: NoteSigner, new: NoteSigner
+) -> None:
+    """`rotate_key` writes only a rotation from the key that signs the newest checkpoint
+    to another key; one that is not is no interrupted rotation to finish, and `verify`
+    (which `checkpoint`'s refusal points to) says so instead of 'ok'."""
+    _planted(tmp_path, old, new)
+    with _ledger(tmp_path, K1) as led:
+        damage = led.verify().damage
+        assert damage is not None
+        assert (damage.kind, damage.position) == (DamageKind.TAMPER, 4)
+        assert "could not have" in str(damage)
+        with pytest.raises(LedgerDamaged) as info:
+            led.rotate_key(K2, rotated_by="alice")
+        assert info.value.position == 4
+
+
+def test_a_rotation_to_the_same_key_is_tampering() -> None:
+    with pytest.raises(LedgerDamaged) as info:
+        KeyHistory([_rotation(4, K1, K2), _rotation(9, K2, K2)], K1.verifier)
+    assert (info.value.kind, info.value.position) == (DamageKind.TAMPER, 9)
