@@ -223,6 +223,41 @@ def test_an_append_that_finds_its_session_already_dead_writes_once_on_a_new_one(
     store.close()
 
 
+@contextmanager
+def _busy_process(fds: int = 1100) -> Iterator[None]:
+    """A long-running service's process: over a thousand files and sockets open, so that a
+    session opened now has a descriptor number past select()'s 1024."""
+    import resource
+
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < fds + 100:
+        pytest.skip(f"the open-file limit {soft} is too low for {fds} descriptors")
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(fds)]
+    try:
+        yield
+    finally:
+        for fd in held:
+            os.close(fd)
+
+
+def test_a_busy_service_whose_idle_session_died_still_writes_once_on_a_new_one(
+    postgres_dsn: str,
+) -> None:
+    """The dead-session check read the socket with select(), which refuses descriptors past
+    1024: in a process with that many open (a service with many files and sockets, the
+    very writer that lives across a restart) the check was skipped and the append failed
+    with ConnectionLost as before."""
+    with _busy_process():
+        store = PostgresStore(postgres_dsn)
+        store.append("s", [note(0)])
+        assert store._conn().fileno() > 1024
+        terminate_sessions(postgres_dsn)
+        written = store.append("s", [note(1)], expected_version=1)
+        assert written[-1].position == 2
+        assert [e.stream_version for e in store.read_stream("s")] == [1, 2]
+        store.close()
+
+
 class Follower:
     """A `tracebound … --follow` subprocess on a PostgreSQL ledger, its output read as it
     comes (the test waits on what it says, not on sleeps)."""

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import os
 import re
-import select
+import selectors
 import threading
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
@@ -1280,14 +1280,17 @@ def _read_goodbye(conn: _Conn) -> bool:
     change, or a server's FATAL and end of stream). The end of stream marks ``conn``
     broken; so does a socket that cannot be polled.
     """
-    for _ in range(_GOODBYE_READS):
+    # A selector, not select(): select() refuses a descriptor past 1024, which a busy
+    # service's session has (and the check was silently skipped).
+    with selectors.DefaultSelector() as selector:
         try:
-            readable, _, _ = select.select([conn.fileno()], [], [], 0)
-            if not readable:
-                break
-            conn.pgconn.consume_input()  # libpq: the FATAL as a notice, then the EOF
+            selector.register(conn.fileno(), selectors.EVENT_READ)
+            for _ in range(_GOODBYE_READS):
+                if not selector.select(0):
+                    break
+                conn.pgconn.consume_input()  # libpq: the FATAL as a notice, then the EOF
         except (OSError, ValueError, psycopg.Error):
-            break  # a closed socket, or libpq saw the end of stream: the session is BAD
+            pass  # a closed socket, or libpq saw the end of stream: the session is BAD
     return conn.broken or conn.closed
 
 
