@@ -75,6 +75,7 @@ FAILS: list[tuple[list[str], int, str | None]] = [
     # another key than the one that signs the ledger (rotating for real would change the
     # key every other case here uses)
     (["keys", "rotate", "--by", "alice", "--key", "other/other.key"], 2, None),
+    (["export", "evidence", "no-run"], 2, None),
 ]
 
 

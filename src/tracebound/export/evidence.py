@@ -93,6 +93,7 @@ from tracebound.errors import (
     IntegrityError,
     LedgerDamaged,
     ProofError,
+    SigningKeyError,
     StorageError,
     ValidationFailed,
 )
@@ -133,10 +134,12 @@ __all__ = [
     "EvidenceInvalid",
     "EvidenceReport",
     "EvidenceWriter",
+    "ExportedEvidence",
     "Spend",
     "build_evidence",
     "cost_stream",
     "evidence_path",
+    "export_evidence",
     "integrity_hash",
     "verify_evidence",
     "write_evidence",
@@ -465,13 +468,117 @@ def write_evidence(ledger: Ledger, blobs: BlobStore, run_id: str, directory: Pat
     if verifier is not None:
         verify_evidence(doc, verifier, require_signed=False)
     path = evidence_path(directory, run_id)
-    data = (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode("ascii")
+    data = _file_bytes(doc)
     try:
         directory.mkdir(parents=True, exist_ok=True)
         write_file_atomic(path, data, mode=0o644, overwrite=True)
     except OSError as exc:
         raise StorageError(f"cannot write evidence {path}: {exc}") from exc
     return path
+
+
+@dataclass(frozen=True)
+class ExportedEvidence:
+    """An evidence file built on request (``tracebound export evidence``), checked."""
+
+    doc: dict[str, Any]
+    report: EvidenceReport  # what verify_evidence says of ``doc``: run, head, spend
+    checkpointed: bool  # a checkpoint was signed first, to cover the run and its spend
+
+    def data(self) -> bytes:
+        """The file's bytes, as the runner writes them."""
+        return _file_bytes(self.doc)
+
+
+def export_evidence(
+    ledger: Ledger, blobs: BlobStore, run_id: str, *, checkpoint: bool = False
+) -> ExportedEvidence:
+    """The run's evidence against the newest checkpoint, any time after the run: the whole
+    run and all of its spend recorded so far, proven, with signed heads, or an error.
+
+    The runner's file is written when a run stops; spend recorded after that (a billing
+    import) or a newer checkpoint makes it stale. What this builds is refused, not written
+    partly proven, when records of the run or of its spend stream lie after the newest
+    checkpoint: with ``checkpoint`` one is signed first, else the caller is told to sign one.
+
+    Raises:
+        ConfigError: no such run; or records after the newest checkpoint, ``checkpoint``
+            False (or no signing key to sign one).
+        SigningKeyError: no signing key, or not the one of the newest checkpoint: the ends
+            of the run and of its spend would be unproven.
+        LedgerDamaged, ProofError: as :func:`build_evidence`.
+    """
+    if ledger.store.stream_head(run_stream(run_id)) is None:
+        raise ConfigError(f"no run {run_id!r} in this ledger (`tracebound runs` lists them)")
+    doc = build_evidence(ledger, blobs, run_id)
+    _refuse_between_finishes(doc)
+    after = _uncovered(ledger, doc)
+    signed = False
+    if checkpoint and any(after):
+        ledger.checkpoint()
+        signed = True
+        doc = build_evidence(ledger, blobs, run_id)
+        after = _uncovered(ledger, doc)
+    if any(after):
+        raise ConfigError(_uncovered_message(run_id, *after))
+    if doc["run_head"] is None or ledger.signer is None:
+        raise SigningKeyError(
+            f"the evidence of run {run_id!r} needs the key that signed the newest checkpoint, "
+            "to sign where the run and its spend end (--key; `tracebound keys show` and "
+            "`tracebound verify` name the ledger's key)"
+        )
+    report = verify_evidence(
+        doc, ledger.signer.verifier, require_head=True, require_spend=True
+    )  # never handed out unchecked
+    return ExportedEvidence(doc, report, signed)
+
+
+def _refuse_between_finishes(doc: Mapping[str, Any]) -> None:
+    """Refuse a run that stopped at a gate and has records after that finish (an approval,
+    a rejection, a resume's claim) but no later one: the format names a run's status by
+    how its stream ends, and has none for "decided, not yet resumed" (the runner writes no
+    file then). Its file could only fail its own check, as if the run were cut back.
+
+    Raises:
+        ConfigError: the run waits for ``tracebound resume``.
+    """
+    tail = [e["event_type"] for e in doc["events"] if e["event_type"] != "slo_alert_raised"]
+    if doc["status"] != "running" and tail[-1] != "run_finished":
+        raise ConfigError(
+            f"run {doc['run_id']!r} finished as {doc['status']!r} and then recorded "
+            f"{tail[-1]}, but has not been resumed since: an evidence file names a run's "
+            "status by how its stream ends, and there is none for this yet; run `tracebound "
+            "resume` first (the file of its gate is the one the runner wrote then)"
+        )
+
+
+def _uncovered(ledger: Ledger, doc: Mapping[str, Any]) -> tuple[int, int]:
+    """How many records of the run, and of its spend stream, the newest checkpoint does not
+    cover (a file built now leaves them unproven, or the spend out)."""
+    size = doc["tree_size"]
+    if size is None:  # not signed: the newest checkpoint does not reach the run's end
+        latest = _latest_checkpoint(ledger)
+        size = 0 if latest is None else latest[1].size
+    run_after = sum(1 for e in doc["events"] if e["position"] > size)
+    head = ledger.store.stream_head(doc["costs"]["stream_id"])
+    recorded = 0 if head is None else head.version
+    spend_in = sum(1 for e in doc["costs"]["events"] if e["position"] <= size)
+    return run_after, recorded - spend_in
+
+
+def _uncovered_message(run_id: str, run_after: int, spend_after: int) -> str:
+    parts = [f"{run_after} record(s) of the run"] if run_after else []
+    if spend_after:
+        parts.append(f"{spend_after} spend record(s) of {cost_stream(run_id)}")
+    return (
+        f"{' and '.join(parts)} of {run_id!r} lie after the newest signed checkpoint, so the "
+        "evidence would not prove them: run `tracebound checkpoint` first, or pass "
+        "--checkpoint to sign one now"
+    )
+
+
+def _file_bytes(doc: Mapping[str, Any]) -> bytes:
+    return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode("ascii")
 
 
 class EvidenceWriter:
