@@ -126,6 +126,11 @@ class VerifyReport:
     # The key rotations the signed checkpoints cover (ADR 0017), oldest first; the key
     # history is the first one's old key, then each one's new key.
     rotations: tuple[Rotation, ...] = ()
+    # A rotation recorded after the newest checkpoint: no hand-over signed it yet, so
+    # checkpoints wait until `keys rotate` finishes it with both keys. Not damage (an
+    # interrupted rotation looks the same), but the operator must know: someone who can
+    # write the store could have appended it, and only its incoming key can finish it.
+    pending_rotation: Rotation | None = None
 
     @property
     def ok(self) -> bool:
@@ -174,6 +179,9 @@ class VerifyReport:
             "damage": None if self.damage is None else self.damage.as_dict(),
             "stored_checkpoint_size": self.stored_checkpoint_size,
             "key_rotations": [r.as_dict() for r in self.rotations],
+            "pending_key_rotation": (
+                None if self.pending_rotation is None else self.pending_rotation.as_dict()
+            ),
             "coverage": self.coverage(),
             "origin": self.origin,
         }
@@ -1365,11 +1373,14 @@ class Ledger:
         if self.verifier is None:
             report.checks["signature"] = NO_VERIFIER_KEY
             return None
+        rotations = read_rotations(self.store)
+        newest = max(size for size, _note in notes)
+        report.pending_rotation = next((r for r in rotations[::-1] if r.position > newest), None)
         try:
             out, history = open_checkpoints(
                 notes,
                 self.verifier,
-                read_rotations(self.store),
+                rotations,
                 origin=self.origin,
                 hint=" (for a ledger signed with another key, check it with that key's "
                 "public key: `verify --verifier-key`)",

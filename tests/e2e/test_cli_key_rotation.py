@@ -191,3 +191,26 @@ def test_a_rotation_the_witness_missed_is_handed_to_it_by_the_next_checkpoint(
     assert report["ok"] is True, report
     assert report["witness_size"] == 7
     assert held.read_bytes() != before
+
+
+def test_verify_names_a_rotation_nobody_finished(tmp_path: Path) -> None:
+    """A rotation event after the newest checkpoint (interrupted, or appended by someone
+    who can write the store): verify shows it in both modes, and checkpoint waits."""
+    from tracebound import FixedClock, Ledger, SequentialIds, SQLiteStore
+    from tracebound.events.catalog import SigningKeyRotated
+    from tracebound.integrity.rotation import KEY_STREAM
+
+    cli = ready_cli(tmp_path, 3, checkpoint=True)
+    old = cli.json("keys", "show")["verifier_key"]
+    other = NoteSigner("tracebound", bytes([9]) * 32).verifier.format()
+    with Ledger(SQLiteStore(_db(cli)), clock=FixedClock(), ids=SequentialIds()) as led:
+        payload = SigningKeyRotated(old_key=old, new_key=other, rotated_by="mallory")
+        led.store.append(KEY_STREAM, [led.event(payload)], expected_version=0)
+    report = cli.json("verify")
+    assert report["pending_key_rotation"]["new_key"] == other
+    assert report["pending_key_rotation"]["position"] == 4
+    text = cli.run("verify")
+    assert "key rotation" in text.stdout and "mallory" in text.stdout
+    assert "unfinished at position 4" in " ".join(text.stdout.split())
+    refused = cli.json("checkpoint", code=2)
+    assert "unfinished" in refused["error"]["message"]

@@ -1014,6 +1014,15 @@ def _verify_table(report: VerifyReport) -> Table:
             f"{safe_text(rotation.rotated_by)}{why}: {rotation.old.key_hash:08x} -> "
             f"[cyan]{safe_text(rotation.new.format())}[/]",
         )
+    pending = report.pending_rotation
+    if pending is not None:
+        table.add_row(
+            "key rotation",
+            f"[yellow]unfinished at position {pending.position:,} by "
+            f"{safe_text(pending.rotated_by)}: {pending.old.key_hash:08x} -> "
+            f"{pending.new.key_hash:08x}; checkpoints wait until `tracebound keys rotate` "
+            "finishes it with both keys (if nobody here started it, it is not genuine)[/]",
+        )
     if coverage and coverage["after_last_checkpoint"]:
         table.add_row(
             "not yet signed",

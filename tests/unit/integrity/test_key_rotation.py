@@ -235,9 +235,18 @@ def test_an_interrupted_rotation_is_finished_by_running_it_again(tmp_path: Path)
             led.checkpoint()
         with pytest.raises(KeyRotationRefused, match="unfinished"):
             led.rotate_key(K3, rotated_by="alice")
+        # verify says so (nothing is damaged, but checkpoints wait for it)
+        pending = led.verify()
+        assert pending.pending_rotation is not None
+        assert (pending.pending_rotation.position, pending.pending_rotation.new) == (
+            3,
+            K2.verifier,
+        )
+        assert pending.as_dict()["pending_key_rotation"]["new_key"] == K2.verifier.format()
         run = led.rotate_key(K2, rotated_by="alice")
         assert run.resumed and run.handover.checkpoint.size == 3
         assert led.verify().ok
+        assert led.verify().pending_rotation is None
 
 
 def test_rotation_events_are_the_ledgers_own(tmp_path: Path) -> None:
