@@ -48,6 +48,7 @@ __all__ = [
     "PolicyUnusable",
     "ProofError",
     "RunAlreadyResumed",
+    "RunEnded",
     "RunTakenOver",
     "SignatureInvalid",
     "SigningKeyError",
@@ -228,6 +229,28 @@ class RunTakenOver(ConcurrencyError):
 
     def __reduce__(self) -> tuple[type[RunTakenOver], tuple[str, str, str]]:
         return (type(self), (self.run_id, self.by, self.detail))
+
+
+class RunEnded(ConcurrencyError):
+    """Someone ended this run on the record while this process was still running it.
+
+    ``tracebound abandon RUN --as NAME`` ends a run whose process is taken for dead with a
+    final ``run_finished`` appended at the run stream's version it read; a process that was
+    in fact alive (stalled, partitioned) stops at its next write: it records nothing more
+    (docs/adr/0018). What it did before that write is done.
+    """
+
+    def __init__(self, run_id: str, status: str, detail: str) -> None:
+        self.run_id = run_id
+        self.status = status
+        self.detail = detail
+        super().__init__(
+            f"run {run_id} was ended ({status}: {detail}) while this process ran it; it "
+            "stopped at its next write and recorded nothing more"
+        )
+
+    def __reduce__(self) -> tuple[type[RunEnded], tuple[str, str, str]]:
+        return (type(self), (self.run_id, self.status, self.detail))
 
 
 # --- contract --------------------------------------------------------------------------

@@ -67,6 +67,7 @@ FAILS: list[tuple[list[str], int, str | None]] = [
     (["approve", "no-run", "step", "--as", "alice", "--codeowners", "CODEOWNERS"], 2, None),
     (["reject", "no-run", "step", "--as", "alice", "--codeowners", "CODEOWNERS"], 2, None),
     (["resume", "no-run"], 2, None),
+    (["abandon", "no-run", "--as", "alice", "--reason", "host lost"], 2, None),
     (["replay", "no-run"], 2, None),
     (["verify-evidence", "no-such-file.json"], 2, None),
     (["prove", "999"], 2, None),

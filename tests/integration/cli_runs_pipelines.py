@@ -18,6 +18,9 @@ re-run Executor is gated again).
 ``python cli_runs_pipelines.py resume-held-at-gate RUN`` resumes RUN as `tracebound resume`
 does, and holds right after the next ``gate_requested`` is durable (``at-gate`` in
 ``$TB_HOLD_DIR`` says so), before the gated step is recorded: a process for a test to kill.
+``python cli_runs_pipelines.py run-held-mid-run`` starts a ``clean`` run and holds right after
+its first ``step_recorded`` is durable (``mid-run`` in ``$TB_HOLD_DIR``) until
+``$TB_HOLD_DIR/release`` exists: a run for a test to kill, or to end under a live writer.
 """
 
 from __future__ import annotations
@@ -149,6 +152,26 @@ def resume_held_at_gate(run_id: str) -> None:
         runner.resume(two_gates, run_id)
 
 
+def _hold_mid_run(event: RecordedEvent) -> None:
+    """An ``on_event`` hook: after the run's first step, wait (to be killed, or released)."""
+    folder = Path(os.environ["TB_HOLD_DIR"])
+    if event.event_type != "step_recorded" or (folder / "mid-run").exists():
+        return
+    (folder / "mid-run").touch()
+    deadline = time.monotonic() + 300  # a test that died must not leave this process behind
+    while not (folder / "release").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def run_held_mid_run() -> None:
+    from tracebound.export.evidence import EvidenceWriter
+
+    config = RunnerConfig()
+    with config.open_ledger() as ledger:
+        runner = config.build_runner(ledger, evidence=EvidenceWriter(), on_event=_hold_mid_run)
+        runner.run(clean, {"ticket": "SEC-2"})
+
+
 unreferenced = _pipeline(
     "unreferenced", path="requirements.txt", critical=False, harmful=False, referenced=False
 )
@@ -159,6 +182,9 @@ def main(argv: list[str]) -> None:
 
     if argv[0] == "resume-held-at-gate":
         resume_held_at_gate(argv[1])
+        return
+    if argv[0] == "run-held-mid-run":
+        run_held_mid_run()
         return
     pipe = {
         "gated": gated,

@@ -126,7 +126,8 @@ class _Root(RootGroup):
             "checkpoint", "verify", "prove", "verify-proof", "demo",
         ),
         "Runs and approvals": (
-            "runs", "approve", "reject", "resume", "replay", "verify-evidence", "metrics",
+            "runs", "approve", "reject", "resume", "abandon", "replay", "verify-evidence",
+            "metrics",
         ),
         "Projections and reports": ("project", "report", "export"),
         "Moving and repairing": ("copy", "repair"),

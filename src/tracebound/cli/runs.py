@@ -328,6 +328,7 @@ def runs(
         ledger = _config(store).open_ledger()
         try:
             rows = _run_rows(decode_known(_run_records(ledger.store)))
+            _add_idle(ledger, rows)
         finally:
             ledger.close()
     rows = [r for r in rows if pipeline in (None, r["pipeline"]) and status in (None, r["status"])]
@@ -344,6 +345,34 @@ def runs(
         console.print(f"[dim]{len(older):,} older run(s) not shown (--limit 0: all){gated}[/]")
 
 
+def _add_idle(ledger: Ledger, rows: list[dict[str, Any]]) -> None:
+    """For each running run: when its stream's last event was recorded, and how long ago by
+    the ledger's clock. A run whose process died stays running for good; this is what makes
+    it stand out (`tracebound abandon` ends it). None for the other runs."""
+    from tracebound.pipeline.runner import run_stream  # noqa: PLC0415 - lazy, for startup time
+
+    now = ledger.clock.now()
+    for row in rows:
+        row["last_event"] = row["idle_seconds"] = None
+        if row["status"] != "running":
+            continue
+        stream = run_stream(row["run_id"])
+        head = ledger.store.stream_head(stream)
+        if head is None:
+            continue
+        last = next(ledger.store.read_stream(stream, from_version=head.version), None)
+        if last is not None:
+            row["last_event"] = format_timestamp(last.timestamp)
+            row["idle_seconds"] = max(0, int((now - last.timestamp).total_seconds()))
+
+
+def _idle_text(seconds: int) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
 def _print_runs_table(rows: list[dict[str, Any]], *, title: str) -> None:
     table = Table(title=title)
     for col in ("run", "pipeline", "status", "steps", "waiting at", "started (UTC)"):
@@ -355,12 +384,15 @@ def _print_runs_table(rows: list[dict[str, Any]], *, title: str) -> None:
             waiting = f"{r['waiting_at']} ({' '.join(r['owners']) or 'no owner'})"
             waiting += f", {r['decision']}: resume it" if r["decision"] else ""
         colour = colours.get(r["status"], "white")
+        status = safe_text(r["status"])
+        if r.get("idle_seconds") is not None:
+            status += f" [dim](idle {_idle_text(r['idle_seconds'])})[/]"
         # Run ids, names and reasons are recorded data, not markup: escaped, a "[/x]" in one
         # cannot crash the table and a "[green]" cannot restyle it.
         table.add_row(
             safe_text(r["run_id"]),
             safe_text(r["pipeline"]),
-            f"[{colour}]{safe_text(r['status'])}[/]",
+            f"[{colour}]{status}[/]",
             str(r["steps"]),
             safe_text(waiting),
             utc_text(datetime.fromisoformat(r["started"]), seconds=True),
@@ -655,6 +687,99 @@ def _pipeline_ref(ledger: Ledger, run: str) -> str | None:
         if isinstance(e.payload, RunStarted):
             return e.payload.pipeline_ref
     raise ConfigError(f"no run {run!r} in this ledger")
+
+
+# -- abandon -------------------------------------------------------------------------------
+
+
+def abandon_cmd(
+    run: RunArg,
+    name: Annotated[
+        str,
+        typer.Option(
+            "--as",
+            "--by",
+            help="The human who ends the run (recorded in its run_finished reason).",
+        ),
+    ],
+    reason: Annotated[str, typer.Option("--reason", help="Why (recorded: what an auditor reads).")],
+    min_idle: Annotated[
+        int,
+        typer.Option(
+            "--min-idle",
+            min=0,
+            help="Seconds since the run's last event below which its process may be alive: "
+            "refused then, unless --yes.",
+        ),
+    ] = 300,
+    yes: Annotated[
+        bool,
+        typer.Option("--yes", help="End the run even though its last event is recent."),
+    ] = False,
+    evidence_dir: Annotated[
+        Path, typer.Option(help="Where the run's evidence file is written.")
+    ] = Path("artifacts") / "agent-runs",
+    store: StoreOpt = None,
+    blobs: BlobsOpt = None,
+    redaction_key: RedactionKeyOpt = None,
+    key: KeyOpt = None,
+    witness: WitnessOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """End a run whose process died before it finished: record it failed, by NAME, and why.
+
+    For a run `runs` shows `running` long after its last event (its process killed, its
+    host lost, a database outage it gave up on): `resume` needs a gate and a take-over a
+    claim, so nothing else ends it. Records `run_finished` (failed) with the reason
+    "abandoned by NAME: REASON", appended at the run's stream version read first: a process
+    that was in fact alive stops at its next write (RunEnded), and when the run moves
+    meanwhile nothing is recorded (exit 2). Refused (exit 2) for an unknown run, a run that
+    ended, a run waiting at a gate (`reject` it, then `resume`), and, unless --yes, a run
+    whose last event is younger than --min-idle seconds. Then writes the run's evidence to
+    <evidence-dir>/<run>.json, signed when a signing key exists.
+    """
+    from tracebound.events.catalog import RunFinished  # noqa: PLC0415 - lazy, for startup time
+    from tracebound.export.evidence import EvidenceWriter  # noqa: PLC0415 - lazy, for startup time
+    from tracebound.pipeline.abandon import abandon, abandon_reason, stale_run  # noqa: PLC0415 - lazy, for startup time
+
+    with handled(as_json):
+        config = _config(store, blobs=blobs, redaction_key=redaction_key, key=key, witness=witness)
+        ledger = config.open_ledger()
+        try:
+            stale = stale_run(ledger, run)
+            if stale.idle_seconds < min_idle and not yes:
+                would = abandon_reason(stale, name, reason)
+                raise ConfigError(
+                    f"run {run}'s last event ({stale.last_event.event_type}, position "
+                    f"{stale.last_event.position}) is {stale.idle_seconds}s old, under "
+                    f"--min-idle {min_idle}s: its process may be alive. This would record "
+                    f"run_finished (failed, {would!r}) at version {stale.version + 1} of its "
+                    "stream and write its evidence. Once the process is known dead: --yes"
+                )
+            recorded = abandon(ledger, stale, name, reason, redactor=config.redactor())
+            evidence = EvidenceWriter(evidence_dir)(ledger, config.blob_store(ledger), run)
+        finally:
+            ledger.close()
+    ended = recorded.payload
+    assert isinstance(ended, RunFinished)
+    if as_json:
+        emit_json(
+            {
+                "ok": True,
+                "run_id": run,
+                "status": ended.status,
+                "reason": ended.reason,
+                "position": recorded.position,
+                "idle_seconds": stale.idle_seconds,
+                "evidence": str(evidence),
+            }
+        )
+        return
+    console.print(
+        f"[red]{ended.status}[/]: run {safe_text(run)} ({safe_text(stale.pipeline)}) "
+        + safe_text(f"{ended.reason} (recorded at position {recorded.position}).")
+    )
+    console.print(f"Evidence: [bold]{safe_text(str(evidence))}[/]")
 
 
 # -- metrics -------------------------------------------------------------------------------
@@ -1126,6 +1251,7 @@ def register(app: typer.Typer) -> None:
     app.command("approve")(approve_cmd)
     app.command("reject")(reject_cmd)
     app.command("resume")(resume)
+    app.command("abandon")(abandon_cmd)
     app.command("metrics")(metrics)
     app.command("replay")(replay)
     app.command("verify-evidence")(verify_evidence_cmd)

@@ -48,10 +48,12 @@ from tracebound.errors import (
     ConnectionLost,
     PolicyError,
     RunAlreadyResumed,
+    RunEnded,
     RunTakenOver,
     ValidationFailed,
 )
 from tracebound.events.catalog import (
+    FINAL_RUN_STATUSES,
     ApprovalRecorded,
     BlameAssigned,
     CostEstimate,
@@ -290,8 +292,8 @@ class Runner:
         written, that end stands. Only the type of ``exc`` is recorded: its message may
         quote anything. What goes wrong meanwhile is noted on ``exc``.
         """
-        if run.gate_requested or run.finishing:
-            return
+        if run.gate_requested or run.finishing or isinstance(exc, RunEnded):
+            return  # (a run someone else ended has its end: nothing more may be written)
         stopped = "interrupted" if not isinstance(exc, Exception) else "error"
         where = ""
         if run.current is not None:
@@ -884,6 +886,12 @@ class Runner:
                     if isinstance(e.payload, RunResumed):
                         by = e.payload.taken_over_by or "another resume"
                         raise RunTakenOver(run.run_id, by, _claimed(e)) from None
+                    end = e.payload if isinstance(e.payload, RunFinished) else None
+                    if end is not None and end.status in FINAL_RUN_STATUSES:
+                        # `tracebound abandon` ended the run, taking this process for dead.
+                        raise RunEnded(
+                            run.run_id, end.status, end.reason or "no reason given"
+                        ) from None
                 if not moved or not all(isinstance(e.payload, ApprovalRecorded) for e in moved):
                     raise
                 run.version = moved[-1].stream_version
