@@ -29,16 +29,22 @@ Parsing is as strict as checkpoint parsing: anything not exactly in this form ra
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
 from tracebound.errors import CheckpointError
 from tracebound.events.catalog import FINAL_RUN_STATUSES
+from tracebound.integrity.head_note import (
+    check_head_fields,
+    check_origin,
+    head_id,
+    head_text,
+    head_values,
+    open_head_text,
+    sign_head_text,
+)
 from tracebound.integrity.keys import NoteSigner, NoteVerifier
-from tracebound.integrity.merkle import HASH_SIZE
-from tracebound.integrity.note import MAX_TREE_SIZE, SignedNote
 
 __all__ = [
     "RUN_HEAD_FORMAT",
@@ -56,8 +62,7 @@ RUN_HEAD_FORMAT: Final = "tracebound-run-head/1"
 RUN_STATUSES: Final = FINAL_RUN_STATUSES | {"running", "gated"}
 """What a run head (and an evidence file) may say a run is: finished, paused, or going on."""
 
-_DECIMAL = re.compile(r"0|[1-9][0-9]{0,19}")  # 20 digits at most: see the note module
-_HEX = re.compile(r"[0-9a-f]{64}")
+_WHAT: Final = "run head"
 _KEYS: Final = ("origin", "run", "stream-version", "hash", "status", "tree-size", "root")
 
 
@@ -81,21 +86,13 @@ class RunHead:
                 version below 1 or a size out of range, a hash or root not 32 bytes, or an
                 unknown status.
         """
-        if not isinstance(self.origin, str) or not self.origin or "\n" in self.origin:
-            raise CheckpointError("run head origin must be a non-empty single line")
-        if not isinstance(self.run_id, str) or not self.run_id:
-            raise CheckpointError("run head run id must be a non-empty string")
-        for name, value, low in (
-            ("stream version", self.stream_version, 1),
-            ("tree size", self.tree_size, 1),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise CheckpointError(f"run head {name} must be an int")
-            if not low <= value <= MAX_TREE_SIZE:
-                raise CheckpointError(f"run head {name} {value} is out of range")
-        for name, raw in (("hash", self.hash), ("root", self.root)):
-            if not isinstance(raw, bytes) or len(raw) != HASH_SIZE:
-                raise CheckpointError(f"run head {name} must be {HASH_SIZE} bytes")
+        check_head_fields(
+            _WHAT,
+            self.origin,
+            ("run id", self.run_id),
+            (("stream version", self.stream_version, 1), ("tree size", self.tree_size, 1)),
+            (("hash", self.hash), ("root", self.root)),
+        )
         if self.status not in RUN_STATUSES:
             raise CheckpointError(f"unknown run status {self.status!r:.60}")
 
@@ -111,8 +108,7 @@ def format_run_head_body(head: RunHead) -> str:
         str(head.tree_size),
         head.root.hex(),
     )
-    lines = [RUN_HEAD_FORMAT, *(f"{k} {v}" for k, v in zip(_KEYS, values, strict=True))]
-    return "".join(f"{line}\n" for line in lines)
+    return head_text(RUN_HEAD_FORMAT, _KEYS, values)
 
 
 def parse_run_head(body: str) -> RunHead:
@@ -122,36 +118,10 @@ def parse_run_head(body: str) -> RunHead:
         CheckpointError: not a run head (another first line, such as a checkpoint's origin),
             a line missing, out of order or extra, or a value not in its one written form.
     """
-    if not isinstance(body, str) or not body.endswith("\n"):
-        raise CheckpointError("run head text must end with a newline")
-    lines = body[:-1].split("\n")
-    if lines[0] != RUN_HEAD_FORMAT:
-        raise CheckpointError(f"not a run head: the first line is not {RUN_HEAD_FORMAT!r}")
-    if len(lines) != 1 + len(_KEYS):
-        raise CheckpointError(f"a run head has exactly {1 + len(_KEYS)} lines")
-    values: dict[str, str] = {}
-    for key, line in zip(_KEYS, lines[1:], strict=True):
-        name, sep, value = line.partition(" ")
-        if name != key or not sep or not value:
-            raise CheckpointError(f"run head line {line[:40]!r} is not '{key} <value>'")
-        values[key] = value
-    for key in ("stream-version", "tree-size"):
-        if not _DECIMAL.fullmatch(values[key]):
-            raise CheckpointError(
-                f"run head {key} {values[key]!r:.40} is not plain decimal below 2**64"
-            )
-    for key in ("hash", "root"):
-        if not _HEX.fullmatch(values[key]):
-            raise CheckpointError(f"run head {key} is not 64 lower-case hex digits")
-    try:
-        run_id = json.loads(values["run"])
-    except (ValueError, RecursionError) as exc:  # RecursionError: nested past the stack
-        raise CheckpointError("run head run id is not a JSON string") from exc
-    if not isinstance(run_id, str) or json.dumps(run_id, ensure_ascii=True) != values["run"]:
-        raise CheckpointError("run head run id is not a JSON string in its written form")
+    values = head_values(_WHAT, RUN_HEAD_FORMAT, _KEYS, body)
     head = RunHead(
         origin=values["origin"],
-        run_id=run_id,
+        run_id=head_id(_WHAT, "run id", values["run"]),
         stream_version=int(values["stream-version"]),
         hash=bytes.fromhex(values["hash"]),
         status=values["status"],
@@ -169,7 +139,7 @@ def sign_run_head(head: RunHead, signers: NoteSigner | Iterable[NoteSigner]) -> 
     Raises:
         CheckpointError: no signer is given, or the origin holds a forbidden character.
     """
-    return SignedNote.sign(format_run_head_body(head), signers).encode()
+    return sign_head_text(format_run_head_body(head), signers)
 
 
 def open_run_head(
@@ -187,8 +157,6 @@ def open_run_head(
         CheckpointError: the note or its text is malformed, or names another origin.
         SignatureInvalid: the signatures do not verify.
     """
-    signed = SignedNote.open(note, verifiers)
-    head = parse_run_head(signed.text)
-    if origin is not None and head.origin != origin:
-        raise CheckpointError(f"run head is for origin {head.origin!r}, expected {origin!r}")
+    head = parse_run_head(open_head_text(note, verifiers))
+    check_origin(_WHAT, head.origin, origin)
     return head

@@ -25,16 +25,22 @@ Parsing is as strict as the run head's: anything not exactly in this form raises
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
 from tracebound.errors import CheckpointError
 from tracebound.integrity.chain import GENESIS
+from tracebound.integrity.head_note import (
+    check_head_fields,
+    check_origin,
+    head_id,
+    head_text,
+    head_values,
+    open_head_text,
+    sign_head_text,
+)
 from tracebound.integrity.keys import NoteSigner, NoteVerifier
-from tracebound.integrity.merkle import HASH_SIZE
-from tracebound.integrity.note import MAX_TREE_SIZE, SignedNote
 
 __all__ = [
     "STREAM_HEAD_FORMAT",
@@ -48,8 +54,7 @@ __all__ = [
 STREAM_HEAD_FORMAT: Final = "tracebound-stream-head/1"
 """The first line of every stream-head note: what the note is, and its version."""
 
-_DECIMAL = re.compile(r"0|[1-9][0-9]{0,19}")  # 20 digits at most, as the run head
-_HEX = re.compile(r"[0-9a-f]{64}")
+_WHAT: Final = "stream head"
 _KEYS: Final = ("origin", "stream", "stream-version", "hash", "tree-size", "root")
 
 
@@ -76,21 +81,13 @@ class StreamHead:
                 size out of range, a hash or root not 32 bytes, or version 0 with a hash
                 other than zeros (an empty stream has no last record).
         """
-        if not isinstance(self.origin, str) or not self.origin or "\n" in self.origin:
-            raise CheckpointError("stream head origin must be a non-empty single line")
-        if not isinstance(self.stream_id, str) or not self.stream_id:
-            raise CheckpointError("stream head stream id must be a non-empty string")
-        for name, value, low in (
-            ("stream version", self.stream_version, 0),
-            ("tree size", self.tree_size, 1),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise CheckpointError(f"stream head {name} must be an int")
-            if not low <= value <= MAX_TREE_SIZE:
-                raise CheckpointError(f"stream head {name} {value} is out of range")
-        for name, raw in (("hash", self.hash), ("root", self.root)):
-            if not isinstance(raw, bytes) or len(raw) != HASH_SIZE:
-                raise CheckpointError(f"stream head {name} must be {HASH_SIZE} bytes")
+        check_head_fields(
+            _WHAT,
+            self.origin,
+            ("stream id", self.stream_id),
+            (("stream version", self.stream_version, 0), ("tree size", self.tree_size, 1)),
+            (("hash", self.hash), ("root", self.root)),
+        )
         if self.stream_version == 0 and self.hash != GENESIS:
             raise CheckpointError("a stream head of version 0 has the zero hash")
 
@@ -105,26 +102,7 @@ def format_stream_head_body(head: StreamHead) -> str:
         str(head.tree_size),
         head.root.hex(),
     )
-    lines = [STREAM_HEAD_FORMAT, *(f"{k} {v}" for k, v in zip(_KEYS, values, strict=True))]
-    return "".join(f"{line}\n" for line in lines)
-
-
-def _values(body: str) -> dict[str, str]:
-    """The note text's values by key, each line in its place."""
-    if not isinstance(body, str) or not body.endswith("\n"):
-        raise CheckpointError("stream head text must end with a newline")
-    lines = body[:-1].split("\n")
-    if lines[0] != STREAM_HEAD_FORMAT:
-        raise CheckpointError(f"not a stream head: the first line is not {STREAM_HEAD_FORMAT!r}")
-    if len(lines) != 1 + len(_KEYS):
-        raise CheckpointError(f"a stream head has exactly {1 + len(_KEYS)} lines")
-    values: dict[str, str] = {}
-    for key, line in zip(_KEYS, lines[1:], strict=True):
-        name, sep, value = line.partition(" ")
-        if name != key or not sep or not value:
-            raise CheckpointError(f"stream head line {line[:40]!r} is not '{key} <value>'")
-        values[key] = value
-    return values
+    return head_text(STREAM_HEAD_FORMAT, _KEYS, values)
 
 
 def parse_stream_head(body: str) -> StreamHead:
@@ -134,27 +112,10 @@ def parse_stream_head(body: str) -> StreamHead:
         CheckpointError: not a stream head (a checkpoint or a run head, say), a line
             missing, out of order or extra, or a value not in its one written form.
     """
-    values = _values(body)
-    for key in ("stream-version", "tree-size"):
-        if not _DECIMAL.fullmatch(values[key]):
-            raise CheckpointError(
-                f"stream head {key} {values[key]!r:.40} is not plain decimal below 2**64"
-            )
-    for key in ("hash", "root"):
-        if not _HEX.fullmatch(values[key]):
-            raise CheckpointError(f"stream head {key} is not 64 lower-case hex digits")
-    try:
-        stream_id = json.loads(values["stream"])
-    except (ValueError, RecursionError) as exc:  # RecursionError: nested past the stack
-        raise CheckpointError("stream head stream id is not a JSON string") from exc
-    if (
-        not isinstance(stream_id, str)
-        or json.dumps(stream_id, ensure_ascii=True) != values["stream"]
-    ):
-        raise CheckpointError("stream head stream id is not a JSON string in its written form")
+    values = head_values(_WHAT, STREAM_HEAD_FORMAT, _KEYS, body)
     head = StreamHead(
         origin=values["origin"],
-        stream_id=stream_id,
+        stream_id=head_id(_WHAT, "stream id", values["stream"]),
         stream_version=int(values["stream-version"]),
         hash=bytes.fromhex(values["hash"]),
         tree_size=int(values["tree-size"]),
@@ -171,7 +132,7 @@ def sign_stream_head(head: StreamHead, signers: NoteSigner | Iterable[NoteSigner
     Raises:
         CheckpointError: no signer is given, or the origin holds a forbidden character.
     """
-    return SignedNote.sign(format_stream_head_body(head), signers).encode()
+    return sign_head_text(format_stream_head_body(head), signers)
 
 
 def open_stream_head(
@@ -189,8 +150,6 @@ def open_stream_head(
         CheckpointError: the note or its text is malformed, or names another origin.
         SignatureInvalid: the signatures do not verify.
     """
-    signed = SignedNote.open(note, verifiers)
-    head = parse_stream_head(signed.text)
-    if origin is not None and head.origin != origin:
-        raise CheckpointError(f"stream head is for origin {head.origin!r}, expected {origin!r}")
+    head = parse_stream_head(open_head_text(note, verifiers))
+    check_origin(_WHAT, head.origin, origin)
     return head
