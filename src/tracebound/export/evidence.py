@@ -715,17 +715,7 @@ def _check_chain(records: list[_Record], doc: Mapping[str, Any], run_id: str) ->
     SLO alerts a critical pipeline raises right after it)."""
     if not records:
         raise EvidenceInvalid("chain", "the evidence holds no events")
-    head, version, position = bytes(GENESIS), 0, 0
-    for r in records:
-        if r.version != version + 1 or r.prev != head:
-            raise EvidenceInvalid(
-                "chain",
-                f"record at position {r.position} (version {r.version}) does not follow "
-                f"version {version}: an event was removed, reordered or replaced",
-            )
-        if r.position <= position:
-            raise EvidenceInvalid("chain", f"position {r.position} comes after {position}")
-        head, version, position = r.hash, r.version, r.position
+    _check_links(records, "", "an event")
     first = records[0].body["payload"]
     # A critical pipeline's SLO alerts follow its run_finished; nothing else may.
     tail = len(records)
@@ -997,16 +987,23 @@ def _spend(stream: str, records: list[_Record], head: StreamHead | None) -> Spen
 
 def _check_cost_chain(records: list[_Record]) -> None:
     """The spend stream from genesis without gaps (it may have no record at all)."""
+    _check_links(records, "cost ", "a spend record")
+
+
+def _check_links(records: list[_Record], label: str, one: str) -> None:
+    """Each record links to the one before it from genesis (versions 1, 2, ... and each
+    ``prev_hash`` the previous record's hash), at rising positions. ``label`` starts the
+    messages' "record"/"position" ("cost " for the spend stream); ``one`` names a record."""
     head, version, position = bytes(GENESIS), 0, 0
     for r in records:
         if r.version != version + 1 or r.prev != head:
             raise EvidenceInvalid(
                 "chain",
-                f"cost record at position {r.position} (version {r.version}) does not follow "
-                f"version {version}: a spend record was removed, reordered or replaced",
+                f"{label}record at position {r.position} (version {r.version}) does not follow "
+                f"version {version}: {one} was removed, reordered or replaced",
             )
         if r.position <= position:
-            raise EvidenceInvalid("chain", f"cost position {r.position} comes after {position}")
+            raise EvidenceInvalid("chain", f"{label}position {r.position} comes after {position}")
         head, version, position = r.hash, r.version, r.position
 
 
