@@ -1373,10 +1373,14 @@ class Ledger:
         if self.verifier is None:
             report.checks["signature"] = NO_VERIFIER_KEY
             return None
-        rotations = read_rotations(self.store)
         newest = max(size for size, _note in notes)
-        report.pending_rotation = next((r for r in rotations[::-1] if r.position > newest), None)
         try:
+            # inside the try: a store whose damage hides its stream index (a JSONL line that
+            # is no record) raises LedgerDamaged here, which verify reports, not raises
+            rotations = read_rotations(self.store)
+            report.pending_rotation = next(
+                (r for r in rotations[::-1] if r.position > newest), None
+            )
             out, history = open_checkpoints(
                 notes,
                 self.verifier,
