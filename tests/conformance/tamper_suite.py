@@ -290,6 +290,17 @@ class TamperSuite:
         d = damage_of(world)
         assert (d.kind, d.position) == (DamageKind.TAMPER, 18)
 
+    def test_an_edited_position_in_the_bytes_is_tamper_not_reorder(
+        self, filled: Callable[[int], LedgerWorld], attacker: Attacker
+    ) -> None:
+        # A bit flipped in the position's digit makes the bytes say another position, but
+        # they no longer hash to the stored hash: altered in place, not a record moved
+        # there whole (found by test_tamper_stateful: 1 -> 0 was reported as reorder).
+        world = filled(30)
+        attacker.edit_body(11, '"position":11,', '"position":10,')
+        d = damage_of(world)
+        assert (d.kind, d.position) == (DamageKind.TAMPER, 11)
+
     def test_edit_index_column_is_tamper(
         self, filled: Callable[[int], LedgerWorld], attacker: Attacker
     ) -> None:

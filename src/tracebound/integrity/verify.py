@@ -134,13 +134,16 @@ def _extend_leaves(tree: MerkleAccumulator, leaves: bytes, kernel: ModuleType) -
         pos += k
 
 
-def diagnose_mismatch(record: RawRecord, reason: str) -> LedgerDamaged:
+def diagnose_mismatch(record: RawRecord, reason: str, *, hashed: bool = True) -> LedgerDamaged:
     """The damage of a record whose bytes do not hash to its stored hash, or disagree with
     its index columns: moved or altered.
 
-    REORDER (at the stored position) when the hashed bytes say another position: the
-    record was moved there. MALFORMED when the bytes are not JSON. Otherwise TAMPER, with
-    ``reason`` as the detail. ``verify`` and ``replay`` both name such a record this way.
+    REORDER (at the stored position) when the bytes, which hash to the record's stored hash
+    (``hashed``), say another position: the whole record was moved there. MALFORMED when
+    the bytes are not JSON. Otherwise TAMPER, with ``reason`` as the detail: bytes that do
+    not hash to the stored hash were altered, even where the alteration is the position
+    they state (a bit flipped in its digit). ``verify`` and ``replay`` both name such a
+    record this way.
     """
     try:
         said = orjson.loads(record.body)
@@ -148,7 +151,7 @@ def diagnose_mismatch(record: RawRecord, reason: str) -> LedgerDamaged:
         said_position = said.get("position") if isinstance(said, dict) else None
     except orjson.JSONDecodeError:
         return LedgerDamaged(DamageKind.MALFORMED, record.position, "record is not valid JSON")
-    if isinstance(said_position, int) and said_position != record.position:
+    if hashed and isinstance(said_position, int) and said_position != record.position:
         return LedgerDamaged(
             DamageKind.REORDER,
             record.position,
@@ -343,7 +346,9 @@ class ChunkVerifier:
         h = blake3(r.prev_hash)
         h.update(r.body)
         if h.digest() != r.hash:
-            return diagnose_mismatch(r, "the record's bytes do not hash to its stored hash")
+            return diagnose_mismatch(
+                r, "the record's bytes do not hash to its stored hash", hashed=False
+            )
         sid = r.stream_id
         sid_json = self._sid_json.get(sid)
         if sid_json is None:

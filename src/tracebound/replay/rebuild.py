@@ -392,7 +392,8 @@ def _record_damage(
             DamageKind.TAMPER, raw.position, f"indexed in {stream!r} but stored as another"
         ), None
     if chain_hash(raw.prev_hash, raw.body) != raw.hash:
-        return diagnose_mismatch(raw, "the record's bytes do not hash to its hash"), None
+        why = "the record's bytes do not hash to its hash"
+        return diagnose_mismatch(raw, why, hashed=False), None
     try:
         event = decode_record(raw.body, raw.hash)
     except (IntegrityError, ValidationFailed) as exc:
