@@ -938,8 +938,7 @@ class Ledger:
         if not rotations:
             return
         newest = rotations[-1]
-        signed = max((size for size, _ in self.store.checkpoints()), default=0)
-        if newest.position > signed:
+        if self._pending_rotation(rotations) is not None:
             raise KeyRotationRefused(
                 f"{newest.describe()} from {_key_text(newest.old)} to {_key_text(newest.new)} "
                 "is unfinished: its hand-over checkpoint was never signed. Run `tracebound "
