@@ -996,8 +996,10 @@ class Ledger:
         if self.witness is not None:
             self._finish_handover(signers[0].verifier)
             held = self.witness.latest(signers[0].verifier)
-        note = sign_checkpoint(Checkpoint(origin=self.origin, size=size, root=root), signers)
-        self.store.save_checkpoint(size, note)
+        note = self._stored_note(size, root, signers)
+        if note is None:
+            note = sign_checkpoint(Checkpoint(origin=self.origin, size=size, root=root), signers)
+            self.store.save_checkpoint(size, note)
         if self.witness is not None:
             self._hand_to_witness(note, size, root, held, signers[0].verifier)
         return CheckpointRun(
@@ -1006,6 +1008,22 @@ class Ledger:
             incremental=base is not None,
             full_reason=None if base is not None else reason,
         )
+
+    def _stored_note(
+        self, size: int, root: bytes, signers: tuple[NoteSigner, ...]
+    ) -> str | None:
+        """The newest stored checkpoint, when it already says ``size`` and ``root`` with
+        every one of ``signers``: a checkpoint with no new events keeps it rather than sign
+        it again. Signed again, a rotation's hand-over would lose the outgoing key's
+        signature, the one that vouches for the new key, and the ledger verify as forged."""
+        stored = self.store.latest_checkpoint()
+        if stored is None:
+            return None
+        try:
+            cp = open_checkpoint(stored, [s.verifier for s in signers], origin=self.origin)
+        except CheckpointError:
+            return None
+        return stored if (cp.size, cp.root) == (size, root) else None
 
     def _keep_origin(self) -> None:
         """Record the origin in the store the first time it signs, so that the CLI and

@@ -342,3 +342,21 @@ def test_a_rotation_to_the_same_key_is_tampering() -> None:
     with pytest.raises(LedgerDamaged) as info:
         KeyHistory([_rotation(4, K1, K2), _rotation(9, K2, K2)], K1.verifier)
     assert (info.value.kind, info.value.position) == (DamageKind.TAMPER, 9)
+
+
+@pytest.mark.parametrize("full", [False, True], ids=["incremental", "full"])
+def test_a_checkpoint_right_after_a_rotation_keeps_the_hand_over(
+    tmp_path: Path, full: bool
+) -> None:
+    """`keys rotate`, then `checkpoint` with no new event (a cron job, a habit): the same
+    size is not signed again by the new key alone, which replaced the hand-over both keys
+    signed and left the ledger verifying as forged."""
+    with _ledger(tmp_path, K1) as led:
+        _append(led, 3)
+        led.checkpoint()
+        led.rotate_key(K2, rotated_by="alice")
+        run = led.checkpoint_run(full=full)
+        assert run.checkpoint.size == 4
+        assert {s: _sigs(n) for s, n in led.store.checkpoints()} == {3: 1, 4: 2}
+        report = led.verify()
+        assert report.ok, report.damage
