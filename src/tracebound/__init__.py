@@ -20,6 +20,7 @@ from tracebound.errors import (
 )
 from tracebound.events import Event, EventRegistry, Payload, RecordedEvent, register_event
 from tracebound.integrity.chain import GENESIS, ChainCursor, chain_hash
+from tracebound.integrity.consistency import ConsistencyBundle, verify_consistency_bundle
 from tracebound.integrity.keys import NoteSigner, NoteVerifier
 from tracebound.integrity.note import Checkpoint
 from tracebound.ledger import InclusionBundle, Ledger, VerifyReport, verify_bundle
@@ -41,6 +42,7 @@ __all__ = [
     "Checkpoint",
     "Clock",
     "ConcurrencyConflict",
+    "ConsistencyBundle",
     "ContractError",
     "DamageKind",
     "Event",
@@ -72,4 +74,5 @@ __all__ = [
     "open_store",
     "register_event",
     "verify_bundle",
+    "verify_consistency_bundle",
 ]

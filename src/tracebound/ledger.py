@@ -16,7 +16,6 @@ too, so every use checks them against a signed root.
 from __future__ import annotations
 
 import base64
-import binascii
 import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
@@ -45,7 +44,20 @@ from tracebound.errors import (
 from tracebound.events.catalog import SigningKeyRotated
 from tracebound.events.envelope import Event, Payload, RecordedEvent, format_timestamp
 from tracebound.integrity import _kernel
+from tracebound.integrity.bundle_fields import (
+    check_members,
+    field_base64,
+    field_hash,
+    field_size,
+    field_text,
+    json_kind,
+)
 from tracebound.integrity.chain import chain_hash
+from tracebound.integrity.consistency import (
+    ConsistencyBundle,
+    ConsistencyStep,
+    verify_consistency_bundle,
+)
 from tracebound.integrity.keys import NoteSigner, NoteVerifier
 from tracebound.integrity.merkle import (
     HASH_SIZE,
@@ -60,9 +72,10 @@ from tracebound.integrity.merkle import (
 )
 from tracebound.integrity.nodes import StoredTree
 from tracebound.integrity.note import (
-    MAX_TREE_SIZE,
     Checkpoint,
+    SignedNote,
     open_checkpoint,
+    parse_checkpoint,
     sign_checkpoint,
 )
 from tracebound.integrity.rotation import (
@@ -71,6 +84,7 @@ from tracebound.integrity.rotation import (
     KeyHistory,
     Rotation,
     open_checkpoints,
+    signed_by,
 )
 from tracebound.integrity.strict_json import loads_canonical_record, loads_strict
 from tracebound.integrity.verify import (
@@ -317,22 +331,14 @@ class InclusionBundle:
         """
         if not isinstance(d, dict):
             raise ProofError(
-                f"not a tracebound inclusion proof: a JSON {_json_kind(d)}, not an object"
+                f"not a tracebound inclusion proof: a JSON {json_kind(d)}, not an object"
             )
         if d.get("format") != BUNDLE_FORMAT:
             raise ProofError(
                 f"not a tracebound inclusion proof (format={short_repr(d.get('format'))}, "
                 f"expected {BUNDLE_FORMAT!r})"
             )
-        missing = sorted(_BUNDLE_MEMBERS - d.keys())
-        if missing:
-            raise ProofError(f"malformed inclusion proof: no {', '.join(missing)}")
-        unknown = sorted(short_repr(k) for k in d.keys() - _BUNDLE_MEMBERS)
-        if unknown:
-            raise ProofError(
-                f"malformed inclusion proof: unknown member(s) {', '.join(unknown)} (nothing "
-                "outside the signed record and path may ride along)"
-            )
+        check_members(d, _BUNDLE_MEMBERS, _WHAT)
         proof = d["proof"]
         if not isinstance(proof, list) or len(proof) > MAX_PROOF_PATH:
             raise ProofError(
@@ -340,14 +346,14 @@ class InclusionBundle:
                 "hashes (the depth of the largest tree)"
             )
         return cls(
-            position=_bundle_size(d, "position"),
-            stream_id=_bundle_text(d, "stream_id"),
-            prev_hash=_bundle_hex(d["prev_hash"], "prev_hash"),
-            hash=_bundle_hex(d["hash"], "hash"),
-            body=_bundle_base64(d["record"], "record"),
-            tree_size=_bundle_size(d, "tree_size"),
-            proof=[_bundle_hex(p, f"proof[{i}]") for i, p in enumerate(proof)],
-            checkpoint=_bundle_text(d, "checkpoint"),
+            position=field_size(d, "position", _WHAT),
+            stream_id=field_text(d, "stream_id", _WHAT),
+            prev_hash=field_hash(d["prev_hash"], "prev_hash", _WHAT),
+            hash=field_hash(d["hash"], "hash", _WHAT),
+            body=field_base64(d["record"], "record", _WHAT),
+            tree_size=field_size(d, "tree_size", _WHAT),
+            proof=[field_hash(p, f"proof[{i}]", _WHAT) for i, p in enumerate(proof)],
+            checkpoint=field_text(d, "checkpoint", _WHAT),
         )
 
     @classmethod
@@ -366,66 +372,11 @@ class InclusionBundle:
 
 
 BUNDLE_FORMAT: Final = "tracebound-inclusion/1"
+_WHAT: Final = "inclusion proof"
 _BUNDLE_MEMBERS: Final = frozenset(
     {"format", "position", "stream_id", "prev_hash", "hash", "record", "tree_size", "proof",
      "checkpoint"}
 )  # fmt: skip
-
-
-def _json_kind(value: object) -> str:
-    kinds = {bool: "boolean", int: "number", float: "number", str: "string", list: "array",
-             dict: "object", type(None): "null"}  # fmt: skip
-    return kinds.get(type(value), type(value).__name__)
-
-
-def _bundle_size(d: dict[str, Any], name: str) -> int:
-    value = d[name]
-    if type(value) is not int or not 1 <= value <= MAX_TREE_SIZE:
-        raise ProofError(
-            f"malformed inclusion proof: {name} must be an integer from 1 to 2**64-1, "
-            f"not {short_repr(value)}"
-        )
-    return value
-
-
-def _bundle_text(d: dict[str, Any], name: str) -> str:
-    value = d[name]
-    if not isinstance(value, str):
-        raise ProofError(
-            f"malformed inclusion proof: {name} must be a string, not a JSON {_json_kind(value)}"
-        )
-    return value
-
-
-def _bundle_hex(value: object, name: str) -> bytes:
-    """32 bytes written as 64 lower-case hex digits, and only so (one spelling per hash)."""
-    raw = b""
-    if isinstance(value, str) and len(value) == 2 * HASH_SIZE:
-        try:
-            raw = bytes.fromhex(value)
-        except ValueError:
-            raw = b""
-    if len(raw) != HASH_SIZE or raw.hex() != value:
-        raise ProofError(
-            f"malformed inclusion proof: {name} must be {HASH_SIZE} bytes as lower-case hex, "
-            f"not {short_repr(value)}"
-        )
-    return raw
-
-
-def _bundle_base64(value: object, name: str) -> bytes:
-    """Standard padded base64, only in its canonical spelling."""
-    if isinstance(value, str):
-        try:
-            raw = base64.b64decode(value.encode("ascii"), validate=True)
-        except (binascii.Error, UnicodeEncodeError, ValueError):
-            pass
-        else:
-            if base64.b64encode(raw).decode("ascii") == value:
-                return raw
-    raise ProofError(
-        f"malformed inclusion proof: {name} must be canonical base64 (padded, no spaces)"
-    )
 
 
 def verify_bundle(
@@ -1309,6 +1260,130 @@ class Ledger:
 
         # Never hand out a proof that does not verify.
         return self.checked_proof(bundle_from, lambda b: verify_bundle(b, verifier))
+
+    def prove_consistency(self, held_note: str) -> ConsistencyBundle:
+        """A consistency proof from a signed checkpoint someone kept to the newest one.
+
+        The chain runs through the hand-over checkpoint of every key rotation in between, so
+        whoever kept ``held_note`` checks it with the key that signed it (ADR 0017). It is
+        built from the stored Merkle nodes and checked here before it is handed out.
+
+        Raises:
+            ConfigError: no checkpoint or no verifier key yet, or ``held_note`` is of
+                another log.
+            ProofError: ``held_note`` is not a checkpoint any key of this ledger signed.
+            LedgerDamaged: ROLLBACK (the newest checkpoint is older than the one held),
+                FORK (this log's first events are not the ones held), or damage to the
+                ledger's own checkpoints.
+        """
+        notes = self.store.checkpoints()
+        if not notes or self.verifier is None:
+            raise ConfigError(
+                "no checkpoint yet; run `tracebound checkpoint` first"
+                if not notes
+                else "proving needs the verifier key to read the checkpoints"
+            )
+        signed, history = open_checkpoints(
+            notes, self.verifier, read_rotations(self.store), origin=self.origin
+        )
+        held, held_key = self._open_held(held_note, history)
+        newest = signed[-1]
+        if held.size > newest.size:
+            raise LedgerDamaged(
+                DamageKind.ROLLBACK,
+                newest.size + 1,
+                f"the checkpoint held covers {held.size} events, but this ledger's newest "
+                f"checkpoint covers {newest.size} (its log holds {self.store.size()}): the "
+                "ledger was rolled back to before the checkpoint held",
+            )
+        # The newest checkpoint, after the hand-over of each rotation since the one held.
+        by_size = dict(notes)
+        sizes = {newest.size} | {
+            min(s for s in by_size if s >= r.position)
+            for r in history.rotations
+            if r.position > held.size
+        }
+        chain = [(held_note, held)] + [(by_size[c.size], c) for c in signed if c.size in sizes]
+
+        def build(tree: StoredTree) -> ConsistencyBundle:
+            steps: list[ConsistencyStep] = []
+            before: Checkpoint | None = None
+            for note, cp in chain:
+                proof: tuple[bytes, ...] = ()
+                if before is not None and 0 < before.size < cp.size:
+                    proof = tuple(consistency_proof(before.size, cp.size, tree.subtree_root))
+                steps.append(ConsistencyStep(note, history.active(cp.size), proof))
+                before = cp
+            return ConsistencyBundle(tuple(steps))
+
+        def check(bundle: ConsistencyBundle) -> None:
+            verify_consistency_bundle(bundle, held_key, origin=self.origin, held=held)
+
+        try:
+            return self.checked_proof(build, check)
+        except ProofError as exc:
+            raise self._judge_held(held, newest) or exc from exc
+
+    def _open_held(self, note: str, history: KeyHistory) -> tuple[Checkpoint, NoteVerifier]:
+        """The checkpoint someone kept, and the key of this ledger's history that signed it.
+
+        Raises:
+            ConfigError: a checkpoint of another log.
+            ProofError: not a signed checkpoint, or signed by no key of this ledger (or
+                by a key past its retirement).
+        """
+        try:
+            claimed = parse_checkpoint(SignedNote.parse(note).text)
+        except CheckpointError as exc:
+            raise ProofError(f"the checkpoint held is no signed checkpoint: {exc}") from exc
+        if claimed.origin != self.origin:
+            raise ConfigError(
+                f"the checkpoint held is of log {claimed.origin!r}, and this ledger is "
+                f"{self.origin!r}: ask the ledger it came from"
+            )
+        for key in history.keys:
+            try:
+                held = open_checkpoint(note, key)
+            except SignatureInvalid:
+                continue
+            active = history.active(held.size)
+            retired = history.retired_by(key)
+            if key != active and retired is not None and not signed_by(note, active):
+                raise ProofError(
+                    f"the checkpoint held (size {held.size}) is signed by {_key_text(key)}, "
+                    f"retired by {retired.describe()}, and not by {_key_text(active)}: a "
+                    "retired key cannot extend the ledger (the checkpoint is forged; treat "
+                    "the retired key as leaked)"
+                )
+            return held, key
+        raise ProofError(
+            f"the checkpoint held (size {claimed.size}) is signed by none of this ledger's "
+            f"keys ({history.describe()}): it is of another ledger of the same name, forged, "
+            "or this ledger was rolled back to before the rotation to the key that signed it"
+        )
+
+    def _judge_held(self, held: Checkpoint, newest: Checkpoint) -> LedgerDamaged | None:
+        """Why no consistency proof joins ``held`` to ``newest``, from the log's leaves:
+        the log no longer matches its own newest checkpoint (damage `verify` locates), or
+        it does but its first events are not the ones held (a fork). None: neither, so the
+        proof's own error says what failed."""
+        tree = self.merkle_tree(use_stored=False)
+        if tree.subtree_root(0, newest.size) != newest.root:
+            return LedgerDamaged(
+                DamageKind.TAMPER,
+                None,
+                f"the log no longer matches its own newest checkpoint (size {newest.size}); "
+                "`tracebound verify` names the first damaged position",
+            )
+        if held.size and tree.subtree_root(0, held.size) != held.root:
+            return LedgerDamaged(
+                DamageKind.FORK,
+                None,
+                f"the log's first {held.size} events are not the ones in the checkpoint held "
+                f"(another root): the ledger was rewritten somewhere in positions 1.."
+                f"{held.size} and signed again since that checkpoint",
+            )
+        return None
 
     def active_verifier(self) -> NoteVerifier | None:
         """The key that signs this ledger's checkpoints now, reached from :attr:`verifier`

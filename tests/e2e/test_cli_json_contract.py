@@ -27,6 +27,10 @@ def cli(tmp_path_factory: pytest.TempPathFactory) -> CLI:
     c = ready_cli(tmp_path_factory.mktemp("json"), 4, checkpoint=True)
     proof = c.run("prove", "1", "-o", "proof.json")
     assert proof.returncode == 0, proof.stderr
+    # The views exist whichever case runs first (xdist spreads the cases over workers,
+    # each with its own copy of this fixture: `project status` must not need `project run`
+    # to have run on the same one).
+    assert c.run("project", "run").returncode == 0
     (c.cwd / "CODEOWNERS").write_text("* @alice\n", encoding="utf-8")
     (c.cwd / "bad").mkdir()
     # Not a SQLite file: every command that opens it meets damage (`malformed`).
@@ -72,6 +76,8 @@ FAILS: list[tuple[list[str], int, str | None]] = [
     (["verify-evidence", "no-such-file.json"], 2, None),
     (["prove", "999"], 2, None),
     (["verify-proof", "no-such-proof.json"], 2, None),
+    (["prove-consistency", "no-such.note"], 2, None),
+    (["verify-consistency", "no-such-proof.json"], 2, None),
     (["inspect", "--attempts", "no-such/attempts.jsonl"], 2, None),
     # another key than the one that signs the ledger (rotating for real would change the
     # key every other case here uses)
@@ -115,7 +121,10 @@ def test_each_command_prints_one_document_naming_itself(
 
 
 def _takes_store(name: str) -> bool:
-    return name not in {"keys init", "keys show", "verify-proof", "verify-evidence", "demo", "copy"}
+    return name not in {
+        "keys init", "keys show", "verify-proof", "verify-consistency", "verify-evidence",
+        "demo", "copy",
+    }  # fmt: skip
 
 
 _WITH_STORE = [case for case in SUCCEEDS + FAILS[:4] if _takes_store(_name(case[0]))]

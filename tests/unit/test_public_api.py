@@ -8,13 +8,14 @@ import tracebound
 
 EXPECTED = {
     "ANY_VERSION", "GENESIS", "NO_STREAM", "AppendRequest", "AuditChainCorrupted",
-    "ChainCursor", "Checkpoint", "Clock", "ConcurrencyConflict", "ContractError",
+    "ChainCursor", "Checkpoint", "Clock", "ConcurrencyConflict", "ConsistencyBundle",
+    "ContractError",
     "DamageKind", "Event", "EventRegistry", "FixedClock", "IdSource", "InclusionBundle",
     "IntegrityError", "Ledger", "LedgerAttemptOutOfOrder", "LedgerDamaged", "LedgerStore",
     "NoteSigner", "NoteVerifier", "Payload", "PolicyError", "RandomIds", "RecordedEvent",
     "SQLiteStore", "SequentialIds", "StorageError", "SystemClock", "TraceboundError",
     "VerifyReport", "__version__", "canonical_bytes", "canonicalize", "chain_hash",
-    "open_store", "register_event", "verify_bundle",
+    "open_store", "register_event", "verify_bundle", "verify_consistency_bundle",
 }  # fmt: skip
 
 

@@ -63,6 +63,7 @@ from tracebound.cli._common import (
 from tracebound.cli._events import events_table, raw_row, record_row
 from tracebound.cli._group import RootGroup, UsageError
 from tracebound.cli._tables import utc_text
+from tracebound.cli.consistency import prove_consistency, verify_consistency
 from tracebound.cli.copy import copy
 from tracebound.cli.export import export_app
 from tracebound.cli.inspect import AttemptsOpt, inspect_remediation
@@ -123,7 +124,8 @@ class _Root(RootGroup):
     panels = {  # noqa: RUF012 - a class constant
         "Ledger": (
             "init", "keys", "append", "log", "tail", "inspect",
-            "checkpoint", "verify", "prove", "verify-proof", "demo",
+            "checkpoint", "verify", "prove", "verify-proof", "prove-consistency",
+            "verify-consistency", "demo",
         ),
         "Runs and approvals": (
             "runs", "approve", "reject", "resume", "abandon", "replay", "verify-evidence",
@@ -172,6 +174,8 @@ app.add_typer(keys_app, name="keys")
 app.add_typer(export_app, name="export")
 app.command()(repair)
 app.command()(copy)
+app.command("prove-consistency")(prove_consistency)
+app.command("verify-consistency")(verify_consistency)
 app.add_typer(project_app, name="project")
 app.add_typer(report_app, name="report")
 register_runs(app)
@@ -941,6 +945,16 @@ def checkpoint(
             "and store its Merkle nodes again.",
         ),
     ] = False,
+    note_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--note",
+            help="Also write the signed checkpoint to this file: whoever keeps it can later "
+            "ask for `tracebound prove-consistency` from it and check that nothing signed "
+            "up to it was changed since.",
+            show_default=False,
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Verify the new events, sign the log's Merkle root (C2SP signed note), update the witness.
@@ -951,6 +965,8 @@ def checkpoint(
     check the whole log.
     """
     with handled(as_json):
+        if note_file is not None:
+            refuse_inside_store(note_file, store, "--note")
         ledger = open_ledger(store, key=key, witness=witness, need_signer=True)
         try:
             with progress_bar("verifying before signing", enabled=not as_json) as update:
@@ -958,6 +974,8 @@ def checkpoint(
             note = ledger.store.latest_checkpoint()
         finally:
             ledger.close()
+        if note_file is not None and note is not None:
+            write_output(note_file, note.encode("utf-8"), "--note")
     cp = run.checkpoint
     if as_json:
         emit_json({"ok": True, **run.as_dict(), "note": note})
@@ -977,6 +995,11 @@ def checkpoint(
     else:
         console.print(f"Verified the whole log first ({run.full_reason}).")
     console.print("The witness now holds it; a rollback of the store will be detected.")
+    if note_file is not None:
+        console.print(
+            f"Signed note written to [bold]{safe_text(note_file)}[/]: keep it to ask for "
+            "`tracebound prove-consistency` from it later."
+        )
 
 
 def _verify_table(report: VerifyReport) -> Table:

@@ -48,6 +48,7 @@ __all__ = [
     "Rotation",
     "open_checkpoints",
     "rotation_from_record",
+    "signed_by",
 ]
 
 KEY_STREAM: Final = "tracebound.keys"
@@ -189,7 +190,8 @@ def _forged(size: int, why: str) -> LedgerDamaged:
     )
 
 
-def _signed_by(note: str, key: NoteVerifier) -> bool:
+def signed_by(note: str, key: NoteVerifier) -> bool:
+    """Whether ``key`` signed ``note`` (a malformed note: no)."""
     try:
         SignedNote.open(note, key)
     except CheckpointError:
@@ -216,8 +218,8 @@ def _judge(
             key != active
             and retired is not None
             and retired.position <= size
-            and _signed_by(note, key)
-            and not _signed_by(note, active)
+            and signed_by(note, key)
+            and not signed_by(note, active)
         ):
             return LedgerDamaged(
                 DamageKind.RETIRED_KEY,
@@ -228,8 +230,8 @@ def _judge(
                 "(the checkpoint is forged; whoever signed it holds the retired key: treat "
                 "it as leaked)",
             )
-    handover = [k for k in need[1:] if not _signed_by(note, k)]
-    if handover and _signed_by(note, active):
+    handover = [k for k in need[1:] if not signed_by(note, k)]
+    if handover and signed_by(note, active):
         rotation = history.retired_by(handover[0])
         where = rotation.describe() if rotation is not None else "a key rotation"
         return _forged(
