@@ -960,9 +960,7 @@ class Ledger:
             full_reason=None if base is not None else reason,
         )
 
-    def _stored_note(
-        self, size: int, root: bytes, signers: tuple[NoteSigner, ...]
-    ) -> str | None:
+    def _stored_note(self, size: int, root: bytes, signers: tuple[NoteSigner, ...]) -> str | None:
         """The newest stored checkpoint, when it already says ``size`` and ``root`` with
         every one of ``signers``: a checkpoint with no new events keeps it rather than sign
         it again. Signed again, a rotation's hand-over would lose the outgoing key's
