@@ -40,6 +40,7 @@ __all__ = [
     "crash_and_restart",
     "find_bindir",
     "login_role",
+    "pg_hba",
     "postgres_dsn",
     "postgres_server",
     "server_stopped",
@@ -298,6 +299,38 @@ def login_role(server: PgServer, dsn: str, name: str, grants: list[str]) -> Iter
         with psycopg.connect(dsn, autocommit=True) as admin:
             admin.execute(sql.SQL("DROP OWNED BY {}").format(role))
             admin.execute(sql.SQL("DROP ROLE {}").format(role))
+
+
+@contextlib.contextmanager
+def pg_hba(server: PgServer, rules: str, *, keep: bool = True) -> Iterator[None]:
+    """The server's pg_hba.conf with ``rules`` first (``keep=False``: only them, so a
+    connection they do not match has no entry), put back on leaving. The superuser keeps
+    its way in over the socket, which the fixtures use.
+
+    Returns once the server uses them: a reload is a signal, so new sessions are opened
+    until one was forked after the postmaster reread the files.
+    """
+    hba = server.datadir / "pg_hba.conf"
+    before = hba.read_text(encoding="utf-8")
+
+    def load(text: str) -> None:
+        hba.write_text(text, encoding="utf-8")
+        with psycopg.connect(server.dsn(), autocommit=True) as admin:
+            (loaded,) = admin.execute("SELECT pg_conf_load_time()").fetchone() or (None,)
+            admin.execute("SELECT pg_reload_conf()")
+        for _ in range(6000):
+            with psycopg.connect(server.dsn(), autocommit=True) as probe:
+                (now,) = probe.execute("SELECT pg_conf_load_time()").fetchone() or (None,)
+            if now != loaded:
+                return
+            time.sleep(0.005)
+        pytest.fail("the server never reloaded pg_hba.conf")
+
+    load(f"local all {_SUPERUSER} trust\n{rules}" + (before if keep else ""))
+    try:
+        yield
+    finally:
+        load(before)
 
 
 def wait_for_lock_wait(dsn: str, query_fragment: str) -> None:

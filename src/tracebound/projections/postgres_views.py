@@ -48,6 +48,7 @@ from tracebound.projections.sqlite_views import (
 from tracebound.projections.trail import ENGINE_HISTORY
 from tracebound.store.postgres import (
     apply_lock_timeout,
+    connect_refused,
     connection_lost,
     display_url,
     lock_wait_error,
@@ -156,12 +157,18 @@ class PostgresViews:
 
     def _connect(self) -> _Conn:
         """A new autocommit session, JSONB read by orjson, with its lock_timeout set."""
-        conn: _Conn = psycopg.connect(
-            self._dsn,
-            autocommit=True,
-            application_name="tracebound",
-            connect_timeout=_CONNECT_TIMEOUT,
-        )
+        try:
+            conn: _Conn = psycopg.connect(
+                self._dsn,
+                autocommit=True,
+                application_name="tracebound",
+                connect_timeout=_CONNECT_TIMEOUT,
+            )
+        except psycopg.Error as exc:
+            # Not ConnectionLost: a follower would wait for a server that never lets it in.
+            if (refused := connect_refused(exc, self.place, self._dsn)) is not None:
+                raise refused from None  # it quotes PostgreSQL, without the password
+            raise
         try:
             set_json_loads(orjson.loads, conn)
             self.lock_timeout = apply_lock_timeout(conn, None)

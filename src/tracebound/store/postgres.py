@@ -282,6 +282,85 @@ def connection_lost(exc: psycopg.Error) -> bool:
     return state is None or state.startswith("08") or state in _SERVER_GOING
 
 
+_REFUSALS: Final = (
+    (
+        r"password authentication failed|authentication failed for user",
+        (
+            "the server refused the credentials (a wrong password, or no such role): check the "
+            "user name and password in the URL (or PGPASSWORD, ~/.pgpass)"
+        ),
+    ),
+    (
+        r"no password supplied",
+        (
+            "the server asks for a password and no password was given: put it in the URL "
+            "(postgresql://user:password@host/db), PGPASSWORD or ~/.pgpass"
+        ),
+    ),
+    (
+        r'role ".*" does not exist',
+        "no such role: check the user name in the URL, or create the role (CREATE ROLE name LOGIN)",
+    ),
+    (
+        r'role ".*" is not permitted to log in',
+        "this role may not log in: use a login role, or ALTER ROLE name LOGIN",
+    ),
+    (
+        r'database ".*" does not exist',
+        (
+            "no such database: check its name in the URL, or create it (CREATE DATABASE name); "
+            "`tracebound init` creates the ledger's schema in an existing database"
+        ),
+    ),
+    (
+        r"permission denied for database",
+        "this role may not connect to the database: GRANT CONNECT ON DATABASE name TO role",
+    ),
+    (
+        r"pg_hba\.conf",
+        (
+            "the server's pg_hba.conf lets no such connection in (this user, this database, "
+            "from this host, with this encryption): its administrator adds a line for it and "
+            "reloads the server"
+        ),
+    ),
+    (
+        r"but (SSL|GSSAPI encryption) was required",
+        (
+            "the URL requires an encrypted connection (sslmode=require or stricter) and the "
+            "server offers none: turn ssl on in the server, or lower sslmode in the URL if an "
+            "unencrypted connection is acceptable"
+        ),
+    ),
+    (
+        r"certificate",
+        (
+            "a TLS certificate could not be used: check sslrootcert, sslcert and sslkey, and "
+            "that sslmode=verify-full names the host the certificate was made for"
+        ),
+    ),
+)
+"""What a connection refused for its settings says (the server's or libpq's English
+message: no SQLSTATE reaches the client before a session exists), and what to do."""
+
+
+def connect_refused(exc: psycopg.Error, place: str, dsn: str) -> ConfigError | None:
+    """:class:`ConfigError` for a connection the server (or libpq) refused for its settings:
+    credentials, role, database, pg_hba.conf, TLS. Retrying cannot help, so these are not
+    ConnectionLost, which the followers and the runner wait for. None for anything else
+    (nothing listening, a server starting or stopping, a message in another language).
+
+    ``place``: the URL without password, for the message; ``dsn``: the one that was tried,
+    whose password is scrubbed from what PostgreSQL said. Shared with the PostgreSQL views.
+    """
+    # libpq's hints come on tab-indented lines
+    said = " ".join(_scrub(str(exc), _passwords(dsn)).split())
+    for pattern, advice in _REFUSALS:
+        if re.search(pattern, said):
+            return ConfigError(f"cannot connect to {place}: {advice} (PostgreSQL said: {said})")
+    return None
+
+
 def _translate(
     exc: psycopg.Error, what: str, busy: tuple[str, float | None] = _UNNAMED
 ) -> TraceboundError:
@@ -638,10 +717,16 @@ class PostgresStore(ChainedAppends):
         """Create the schema and the tables that are missing (``IF NOT EXISTS``).
 
         Raises:
+            ConfigError: the schema's name is one PostgreSQL reserves.
             StorageError: the role may not create them, saying what it needs.
         """
         try:
             conn.execute(self._sql.ddl)
+        except psycopg.errors.ReservedName as exc:
+            raise ConfigError(
+                f"schema {self.schema!r}: names starting with pg_ are PostgreSQL's own; "
+                "choose another for the ledger (?schema=…)"
+            ) from exc
         except psycopg.errors.InsufficientPrivilege as exc:
             raise StorageError(
                 f"postgresql open failed: {exc}: creating the ledger in schema "
@@ -697,7 +782,13 @@ class PostgresStore(ChainedAppends):
                 yield
         except StorageError as exc:
             conn: _Conn | None = getattr(self._local, "conn", None)
-            if conn is None or not conn.broken or isinstance(exc, CommitOutcomeUnknown):
+            # A ConfigError is the reconnect's (a password changed meanwhile): retrying
+            # will not help, so it is not made a ConnectionLost.
+            if (
+                conn is None
+                or not conn.broken
+                or isinstance(exc, CommitOutcomeUnknown | ConfigError)
+            ):
                 raise
             if not self._local.commit_sent:
                 raise ConnectionLost(
@@ -727,6 +818,8 @@ class PostgresStore(ChainedAppends):
                 application_name="tracebound",
             )
         except psycopg.Error as exc:
+            if (refused := connect_refused(exc, self.url, self._dsn)) is not None:
+                raise refused from None  # it quotes PostgreSQL, without the password
             text = str(exc)
             clean = _scrub(text, self._passwords)
             if clean != text:  # a message that quotes the password is raised without it
