@@ -7,6 +7,7 @@ restart tests). A new backend passes this suite unchanged.
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import threading
 import tracemalloc
@@ -33,6 +34,7 @@ from tracebound.events import Event, Payload, default_registry
 from tracebound.events.catalog import MergeOutcome
 from tracebound.events.record import record_dict
 from tracebound.integrity.chain import GENESIS, chain_hash
+from tracebound.integrity.consistency import ConsistencyBundle, verify_consistency_bundle
 from tracebound.integrity.keys import NoteSigner
 from tracebound.ledger import Ledger
 from tracebound.sources import FixedClock, SequentialIds
@@ -489,10 +491,23 @@ class LedgerStoreSuite:
         led = ledger(old, old)
         led.record("a", [ConformanceNote(text="x", n=i) for i in range(3)])
         led.checkpoint()
+        kept = store.latest_checkpoint()
+        assert kept is not None
         assert led.rotate_key(new, rotated_by="alice").rotation.position == 4
+        led.checkpoint()  # nothing new: the hand-over both keys signed stays as it is
         led.record("a", [ConformanceNote(text="x", n=i) for i in range(3, 5)])
         led.checkpoint()
         for root in (old, new):
             report = ledger(new, root).verify(workers=1)
             assert report.ok, report.damage
             assert [(r.old, r.new) for r in report.rotations] == [(old.verifier, new.verifier)]
+        # ADR 0019: what an auditor who kept the first checkpoint checks with the old key.
+        bundle = ledger(new, old).prove_consistency(kept)
+        result = verify_consistency_bundle(
+            ConsistencyBundle.from_json(json.dumps(bundle.as_dict())),
+            old.verifier,
+            origin=origin,
+            newest_key=new.verifier,
+        )
+        assert (result.old.size, result.new.size) == (3, 6)
+        assert [c.size for c in result.handovers] == [4]

@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, Final, NoReturn, TypeVar
+from typing import Annotated, Any, Final, NoReturn, Protocol, TypeVar
 
 import typer
 from rich.console import Console
@@ -543,6 +543,36 @@ def open_ledger(
         ledger.close()
         raise mismatch.damage()
     return ledger
+
+
+class _Proof(Protocol):
+    def as_dict(self) -> dict[str, Any]: ...
+
+
+_P = TypeVar("_P", bound=_Proof)
+
+
+def prove_into(
+    store: str | None,
+    key: Path | None,
+    verifier_key: str | None,
+    output: Path | None,
+    build: Callable[[Ledger], _P],
+) -> tuple[_P, str]:
+    """Build a proof file's content from the ledger (`prove`, `prove-consistency`) and
+    write it to ``output`` when given (atomically, never inside the store); return it and
+    its JSON text, which the caller prints when there is no ``output``."""
+    if output is not None:
+        refuse_inside_store(output, store, "--output")
+    ledger = open_ledger(store, key=key, verifier_key=verifier_key)
+    try:
+        proof = build(ledger)
+    finally:
+        ledger.close()
+    text = json.dumps(proof.as_dict(), indent=2, sort_keys=True) + "\n"
+    if output is not None:
+        write_output(output, text.encode("utf-8"), "--output")
+    return proof, text
 
 
 def open_ledger_checked(

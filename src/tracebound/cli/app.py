@@ -46,6 +46,7 @@ from tracebound.cli._common import (
     open_ledger,
     open_ledger_checked,
     progress_bar,
+    prove_into,
     reader_gone,
     refuse_inside_store,
     resolve_key_path,
@@ -1135,16 +1136,7 @@ def prove(
     the proof does not reach the signed root (damage).
     """
     with handled(as_json):
-        if output is not None:
-            refuse_inside_store(output, store, "--output")
-        ledger = open_ledger(store, key=key, verifier_key=verifier_key)
-        try:
-            bundle = ledger.prove(position)
-        finally:
-            ledger.close()
-        text = json.dumps(bundle.as_dict(), indent=2, sort_keys=True) + "\n"
-        if output is not None:
-            write_output(output, text.encode("utf-8"), "--output")
+        bundle, text = prove_into(store, key, verifier_key, output, lambda led: led.prove(position))
     if as_json or output is None:
         write_stdout(text)
     else:

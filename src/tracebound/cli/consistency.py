@@ -3,7 +3,6 @@ prefix of the log signed now (``tracebound-consistency/1``, docs/evidence-format
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -20,8 +19,7 @@ from tracebound.cli._common import (
     console,
     emit_json,
     handled,
-    open_ledger,
-    refuse_inside_store,
+    prove_into,
     safe_text,
     try_verifier,
     write_output,
@@ -85,16 +83,9 @@ def prove_consistency(
     """
     with handled(as_json):
         note = _held(held)
-        if output is not None:
-            refuse_inside_store(output, store, "--output")
-        ledger = open_ledger(store, key=key, verifier_key=verifier_key)
-        try:
-            bundle = ledger.prove_consistency(note)
-        finally:
-            ledger.close()
-        text = json.dumps(bundle.as_dict(), indent=2, sort_keys=True) + "\n"
-        if output is not None:
-            write_output(output, text.encode("utf-8"), "--output")
+        bundle, text = prove_into(
+            store, key, verifier_key, output, lambda led: led.prove_consistency(note)
+        )
     if as_json or output is None:
         write_stdout(text)
         return
