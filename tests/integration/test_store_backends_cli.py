@@ -30,7 +30,7 @@ from typer.testing import CliRunner
 import tracebound.ledger
 from tests.conformance.test_jsonl_conformance import flock_held_by_another_process
 from tests.integration.conftest import cost
-from tests.pg import PgServer
+from tests.pg import PgServer, pg_hba
 from tracebound.cli import _common
 from tracebound.cli import copy as copy_cli
 from tracebound.cli.app import app
@@ -202,10 +202,7 @@ def password_role(postgres_server: PgServer, postgres_dsn: str) -> Iterator[str]
 
     Yields a store URL with the password in it, over TCP.
     """
-    hba = postgres_server.datadir / "pg_hba.conf"
-    before = hba.read_text(encoding="utf-8")
     rules = f"local all {PW_ROLE} scram-sha-256\nhost all {PW_ROLE} 127.0.0.1/32 scram-sha-256\n"
-    hba.write_text(rules + before, encoding="utf-8")
     dbname = postgres_dsn.rsplit("dbname=", 1)[1]
     with psycopg.connect(postgres_server.dsn(), autocommit=True) as admin:
         admin.execute(
@@ -221,15 +218,15 @@ def password_role(postgres_server: PgServer, postgres_dsn: str) -> Iterator[str]
                 sql.Identifier(dbname), sql.Identifier(PW_ROLE)
             )
         )
-        admin.execute("SELECT pg_reload_conf()")
-    try:
-        yield f"postgresql://{PW_ROLE}:{PW}@127.0.0.1:{postgres_server.port}/{dbname}?schema=pw"
-    finally:
-        hba.write_text(before, encoding="utf-8")
-        with psycopg.connect(postgres_dsn, autocommit=True) as admin:  # where it owns things
-            admin.execute("SELECT pg_reload_conf()")
-            admin.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(PW_ROLE)))
-            admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(PW_ROLE)))
+    # pg_hba waits until the server reads the rules: a reload is only a signal, and a
+    # connection made before it took effect would not be asked for the password.
+    with pg_hba(postgres_server, rules):
+        try:
+            yield f"postgresql://{PW_ROLE}:{PW}@127.0.0.1:{postgres_server.port}/{dbname}?schema=pw"
+        finally:
+            with psycopg.connect(postgres_dsn, autocommit=True) as admin:  # where it owns things
+                admin.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(PW_ROLE)))
+                admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(PW_ROLE)))
 
 
 @pytest.mark.postgres
