@@ -324,7 +324,8 @@ class SignedNote:
             f"; it is signed by {names}{more}: another key than the one it was checked with "
             "(the signing key was replaced, or rotated: a ledger whose key was rotated with "
             "`tracebound keys rotate` signs with its newest key, which `tracebound verify` "
-            "lists under 'key rotated'; or someone else signed it)"
+            "lists under 'key rotated', and `verify-consistency` names offline, from a "
+            "checkpoint kept before the rotation; or someone else signed it)"
         )
 
     @classmethod
