@@ -13,14 +13,19 @@ from __future__ import annotations
 import base64
 import contextlib
 import copy
+import itertools
 import json
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
 
+from tests.conftest import shared_vectors_dir
 from tests.e2e.test_cli import CLI, ready_cli
 from tests.independent import verify_evidence as iv
 from tests.unit.export.test_evidence import VERIFIER
@@ -35,9 +40,13 @@ from tests.unit.export.test_evidence_spend import (
     Spent,
     spent,  # noqa: F401 - the module fixture, shared
 )
+from tests.unit.integrity.test_consistency_bundle import K1, K2, K3, ORIGIN, build_history
+from tests.unit.integrity.test_consistency_bundle import _ledger as _consistency_ledger
 from tracebound.errors import TraceboundError
 from tracebound.export.evidence import EvidenceInvalid, verify_evidence
+from tracebound.integrity.consistency import ConsistencyBundle, verify_consistency_bundle
 from tracebound.integrity.keys import NoteVerifier
+from tracebound.integrity.note import SignedNote, open_checkpoint
 from tracebound.integrity.stream_head import open_stream_head, sign_stream_head
 from tracebound.ledger import InclusionBundle, verify_bundle
 
@@ -472,3 +481,281 @@ def test_both_verifiers_agree_on_a_whole_log(
     assert code in (0, 1)
     assert _log_ok(target, key) == (code == 0), how
     assert (code == 0) == (how == "genuine")
+
+
+# -- consistency proofs from `Ledger.prove_consistency` --------------------------------------
+
+CONSISTENCY_VECTORS = shared_vectors_dir() / "rfc6962-merkle" / "consistency"
+# The vectors refuse every check from size 0 as useless; §9 accepts the empty tree as the
+# prefix of any tree (empty proof), as transparency-dev's own Go verifier does.
+FROM_THE_EMPTY_TREE = "additional/size1-is-zero-and-size2-is-not-zero.json"
+SIGNERS = (K1, K2, K3)
+KEY_TEXTS = tuple(k.verifier.format() for k in SIGNERS)
+OTHER_ORIGIN = "other.example/log"
+# What a consistency proof that holds says: origin, old size and root, new size and root, keys.
+Said = tuple[str, int, bytes, int, bytes, tuple[str, ...]] | None
+
+
+@dataclass(frozen=True, repr=False)
+class Proven:
+    notes: tuple[str, ...]  # every checkpoint the ledger stored, oldest first
+    files: dict[str, bytes]  # what `prove-consistency` writes from each of them
+    signers: dict[str, tuple[str, ...]]  # the keys that signed each note
+
+    @property
+    def hashes(self) -> list[str]:
+        """Every hash of every proof: what a forger could splice in."""
+        steps = [s for f in self.files.values() for s in json.loads(f)["checkpoints"]]
+        return sorted({h for s in steps for h in s["proof"]})
+
+
+def _signed_by(note: str) -> tuple[str, ...]:
+    out = []
+    for text in KEY_TEXTS:
+        with contextlib.suppress(TraceboundError):
+            open_checkpoint(note, NoteVerifier.parse(text))
+            out.append(text)
+    return tuple(out)
+
+
+@pytest.fixture(scope="module")
+def proven(tmp_path_factory: pytest.TempPathFactory) -> Proven:
+    """The unit tests' history (two key rotations), after a checkpoint of the empty ledger."""
+    root = tmp_path_factory.mktemp("consistency")
+    with _consistency_ledger(root, K1) as led:
+        led.checkpoint()
+    build_history(root)
+    with _consistency_ledger(root, K3, verifier=K1) as led:
+        notes = tuple(note for _, note in led.store.checkpoints())
+        files = {
+            n: (json.dumps(led.prove_consistency(n).as_dict(), indent=2, sort_keys=True) + "\n")
+            for n in notes
+        }
+    return Proven(
+        notes, {n: f.encode() for n, f in files.items()}, {n: _signed_by(n) for n in notes}
+    )
+
+
+def _tracebound_consistency(
+    data: bytes, key: str, held: str | None, newest: str | None, origin: str | None
+) -> Said:
+    """tracebound's verdict, as `verify-consistency --held --newest-key --origin` reaches it."""
+    verifier = NoteVerifier.parse(key)
+    try:
+        kept = None if held is None else open_checkpoint(held, verifier, origin=origin)
+        result = verify_consistency_bundle(
+            ConsistencyBundle.from_json(data),
+            verifier,
+            origin=origin,
+            held=kept,
+            newest_key=None if newest is None else NoteVerifier.parse(newest),
+        )
+    except TraceboundError:
+        return None
+    old, new = result.old, result.new
+    return (
+        new.origin,
+        old.size,
+        old.root,
+        new.size,
+        new.root,
+        tuple(k.format() for k in result.keys),
+    )
+
+
+def _independent_consistency(
+    data: bytes, key: str, held: str | None, newest: str | None, origin: str | None
+) -> Said:
+    try:
+        s = iv.verify_consistency(
+            data,
+            iv.Key.parse(key),
+            held_note=held,
+            newest_key=None if newest is None else iv.Key.parse(newest),
+            origin=origin,
+        )
+    except iv.Refused:
+        return None
+    return (s.new.origin, s.old.size, s.old.root, s.new.size, s.new.root, s.keys)
+
+
+def test_both_verifiers_accept_every_proof_the_ledger_writes(proven: Proven) -> None:
+    newest = iv.open_checkpoint(proven.notes[-1], iv.Key.parse(KEY_TEXTS[2]))
+    sizes = [iv.open_checkpoint(n, iv.Key.parse(proven.signers[n][0])).size for n in proven.notes]
+    assert sizes == [0, 3, 5, 6, 9, 10, 12]
+    checked = 0
+    for note, data in proven.files.items():
+        for key in proven.signers[note]:
+            kept = iv.open_checkpoint(note, iv.Key.parse(key))
+            chain = KEY_TEXTS[KEY_TEXTS.index(key) :]
+            want = (ORIGIN, kept.size, kept.root, newest.size, newest.root, chain)
+            for held, newest_key, origin in itertools.product(
+                (None, note), (None, KEY_TEXTS[2]), (None, ORIGIN)
+            ):
+                args = (data, key, held, newest_key, origin)
+                assert _independent_consistency(*args) == want, (kept.size, key)
+                assert _tracebound_consistency(*args) == want, (kept.size, key)
+                checked += 1
+    assert checked == 9 * 8  # 7 notes, the two hand-overs under either key
+
+
+def _flip_hex(text: str, at: int) -> str:
+    return text[:at] + ("0" if text[at] != "0" else "1") + text[at + 1 :]
+
+
+def _steps_edit(data: st.DataObject, doc: Doc, proven: Proven) -> Doc:
+    """One edit a forger (or a careless copy) could make to the list of steps."""
+    steps = doc["checkpoints"]
+    if not isinstance(steps, list) or not steps:
+        return doc
+    i = data.draw(st.integers(0, len(steps) - 1), label="step")
+    how = data.draw(
+        st.sampled_from(["drop", "duplicate", "swap", "key", "note", "witness", "impostor"]),
+        label="steps edit",
+    )
+    if how == "drop":
+        del steps[i]
+    elif how == "duplicate":
+        steps.insert(i, copy.deepcopy(steps[i]))
+    elif how == "swap":
+        j = data.draw(st.integers(0, len(steps) - 1), label="other step")
+        steps[i], steps[j] = steps[j], steps[i]
+    elif how == "key":
+        steps[i]["key"] = data.draw(st.sampled_from(KEY_TEXTS), label="key")
+    elif how == "note":
+        steps[i]["checkpoint"] = data.draw(st.sampled_from(proven.notes), label="note")
+    elif how == "witness":
+        steps[i]["checkpoint"] += "\u2014 witness " + "A" * 92 + "==\n"
+    else:  # a line under a real key's name and ID whose signature is not its
+        line = steps[i]["checkpoint"].rstrip("\n").rsplit("\n", 1)[1]
+        steps[i]["checkpoint"] += line[:-6] + ("AAAA" if line[-6:-2] != "AAAA" else "BBBB") + "==\n"
+    return doc
+
+
+def _proof_edit(data: st.DataObject, doc: Doc, proven: Proven) -> Doc:
+    """One edit to a proof path: a flipped digit, a hash added or taken, upper-case hex."""
+    steps = doc["checkpoints"]
+    if not isinstance(steps, list) or not steps:
+        return doc
+    i = data.draw(st.integers(0, len(steps) - 1), label="step")
+    proof = steps[i]["proof"]
+    if not isinstance(proof, list):
+        return doc
+    how = data.draw(st.sampled_from(["flip", "add", "remove", "upper"]), label="proof edit")
+    if how == "add" or not proof:
+        at = data.draw(st.integers(0, len(proof)), label="at")
+        proof.insert(at, data.draw(st.sampled_from(proven.hashes), label="hash"))
+        return doc
+    j = data.draw(st.integers(0, len(proof) - 1), label="hash")
+    if how == "flip":
+        proof[j] = _flip_hex(proof[j], data.draw(st.integers(0, 63), label="digit"))
+    elif how == "remove":
+        del proof[j]
+    else:
+        proof[j] = proof[j].upper() if proof[j] != proof[j].upper() else proof[j]
+    return doc
+
+
+def _member_edit(data: st.DataObject, doc: Doc, proven: Proven) -> Doc:
+    """A member added, removed, or of another type; a key or format spelt another way."""
+    steps: list[Any] = doc["checkpoints"]
+    target: dict[str, Any] = data.draw(st.sampled_from([doc, *steps]), label="object")
+    if not target:
+        return doc
+    how = data.draw(st.sampled_from(["add", "remove", "type", "spelling"]), label="member edit")
+    name = data.draw(st.sampled_from(sorted(target)), label="member")
+    if how == "add":
+        target["note"] = "trust me"
+    elif how == "remove":
+        del target[name]
+    elif how == "type":
+        target[name] = data.draw(
+            st.sampled_from([None, 1, True, "x", [], {}, [None], ["0" * 64]]), label="value"
+        )
+    elif isinstance(target[name], str):
+        target[name] = data.draw(
+            st.sampled_from([" " + target[name], target[name] + "\n", target[name].upper()]),
+            label="spelling",
+        )
+    return doc
+
+
+EDITS = (_steps_edit, _proof_edit, _member_edit)
+
+
+def _serialise(data: st.DataObject, doc: Doc) -> bytes:
+    raw = json.dumps(doc).encode()
+    how = data.draw(st.sampled_from(["plain", "plain", "duplicate", "not UTF-8"]), label="bytes")
+    if how == "duplicate" and raw.startswith(b"{") and b'"proof": ' in raw:
+        return raw.replace(b'"proof": ', b'"proof": [], "proof": ', 1)
+    if how == "not UTF-8":
+        return raw.replace(b'"checkpoints"', b'"checkpoints\xff"', 1)
+    return raw
+
+
+def _mostly(fitting: list[Any], other: Sequence[Any]) -> st.SearchStrategy[Any]:
+    return st.sampled_from(fitting * 4 + list(other))
+
+
+@settings(max_examples=500, deadline=None)
+@given(data=st.data())
+def test_both_verifiers_agree_on_every_edited_consistency_proof(
+    proven: Proven, data: st.DataObject
+) -> None:
+    """Whatever the edit and whatever the auditor holds and pins, the two verifiers both
+    refuse the file, or both accept it and say the same thing about the same checkpoints."""
+    note = data.draw(st.sampled_from(proven.notes), label="proved from")
+    doc = json.loads(proven.files[note])
+    for _ in range(data.draw(st.integers(0, 3), label="edits")):
+        edit = data.draw(st.sampled_from(EDITS), label="edit")
+        # An edit that no longer fits what an earlier one left (a step gone, a note that
+        # is now a number) is skipped: the file stays as it was.
+        with contextlib.suppress(LookupError, TypeError, AttributeError, ValueError):
+            doc = edit(data, copy.deepcopy(doc), proven)
+    raw = _serialise(data, doc)
+    # Mostly what the auditor of that note would hold and pin, sometimes anything else.
+    args = (
+        raw,
+        data.draw(_mostly(list(proven.signers[note]), KEY_TEXTS), label="verifier key"),
+        data.draw(_mostly([None, note], proven.notes), label="held"),
+        data.draw(_mostly([None, KEY_TEXTS[2]], KEY_TEXTS), label="newest key"),
+        data.draw(_mostly([None, ORIGIN], [OTHER_ORIGIN]), label="origin"),
+    )
+    verdict = _independent_consistency(*args)
+    event("both accept" if verdict else "both refuse")
+    assert _tracebound_consistency(*args) == verdict
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted(CONSISTENCY_VECTORS.rglob("*.json")),
+    ids=lambda p: str(p.relative_to(CONSISTENCY_VECTORS)),
+)
+def test_the_independent_consistency_check_passes_the_rfc6962_vectors(path: Path) -> None:
+    """The transparency-dev vectors, through §9 rule 3 (and §3's one root for size 0)."""
+    d = json.loads(path.read_text(encoding="utf-8"))
+    old, new = (iv.Checkpoint("o", d[f"size{n}"], base64.b64decode(d[f"root{n}"])) for n in (1, 2))
+    try:
+        iv.check_empty_root(old, "proof")
+        iv.check_empty_root(new, "proof")
+        iv.check_extends(old, new, [base64.b64decode(h) for h in d["proof"] or []])
+    except iv.Refused:
+        accepted = False
+    else:
+        accepted = True
+    expected = not d["wantErr"] or str(path.relative_to(CONSISTENCY_VECTORS)) == FROM_THE_EMPTY_TREE
+    assert accepted == expected
+
+
+@pytest.mark.parametrize("root", [iv.EMPTY_ROOT, bytes(32)], ids=["empty root", "other root"])
+def test_a_signed_size_0_must_carry_the_empty_root(root: bytes) -> None:
+    """§3: the empty tree has one root. Signed for size 0, any other root is refused by both,
+    as the first step of a consistency proof and as the checkpoint held."""
+    text = f"{ORIGIN}\n0\n{base64.b64encode(root).decode()}\n"
+    note = SignedNote.sign(text, K1).encode()
+    step = {"checkpoint": note, "key": KEY_TEXTS[0], "proof": []}
+    data = json.dumps({"format": "tracebound-consistency/1", "checkpoints": [step]}).encode()
+    for held in (None, note):
+        verdict = _independent_consistency(data, KEY_TEXTS[0], held, None, None)
+        assert verdict == _tracebound_consistency(data, KEY_TEXTS[0], held, None, None)
+        assert (verdict is not None) == (root == iv.EMPTY_ROOT)

@@ -5,12 +5,13 @@ It imports nothing from tracebound: only the standard library, ``blake3``, ``cry
 about a format is in the spec; where the spec was silent, the spec was fixed, not this file.
 The tests beside it check that it and tracebound accept and refuse the same files.
 
-Three checks, each raising :class:`Refused` (with the spec's ``part``) or returning a summary:
+Four checks, each raising :class:`Refused` (with the spec's ``part``) or returning a summary:
 
 * :func:`verify_evidence`: an evidence file ``artifacts/agent-runs/{run_id}.json``;
 * :func:`verify_proof`: an inclusion proof written by ``tracebound prove``;
 * :func:`verify_log`: a whole JSONL log directory (``tracebound copy SRC jsonl:///DIR``)
-  against its signed checkpoints.
+  against its signed checkpoints;
+* :func:`verify_consistency`: a consistency proof written by ``tracebound prove-consistency``.
 """
 
 from __future__ import annotations
@@ -31,7 +32,10 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 GENESIS = bytes(32)
+EMPTY_ROOT = hashlib.sha256(b"").digest()
 MAX_PROOF_PATH = 64
+MAX_CONSISTENCY_PATH = 128
+MAX_STEPS = 10_001
 RUN_STATUSES = frozenset({"running", "gated", "completed", "failed", "rejected"})
 FINAL_STATUSES = frozenset({"completed", "failed", "rejected"})
 EVIDENCE_FORMATS = ("tracebound-evidence/1", "tracebound-evidence/2", "tracebound-evidence/3")
@@ -55,6 +59,8 @@ _BUNDLE = frozenset(
     {"format", "position", "stream_id", "prev_hash", "hash", "record", "tree_size", "proof",
      "checkpoint"}
 )  # fmt: skip
+_CONSISTENCY = frozenset({"format", "checkpoints"})
+_STEP = frozenset({"checkpoint", "key", "proof"})
 _DECIMAL = re.compile(r"0|[1-9][0-9]*")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _EM_DASH = "\u2014 "
@@ -86,7 +92,7 @@ def node_hash(left: bytes, right: bytes) -> bytes:
 def merkle_root(leaves: list[bytes]) -> bytes:
     """RFC 6962 MTH over already leaf-hashed entries."""
     if not leaves:
-        return hashlib.sha256(b"").digest()
+        return EMPTY_ROOT
     level = list(leaves)
     while len(level) > 1:
         nxt = [node_hash(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
@@ -263,7 +269,15 @@ def open_checkpoint(note: Any, key: Key, part: str = "checkpoint") -> Checkpoint
         raise Refused(part, "root is not base64") from exc
     if len(root) != 32:
         raise Refused(part, "root is not 32 bytes")
-    return Checkpoint(lines[0], int(lines[1]), root)
+    cp = Checkpoint(lines[0], int(lines[1]), root)
+    check_empty_root(cp, part)
+    return cp
+
+
+def check_empty_root(cp: Checkpoint, part: str) -> None:
+    """Section 3: the empty tree has one root; a signed size 0 with another is refused."""
+    if cp.size == 0 and cp.root != EMPTY_ROOT:
+        raise Refused(part, "a checkpoint of size 0 whose root is not the empty tree's")
 
 
 @dataclass(frozen=True)
@@ -777,3 +791,145 @@ def verify_log(directory: Path, key: Key) -> tuple[int, int]:
             raise Refused("log", f"the first {cp.size} events are not the signed tree")
         newest = max(newest, cp.size)
     return len(leaves), newest
+
+
+# -- (d) consistency proofs ------------------------------------------------------------------
+
+
+def roots_from_consistency(
+    first: int, second: int, first_root: bytes, path: list[bytes]
+) -> tuple[bytes, bytes]:
+    """RFC 9162 section 2.1.4.2 for ``0 < first < second``: the two roots the path leads to."""
+    if not 0 < first < second:
+        raise Refused("proof", "not a proof between two non-empty trees of growing size")
+    if not path:
+        raise Refused("proof", "empty path")
+    if first & (first - 1) == 0:
+        path = [first_root, *path]
+    fn, sn = first - 1, second - 1
+    while fn & 1:
+        fn, sn = fn >> 1, sn >> 1
+    fr = sr = path[0]
+    for c in path[1:]:
+        if sn == 0:
+            raise Refused("proof", "path too long")
+        if fn & 1 or fn == sn:
+            fr, sr = node_hash(c, fr), node_hash(c, sr)
+            while fn and not fn & 1:
+                fn, sn = fn >> 1, sn >> 1
+        else:
+            sr = node_hash(sr, c)
+        fn, sn = fn >> 1, sn >> 1
+    if sn != 0:
+        raise Refused("proof", "path too short")
+    return fr, sr
+
+
+def check_extends(old: Checkpoint, new: Checkpoint, path: list[bytes]) -> None:
+    """Section 9 rule 3: ``new``'s tree has ``old``'s as its prefix."""
+    if new.size < old.size:
+        raise Refused("proof", "the tree shrank")
+    if new.size == old.size or old.size == 0:
+        if path:
+            raise Refused("proof", "a proof where none is needed")
+        if new.size == old.size and new.root != old.root:
+            raise Refused("proof", "two roots for one tree size")
+        return
+    if roots_from_consistency(old.size, new.size, old.root, path) != (old.root, new.root):
+        raise Refused("proof", f"the tree of {new.size} does not extend the tree of {old.size}")
+
+
+def key_text(key: Key) -> str:
+    blob = base64.b64encode(b"\x01" + key.public).decode("ascii")
+    return f"{key.name}+{key.key_id:08x}+{blob}"
+
+
+def strict_key(text: Any) -> Key:
+    """A verifier key in its one spelling (section 1)."""
+    if not isinstance(text, str):
+        raise Refused("format", "a key is not a string")
+    try:
+        key = Key.parse(text)
+    except ValueError as exc:
+        raise Refused("format", f"not a verifier key: {exc}") from exc
+    if key_text(key) != text or any(c.isspace() for c in key.name) or not key.name:
+        raise Refused("format", "a verifier key not in its one spelling")
+    return key
+
+
+@dataclass(frozen=True)
+class Step:
+    note: str
+    key: Key
+    path: list[bytes]
+
+
+def _steps(data: bytes) -> list[Step]:
+    doc = load_json_file(data, "format")
+    steps = doc.get("checkpoints")
+    if doc.get("format") != "tracebound-consistency/1" or doc.keys() != _CONSISTENCY:
+        raise Refused("format", "not a tracebound-consistency/1 object with exactly its members")
+    if not isinstance(steps, list) or not 1 <= len(steps) <= MAX_STEPS:
+        raise Refused("format", f"checkpoints is not a list of 1 to {MAX_STEPS} steps")
+    out = []
+    for item in steps:
+        if not isinstance(item, dict) or item.keys() != _STEP:
+            raise Refused("format", "a step is not an object of exactly its members")
+        path = item["proof"]
+        if not isinstance(path, list) or len(path) > MAX_CONSISTENCY_PATH:
+            raise Refused("format", f"a proof is not a list of at most {MAX_CONSISTENCY_PATH}")
+        try:
+            hashes = [hex32(h) for h in path]
+        except ValueError as exc:
+            raise Refused("format", str(exc)) from exc
+        if not isinstance(item["checkpoint"], str):
+            raise Refused("format", "a checkpoint is not text")
+        out.append(Step(item["checkpoint"], strict_key(item["key"]), hashes))
+    if out[0].path:
+        raise Refused("proof", "the first step has a proof")
+    return out
+
+
+def _open_step(step: Step, current: Key) -> Checkpoint:
+    """Rule 1: signed by ``current``, and by the step's key too when it takes over."""
+    cp = open_checkpoint(step.note, current)
+    if step.key != current:
+        open_note(step.note, step.key, "key")
+    return cp
+
+
+@dataclass(frozen=True)
+class ConsistencySummary:
+    old: Checkpoint
+    new: Checkpoint
+    keys: tuple[str, ...]  # the verifier key, then each key handed over to, in order
+
+
+def verify_consistency(
+    data: bytes,
+    key: Key,
+    *,
+    held_note: str | None = None,
+    newest_key: Key | None = None,
+    origin: str | None = None,
+) -> ConsistencySummary:
+    steps = _steps(data)
+    current, chain = key, [key_text(key)]
+    checkpoints: list[Checkpoint] = []
+    for step in steps:
+        cp = _open_step(step, current)
+        if step.key != current:
+            current = step.key
+            chain.append(key_text(current))
+        if cp.origin != (checkpoints[0].origin if checkpoints else origin or cp.origin):
+            raise Refused("origin", "a checkpoint names another origin")
+        if checkpoints:
+            check_extends(checkpoints[-1], cp, step.path)
+        checkpoints.append(cp)
+    if held_note is not None:
+        held = open_checkpoint(held_note, key, "held")
+        if held != checkpoints[0]:
+            raise Refused("held", "the first step is not the checkpoint the auditor kept")
+    if newest_key is not None and current != newest_key:
+        raise Refused("key", "the ledger is not signed by the expected newest key")
+    return ConsistencySummary(checkpoints[0], checkpoints[-1], tuple(chain))

@@ -67,11 +67,15 @@ def _note(led: Ledger) -> str:
 
 @pytest.fixture
 def history(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    return tmp_path, build_history(tmp_path)
+
+
+def build_history(root: Path) -> dict[str, str]:
     """Checkpoints: a (3 events, K1), b (5, K1); rotation to K2 (hand-over at 6); c (9, K2);
     rotation to K3 (hand-over at 10); d (12, K3). Returns the notes an auditor could have
-    kept along the way."""
+    kept along the way (tests/independent reuses it)."""
     kept: dict[str, str] = {}
-    with _ledger(tmp_path, K1) as led:
+    with _ledger(root, K1) as led:
         _append(led, 3)
         led.checkpoint()
         kept["a"] = _note(led)
@@ -87,7 +91,7 @@ def history(tmp_path: Path) -> tuple[Path, dict[str, str]]:
         _append(led, 2, "u")
         led.checkpoint()
         kept["d"] = _note(led)
-    return tmp_path, kept
+    return kept
 
 
 def _round_trip(bundle: ConsistencyBundle) -> ConsistencyBundle:
