@@ -787,6 +787,8 @@ class Ledger:
         Raises:
             ConfigError: no signing key was given, or the store names another origin.
             LedgerDamaged: the events to be signed are damaged; nothing is signed.
+            KeyRotationRefused: the key is retired, or a rotation the log holds (recorded
+                before or while this ran) is unfinished; nothing is signed.
         """
         if self.signer is None:
             raise ConfigError("checkpoint needs the signing key; run `tracebound keys init`")
@@ -878,14 +880,15 @@ class Ledger:
                     f"checkpoint ({exc}); rotate with the key that signs it (--key)"
                 ) from exc
 
-    def _check_active(self, key: NoteVerifier) -> None:
+    def _check_active(self, key: NoteVerifier, *, size: int | None = None) -> None:
         """Refuse to sign with a key the ledger's key history has retired, or while a
-        rotation is unfinished (its event is in the log, its hand-over not signed).
+        rotation is unfinished (its event is in the log, its hand-over not signed). With
+        ``size``, only the rotations a checkpoint of that size covers count.
 
         Raises:
             KeyRotationRefused: the key is retired, or a rotation is unfinished.
         """
-        rotations = read_rotations(self.store)
+        rotations = [r for r in read_rotations(self.store) if size is None or r.position <= size]
         if not rotations:
             return
         newest = rotations[-1]
@@ -943,6 +946,11 @@ class Ledger:
             first = base.size + 1
             size, root = log.size, log.root
             self.store_nodes(size, root)
+        if len(signers) == 1:
+            # Checked again for the log as read: another process's `keys rotate` may have
+            # recorded its event since the check before it, and the outgoing key alone
+            # signing past that event is what a leaked retired key would do (`retired-key`).
+            self._check_active(signers[0].verifier, size=size)
         held = None
         if self.witness is not None:
             self._finish_handover(signers[0].verifier)

@@ -360,3 +360,36 @@ def test_a_checkpoint_right_after_a_rotation_keeps_the_hand_over(
         assert {s: _sigs(n) for s, n in led.store.checkpoints()} == {3: 1, 4: 2}
         report = led.verify()
         assert report.ok, report.damage
+
+
+def test_a_checkpoint_overtaken_by_a_rotation_does_not_sign_past_it_with_the_old_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two processes on one ledger (a cron `checkpoint`, an operator's `keys rotate`): the
+    checkpoint found no rotation when it started, then the rotation's event landed before
+    it read the events after its previous checkpoint. It signed that log, rotation
+    included, with the outgoing key alone: the ledger verified as `retired-key` ("treat it
+    as leaked") and the rotation could not be finished."""
+    with _ledger(tmp_path, K1) as led:
+        _append(led, 3)
+        led.checkpoint()
+    rotating = _ledger(tmp_path, K1)
+    checkpointing = _ledger(tmp_path, K1)
+    signed_base = checkpointing._signed_base
+
+    def overtaken() -> object:
+        payload = SigningKeyRotated(
+            old_key=K1.verifier.format(), new_key=K2.verifier.format(), rotated_by="alice"
+        )
+        # `keys rotate` records its event now; its hand-over is still to be signed.
+        rotating.store.append(KEY_STREAM, [rotating.event(payload)], expected_version=0)
+        return signed_base()
+
+    monkeypatch.setattr(checkpointing, "_signed_base", overtaken)
+    with checkpointing, pytest.raises(KeyRotationRefused, match="unfinished"):
+        checkpointing.checkpoint()
+    with rotating:
+        run = rotating.rotate_key(K2, rotated_by="alice")
+        assert run.resumed and run.handover.checkpoint.size == 4
+        report = rotating.verify()
+        assert report.ok, report.damage
