@@ -14,6 +14,7 @@ from pathlib import Path
 
 from tests.e2e.test_cli import CLI, _lines, ready_cli
 from tests.kill_at import kill_at
+from tracebound.store.keyfile import load_signer
 
 KILLED = -signal.SIGKILL
 
@@ -36,6 +37,11 @@ def test_prove_killed_before_its_output_is_renamed_keeps_the_previous_proof(
 
 def _keys(cli: CLI) -> Path:
     return Path(cli.env["HOME"]) / ".config" / "tracebound" / "keys"
+
+
+def _held(key: Path) -> str:
+    """The verifier key of the signing key in ``key``."""
+    return load_signer(key).verifier.format()
 
 
 def test_keys_init_killed_before_the_pub_is_completed_by_the_next_keys_init(
@@ -104,3 +110,34 @@ def test_a_rebuild_killed_half_way_is_finished_by_the_next_report_and_no_update_
     current = cli.run("report", "cost", "--no-update", "--json")
     assert json.loads(current.stdout) == whole
     assert "behind" not in current.stderr
+
+
+def test_keys_rotate_killed_between_moving_the_new_key_and_its_pub_is_finished_by_running_it_again(
+    tmp_path: Path,
+) -> None:
+    """The rotation is signed; `keys rotate` dies with one of the new pair's two files
+    moved into place. Before: the new key sat beside the old key's .pub and the next
+    `keys rotate` refused ("... .next.pub holds the public key ... its signing key is
+    missing ... run `tracebound keys init --force`": advice that throws the signing key
+    away), so the key files could never be put right, nor the key rotated again."""
+    cli = ready_cli(tmp_path, 4, checkpoint=True)
+    keys = _keys(cli)
+    old = cli.json("keys", "show")["verifier_key"]
+    # Path.replace: the .next.pub written, the witness's note, then the first of the two
+    # moves that put the new pair in place.
+    proc = kill_at(cli, "pathlib:Path.replace:3:after", "keys", "rotate", "--by", "alice")
+    assert proc.returncode == KILLED, (proc.stdout, proc.stderr)
+    (rotation,) = cli.json("verify")["key_rotations"]
+    new = rotation["new_key"]
+    assert rotation["old_key"] == old != new
+    moved = {_held(keys / "tracebound.key"), (keys / "tracebound.pub").read_text().strip()}
+    assert moved == {old, new}  # one file of the pair moved, the other not
+    out = cli.json("keys", "rotate", "--by", "alice")
+    assert out["resumed"] is True
+    assert (out["old_verifier_key"], out["new_verifier_key"]) == (old, new)
+    assert _held(keys / "tracebound.key") == new
+    assert (keys / "tracebound.pub").read_text().strip() == new
+    assert not list(keys.glob("tracebound.next.*"))
+    cli.json("append", stdin=_lines(2, start=4))
+    assert cli.json("checkpoint")["size"] == 7
+    assert cli.json("verify")["ok"] is True

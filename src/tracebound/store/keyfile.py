@@ -408,13 +408,17 @@ def discard_next_key(path: Path) -> None:
 
 def install_rotated_key(path: Path, old: NoteSigner) -> RotatedKeyFiles:
     """Archive the outgoing pair beside ``path`` as ``<stem>.retired-<key id>.key`` and
-    ``.pub`` (never over another file), then move the incoming pair into place.
+    ``.pub`` (never over another file), then put the incoming pair in place: its ``.pub``
+    first, written from ``<stem>.next.key``, and the key last. Killed between the two, the
+    incoming key is still ``<stem>.next.key``, which a run again finds and finishes with;
+    moved first, it sat beside the old ``.pub`` with no ``.next.key`` left to finish with.
 
     Raises:
         SigningKeyError: a file of that archive name holds another key, or a file could
             not be written or moved.
     """
     pending = next_key_path(path)
+    new = load_signer(pending)
     archive = _retired_path(path, old.verifier)
     texts = (
         (archive, old.format_private(), 0o600),
@@ -428,9 +432,11 @@ def install_rotated_key(path: Path, old: NoteSigner) -> RotatedKeyFiles:
                     raise SigningKeyError(f"{target} exists and holds another key; move it away")
                 continue
             write_file_atomic(target, data, mode=mode, overwrite=False)
+        pub = (new.verifier.format() + "\n").encode()
+        write_file_atomic(public_key_path(path), pub, mode=0o644, overwrite=True)
+        public_key_path(pending).unlink(missing_ok=True)
         pending.replace(path)
-        public_key_path(pending).replace(public_key_path(path))
-        fsync_dir(path.parent)  # the renames survive a power cut, not only a crash
+        fsync_dir(path.parent)  # the rename survives a power cut, not only a crash
     except OSError as exc:
         raise SigningKeyError(f"could not move the rotated key into place: {exc}") from exc
     return RotatedKeyFiles(path, public_key_path(path), archive, public_key_path(archive))
