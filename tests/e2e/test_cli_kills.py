@@ -141,3 +141,22 @@ def test_keys_rotate_killed_between_moving_the_new_key_and_its_pub_is_finished_b
     cli.json("append", stdin=_lines(2, start=4))
     assert cli.json("checkpoint")["size"] == 7
     assert cli.json("verify")["ok"] is True
+
+
+def test_checkpoint_after_a_rotation_killed_before_its_key_files_moved_says_to_finish_it(
+    tmp_path: Path,
+) -> None:
+    """The hand-over is signed, the new key still `tracebound.next.key`. `checkpoint`
+    with the old key is refused (it is retired); before, the refusal only said to sign
+    with the new key (--key), a key the operator has no file of by that name."""
+    cli = ready_cli(tmp_path, 4, checkpoint=True)
+    target = "tracebound.store.keyfile:install_rotated_key:1"
+    proc = kill_at(cli, target, "keys", "rotate", "--by", "alice")
+    assert proc.returncode == KILLED, (proc.stdout, proc.stderr)
+    refused = cli.json("checkpoint", code=2)["error"]["message"]
+    assert "retired" in refused
+    assert "tracebound.next.key" in refused and "`tracebound keys rotate`" in refused
+    out = cli.json("keys", "rotate", "--by", "alice")
+    assert out["resumed"] is True
+    assert cli.json("checkpoint")["size"] == 5
+    assert cli.json("verify")["ok"] is True

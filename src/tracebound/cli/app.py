@@ -71,7 +71,7 @@ from tracebound.cli.inspect import AttemptsOpt, inspect_remediation
 from tracebound.cli.project import project_app
 from tracebound.cli.repair import repair
 from tracebound.cli.report import report_app
-from tracebound.cli.rotate import keys_rotate
+from tracebound.cli.rotate import keys_rotate, unmoved_key_hint
 from tracebound.cli.runs import register as register_runs
 from tracebound.errors import (
     CheckpointError,
@@ -80,6 +80,7 @@ from tracebound.errors import (
     ConnectionLost,
     DamageKind,
     IntegrityError,
+    KeyRotationRefused,
     LedgerDamaged,
     ProofError,
     TraceboundError,
@@ -971,7 +972,10 @@ def checkpoint(
         ledger = open_ledger(store, key=key, witness=witness, need_signer=True)
         try:
             with progress_bar("verifying before signing", enabled=not as_json) as update:
-                run = ledger.checkpoint_run(progress=update, full=full)
+                try:
+                    run = ledger.checkpoint_run(progress=update, full=full)
+                except KeyRotationRefused as exc:
+                    unmoved_key_hint(ledger, key, exc)
             note = ledger.store.latest_checkpoint()
         finally:
             ledger.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -22,10 +23,16 @@ from tracebound.cli._common import (
 from tracebound.errors import KeyRotationRefused, TraceboundError
 from tracebound.integrity.keys import NoteSigner
 from tracebound.ledger import Ledger, RotationRun
-from tracebound.store.keyfile import discard_next_key, install_rotated_key, next_key
+from tracebound.store.keyfile import (
+    discard_next_key,
+    install_rotated_key,
+    load_signer,
+    next_key,
+    next_key_path,
+)
 from tracebound.store.rotations import read_rotations
 
-__all__ = ["keys_rotate"]
+__all__ = ["keys_rotate", "unmoved_key_hint"]
 
 ByOpt = Annotated[
     str,
@@ -127,3 +134,31 @@ def _say(data: dict[str, Any], had: bool) -> None:
     )
     if had:
         console.print("(an interrupted rotation was finished)")
+
+
+def unmoved_key_hint(ledger: Ledger, key: Path | None, refused: KeyRotationRefused) -> None:
+    """Say how to finish when ``refused`` (the key is retired) is a `keys rotate` that
+    signed its hand-over but did not move its key files: the key this ledger is signed by
+    now is still ``<name>.next.key``, a file "sign with that key" does not name.
+
+    Raises:
+        KeyRotationRefused: ``refused``, with what to run; as it is otherwise.
+    """
+    pending = next_key_path(resolve_key_path(key))
+    rotations = read_rotations(ledger.store)
+    signed = max((size for size, _ in ledger.store.checkpoints()), default=0)
+    try:
+        waiting = (
+            bool(rotations)
+            and rotations[-1].position <= signed  # its hand-over is signed
+            and pending.exists()
+            and load_signer(pending).verifier == rotations[-1].new
+        )
+    except TraceboundError:
+        waiting = False
+    if not waiting:
+        raise refused
+    raise KeyRotationRefused(
+        f"{refused}. That key is {pending}: a `tracebound keys rotate` was interrupted before "
+        "it moved the key files; run it again (same --by) to put them in place"
+    ) from refused
