@@ -214,3 +214,22 @@ def test_verify_names_a_rotation_nobody_finished(tmp_path: Path) -> None:
     assert "unfinished at position 4" in " ".join(text.stdout.split())
     refused = cli.json("checkpoint", code=2)
     assert "unfinished" in refused["error"]["message"]
+
+
+def test_what_rotate_and_checkpoint_say_follows_what_they_did(tmp_path: Path) -> None:
+    """A `.next.key` left by a run killed before the event was written starts a fresh
+    rotation: `keys rotate` said "(an interrupted rotation was finished)" all the same.
+    And `checkpoint` with nothing new after it said it "signed its size again", while it
+    keeps the hand-over as both keys signed it."""
+    cli = ready_cli(tmp_path, 4, checkpoint=True)
+    keys = _keys(cli)
+    stray = NoteSigner("tracebound", b"\x07" * 32)
+    (keys / "tracebound.next.key").write_text(stray.format_private() + "\n")
+    (keys / "tracebound.next.key").chmod(0o600)
+    (keys / "tracebound.next.pub").write_text(stray.verifier.format() + "\n")
+    text = " ".join(cli.run("keys", "rotate", "--by", "alice").stdout.split())
+    assert "Rotated the signing key at position 5" in text
+    assert "interrupted rotation was finished" not in text
+    text = " ".join(cli.run("checkpoint").stdout.split())
+    assert "it stays the newest (kept as signed, with every signature it carries)" in text
+    assert "signed its size again" not in text

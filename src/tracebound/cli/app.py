@@ -990,7 +990,10 @@ def checkpoint(
         f"root {cp.root.hex()[:16]}…"
     )
     if run.incremental and run.verified_from > cp.size:
-        console.print("No events since the previous checkpoint; signed its size again.")
+        console.print(
+            "No events since the previous checkpoint; it stays the newest (kept as signed, "
+            "with every signature it carries)."
+        )
     elif run.incremental:
         new = cp.size - run.verified_from + 1
         console.print(

@@ -92,7 +92,7 @@ def keys_rotate(
     if as_json:
         emit_json(data)
         return
-    _say(data, had)
+    _say(data)
 
 
 def _done(ledger: Ledger, old: NoteSigner, new: NoteSigner) -> bool:
@@ -113,7 +113,7 @@ def _rotate(ledger: Ledger, new: NoteSigner, by: str, reason: str | None) -> Rot
     return ledger.rotate_key(new, rotated_by=by, reason=reason)
 
 
-def _say(data: dict[str, Any], had: bool) -> None:
+def _say(data: dict[str, Any]) -> None:
     if "position" in data:
         handover = data["handover_checkpoint"]
         console.print(
@@ -132,7 +132,9 @@ def _say(data: dict[str, Any], had: bool) -> None:
         f"New verifier key (give this to auditors): [cyan]{data['new_verifier_key']}[/]; "
         f"the old one ({data['old_verifier_key']}) still verifies the ledger too."
     )
-    if had:
+    # `resumed`: the event was there already. A `.next.key` left by a run killed before
+    # the event was written starts a fresh rotation, which is not said to be finished.
+    if data["resumed"]:
         console.print("(an interrupted rotation was finished)")
 
 
