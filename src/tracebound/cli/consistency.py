@@ -12,7 +12,6 @@ from tracebound.cli._common import (
     JsonOpt,
     KeyOpt,
     OfflineKeyOpt,
-    OfflineVerifierOpt,
     OriginOpt,
     StoreOpt,
     VerifierOpt,
@@ -103,6 +102,17 @@ def prove_consistency(
     )
 
 
+KeptKeyOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--verifier-key",
+        envvar="TRACEBOUND_VERIFIER_KEY",
+        help="The key that signed the checkpoint you kept: the text `tracebound keys show` "
+        "printed then (name+hash+key), or a file holding it; nothing else is needed. "
+        "Default: this machine's own, when it holds the ledger's signing key.",
+        show_default=False,
+    ),
+]
 NewestKeyOpt = Annotated[
     str | None,
     typer.Option(
@@ -120,7 +130,7 @@ def verify_consistency(
         Path, typer.Argument(help="Proof file written by `tracebound prove-consistency`.")
     ],
     key: OfflineKeyOpt = None,
-    verifier_key: OfflineVerifierOpt = None,
+    verifier_key: KeptKeyOpt = None,
     held: Annotated[
         Path | None,
         typer.Option(
