@@ -351,6 +351,9 @@ RedactionKeyOpt = Annotated[
         show_default=False,
     ),
 ]
+ProofOutputOpt = Annotated[
+    Path | None, typer.Option("--output", "-o", help="Write the proof here.", show_default=False)
+]
 OriginOpt = Annotated[
     str | None,
     typer.Option(

@@ -32,6 +32,7 @@ from tracebound.cli._common import (
     OfflineKeyOpt,
     OfflineVerifierOpt,
     OriginOpt,
+    ProofOutputOpt,
     RedactionKeyOpt,
     StoreOpt,
     VerifierOpt,
@@ -1132,9 +1133,7 @@ def prove(
     store: StoreOpt = None,
     key: KeyOpt = None,
     verifier_key: VerifierOpt = None,
-    output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="Write the proof here.")
-    ] = None,
+    output: ProofOutputOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Write an inclusion proof of one event against the newest signed checkpoint.

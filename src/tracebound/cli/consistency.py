@@ -13,6 +13,7 @@ from tracebound.cli._common import (
     KeyOpt,
     OfflineKeyOpt,
     OriginOpt,
+    ProofOutputOpt,
     StoreOpt,
     VerifierOpt,
     console,
@@ -67,9 +68,7 @@ def prove_consistency(
     store: StoreOpt = None,
     key: KeyOpt = None,
     verifier_key: VerifierOpt = None,
-    output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="Write the proof here.")
-    ] = None,
+    output: ProofOutputOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Prove that the log signed now extends a checkpoint someone kept (consistency proof).
