@@ -160,3 +160,21 @@ def test_checkpoint_after_a_rotation_killed_before_its_key_files_moved_says_to_f
     assert out["resumed"] is True
     assert cli.json("checkpoint")["size"] == 5
     assert cli.json("verify")["ok"] is True
+
+
+def test_keys_show_after_a_rotation_killed_between_its_pub_and_its_key_says_to_finish_it(
+    tmp_path: Path,
+) -> None:
+    """`keys rotate` died after writing the new .pub, before moving the new key in place.
+    Before, `keys show` (and every command reading the .pub) blamed an interrupted `keys
+    init` and advised running it, which writes the .pub back from the retired key."""
+    cli = ready_cli(tmp_path, 4, checkpoint=True)
+    keys = _keys(cli)
+    proc = kill_at(cli, "pathlib:Path.replace:3:after", "keys", "rotate", "--by", "alice")
+    assert proc.returncode == KILLED, (proc.stdout, proc.stderr)
+    assert (keys / "tracebound.next.key").exists()
+    refused = cli.json("keys", "show", code=2)["error"]["message"]
+    assert "keys init" not in refused
+    assert "tracebound.next.key" in refused and "`tracebound keys rotate`" in refused
+    cli.json("keys", "rotate", "--by", "alice")
+    assert cli.json("keys", "show")["verifier_key"] == _held(keys / "tracebound.key")

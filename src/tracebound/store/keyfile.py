@@ -246,12 +246,34 @@ def check_key_pair(private_path: Path, public_path: Path, verifier: NoteVerifier
     except SigningKeyError:
         return
     if own.format() != verifier.format():
+        _refuse_unmoved_rotation(private_path, public_path, verifier)
         raise SigningKeyError(
             f"{public_path} is not the public key of the signing key {private_path} (it is "
             f"{verifier.format()}, the key's is {own.format()}): a `tracebound keys init` was "
             f"interrupted between the two files. Run `tracebound keys init` to write {public_path} "
             "again from the key, or check with the key the checkpoints were signed with "
             "(--verifier-key)"
+        )
+
+
+def _refuse_unmoved_rotation(private_path: Path, public_path: Path, held: NoteVerifier) -> None:
+    """A ``.pub`` that is the public key of ``<stem>.next.key``: `keys rotate` wrote the new
+    ``.pub`` and was killed before moving the new key in place. `keys init` (the advice for
+    a torn `keys init`) would write the ``.pub`` back from the retired key.
+
+    Raises:
+        SigningKeyError: it is that state; the message says to run `keys rotate` again.
+    """
+    pending = next_key_path(private_path)
+    try:
+        waiting = pending.exists() and load_signer(pending).verifier.format() == held.format()
+    except SigningKeyError:
+        return
+    if waiting:
+        raise SigningKeyError(
+            f"{public_path} holds the new key of a `tracebound keys rotate` that was "
+            f"interrupted before it moved that key ({pending}) to {private_path}; run "
+            "`tracebound keys rotate` again (same --by) to put it in place"
         )
 
 
