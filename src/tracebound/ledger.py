@@ -861,6 +861,18 @@ class Ledger:
         self.signer = new_signer
         return RotationRun(pending, handover, resumed)
 
+    def check_signing_key(self) -> None:
+        """Refuse now what :meth:`checkpoint` would refuse for the key it holds: a key the
+        key history retired, or a rotation unfinished. For work that ends in a checkpoint
+        (a pipeline run's evidence), so it is refused before it does anything. Without a
+        signing key there is nothing to check.
+
+        Raises:
+            KeyRotationRefused: the signing key is retired, or a rotation is unfinished.
+        """
+        if self.signer is not None:
+            self._check_active(self.signer.verifier)
+
     def _pending_rotation(self, rotations: Sequence[Rotation]) -> Rotation | None:
         """The newest rotation when no checkpoint covers it yet (its hand-over not signed)."""
         signed = max((size for size, _ in self.store.checkpoints()), default=0)

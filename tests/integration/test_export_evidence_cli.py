@@ -9,15 +9,18 @@ verifier (tests/independent/verify_evidence.py) accept, with that spend in it on
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.independent import verify_evidence as iv
-from tests.integration.test_cli_runs import Shell, ledger_shell
+from tests.integration.test_cli_runs import HERE, Shell, ledger_shell
+from tests.kill_at import kill_at
 
 SPEND = "0.0213"
+PIPELINES = HERE / "cli_runs_pipelines.py"
 
 
 @pytest.fixture
@@ -185,3 +188,28 @@ def test_a_run_recorded_before_the_ledger_had_a_key_is_named_then_signed(tmp_pat
     out = sh.tb_json("export", "evidence", run, "--checkpoint")
     assert out["checkpoint_signed"] is True and out["events"] == events
     assert _independent(sh, sh.cwd / f"{run}.evidence.json").signed is True
+
+
+def test_a_run_during_an_unfinished_rotation_is_refused_before_it_starts(sh: Shell) -> None:
+    """`keys rotate` killed after its event, before its hand-over: no checkpoint can be
+    signed until it is finished. Before, `resume` ran the approved step's apply hook and
+    ended the run completed, then exited 2 with the rotation's message alone and no
+    evidence file (exit 2: "not resumable"); a new run likewise ran every step, then raised
+    out of `Runner.run`. Now both are refused before anything runs, and go on once the
+    rotation is finished."""
+    run = sh.start("gated")
+    sh.tb("approve", run, "execute", "--as", "@alice")
+    killed = kill_at(sh, "tracebound.ledger:Ledger._sign:1", "keys", "rotate", "--by", "alice")
+    assert killed.returncode == -signal.SIGKILL, (killed.stdout, killed.stderr)
+    out = sh.tb_json("resume", run, code=2)
+    assert out["error"]["kind"] == "KeyRotationRefused" and "unfinished" in _error(out)
+    assert "nothing ran" in _error(out)
+    (row,) = sh.tb_json("runs")["runs"]
+    assert row["status"] == "gated"
+    started = sh.run(str(PIPELINES), "clean", "", code=None)
+    assert started.returncode != 0 and "KeyRotationRefused" in started.stderr
+    assert len(sh.tb_json("runs")["runs"]) == 1  # the new run was not started
+    sh.tb("keys", "rotate", "--by", "alice")
+    done = sh.tb_json("resume", run)
+    assert done["status"] == "completed" and done["evidence"] is not None
+    sh.tb_json("verify-evidence", done["evidence"], "--require-head")

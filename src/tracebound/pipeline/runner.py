@@ -46,6 +46,7 @@ from tracebound.errors import (
     ConcurrencyConflict,
     ConfigError,
     ConnectionLost,
+    KeyRotationRefused,
     PolicyError,
     RunAlreadyResumed,
     RunEnded,
@@ -260,6 +261,7 @@ class Runner:
                 f"run_id {run_id!r} is not a lower-case UUID, as an ARL run id is "
                 "(str(uuid.uuid4()), or leave it out)"
             )
+        self._check_evidence_signable()
         rid = RunId(run_id or str(self.ledger.ids.new_id()))
         redacted = self.redactor.redact(dict(inputs)).value
         ref = self.blobs.put(canonical_bytes(redacted))
@@ -282,6 +284,23 @@ class Runner:
         except BaseException as exc:
             self._end_stopped(run, exc)
             raise
+
+    def _check_evidence_signable(self) -> None:
+        """The evidence sink signs a checkpoint when the run ends: refused then (a retired
+        key, a key rotation unfinished), the run's steps and apply hooks had run, and it
+        had ended on the record, with no evidence and an error. So refuse before.
+
+        Raises:
+            KeyRotationRefused: no checkpoint can be signed now; nothing was run or written.
+        """
+        if self.evidence is None:
+            return
+        try:
+            self.ledger.check_signing_key()
+        except KeyRotationRefused as exc:
+            raise KeyRotationRefused(
+                f"{exc}. The run's evidence could not be signed, so nothing ran"
+            ) from exc
 
     def _end_stopped(self, run: _Run, exc: BaseException) -> None:
         """End a fresh run that an interrupt (Ctrl-C, SystemExit, a cancelled task) or an
@@ -369,6 +388,7 @@ class Runner:
         if decision is None:
             run.result.status, run.result.gated_step = "gated", gate.step_id
             return run.result
+        self._check_evidence_signable()
         name = gate.step_id.split("~", 1)[0]
         # Before the claim: a pipeline without the step fails here, leaving the run unclaimed.
         start = pipeline.index(name) if decision.decision == "approved" else 0
