@@ -1023,7 +1023,7 @@ class Ledger:
         verifier = self.signer.verifier  # the outgoing key in a hand-over: it signed the last
         try:
             newest = open_checkpoint(notes[-1][1], verifier)
-            held = None if self.witness is None else self.witness.latest(verifier)
+            held = None if self.witness is None else self._witness_held(verifier)
         except TraceboundError as exc:  # the full verify reports it as damage
             raise _VerifyAll(f"the newest checkpoint or the witness does not check: {exc}") from exc
         if newest.size != notes[-1][0] or newest.origin != self.origin:
@@ -1042,6 +1042,30 @@ class Ledger:
         except (LedgerDamaged, ProofError) as exc:
             raise _VerifyAll(f"the signed prefix cannot be read: {exc}") from exc
         return base
+
+    def _witness_held(self, key: NoteVerifier) -> Checkpoint | None:
+        """What the witness holds, read with ``key``; or, while it holds a note the
+        outgoing key of the newest rotation (to ``key``) signed before that rotation's
+        hand-over (a witness that missed it: another host's, or a rotation interrupted
+        before handing on), read with that key, as :meth:`_finish_handover` then reads it.
+
+        Raises:
+            TraceboundError: the witness cannot be read with ``key``, and is not that.
+        """
+        assert self.witness is not None
+        try:
+            return self.witness.latest(key)
+        except TraceboundError:
+            rotations = read_rotations(self.store)
+            if not rotations or rotations[-1].new != key:
+                raise
+            try:
+                held = self.witness.latest(rotations[-1].old)
+            except TraceboundError:
+                held = None
+            if held is None or held.size >= rotations[-1].position:
+                raise
+            return held
 
     def _finish_handover(self, key: NoteVerifier) -> None:
         """Give the witness the newest rotation's stored hand-over if it holds the outgoing
