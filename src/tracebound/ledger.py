@@ -1044,10 +1044,10 @@ class Ledger:
         return base
 
     def _witness_held(self, key: NoteVerifier) -> Checkpoint | None:
-        """What the witness holds, read with ``key``; or, while it holds a note the
-        outgoing key of the newest rotation (to ``key``) signed before that rotation's
-        hand-over (a witness that missed it: another host's, or a rotation interrupted
-        before handing on), read with that key, as :meth:`_finish_handover` then reads it.
+        """What the witness holds, read with ``key``; or, while it holds a note a key the
+        history retired signed before that key's hand-over (a witness that missed
+        rotations: another host's, or a rotation interrupted before handing on), read
+        with that key, as :meth:`_finish_handover` then reads it.
 
         Raises:
             TraceboundError: the witness cannot be read with ``key``, and is not that.
@@ -1056,39 +1056,47 @@ class Ledger:
         try:
             return self.witness.latest(key)
         except TraceboundError:
-            rotations = read_rotations(self.store)
-            if not rotations or rotations[-1].new != key:
+            missed = self._missed_handover(key)
+            if missed is None:
                 raise
-            try:
-                held = self.witness.latest(rotations[-1].old)
-            except TraceboundError:
-                held = None
-            if held is None or held.size >= rotations[-1].position:
-                raise
-            return held
+            return missed[1]
 
-    def _finish_handover(self, key: NoteVerifier) -> None:
-        """Give the witness the newest rotation's stored hand-over if it holds the outgoing
-        key's note still (a rotation interrupted between saving the hand-over and handing
-        it on): both keys signed the hand-over, so the witness reads it with the key it
-        holds, and from then on with ``key``, the incoming one. Anything else is left to
-        the caller's own read of the witness, which reports it."""
+    def _missed_handover(self, key: NoteVerifier) -> tuple[int, Checkpoint | None] | None:
+        """The index in the key history of the first rotation whose hand-over the witness
+        has not taken, and what it holds (read with that rotation's outgoing key); None
+        when it took them all, or holds nothing of this history's keys. Only for a history
+        that ends in ``key``."""
         assert self.witness is not None
         rotations = read_rotations(self.store)
         if not rotations or rotations[-1].new != key:
+            return None
+        for index, rotation in enumerate(rotations):
+            try:
+                held = self.witness.latest(rotation.old)
+            except TraceboundError:
+                continue  # not this key's note (handed over already, or unreadable)
+            if held is None or held.size < rotation.position:
+                return index, held
+        return None
+
+    def _finish_handover(self, key: NoteVerifier) -> None:
+        """Give the witness the stored hand-overs of the rotations it missed, in order (a
+        witness of another host, or a rotation interrupted between saving the hand-over
+        and handing it on): both keys signed each, so the witness reads it with the key it
+        holds, and the next with the incoming one, down to ``key``. Anything else is left
+        to the caller's own read of the witness, which reports it."""
+        missed = self._missed_handover(key)
+        if missed is None:
             return
-        rotation = rotations[-1]
-        try:
-            held = self.witness.latest(rotation.old)
-        except TraceboundError:
-            return  # not the outgoing key's note (already handed over, or unreadable)
-        if held is not None and held.size >= rotation.position:
-            return  # it holds the hand-over already (or something past it: the caller says)
-        stored = next((n for s, n in self.store.checkpoints() if s >= rotation.position), None)
-        if stored is None:
-            return
-        handover = open_checkpoint(stored, [rotation.old, rotation.new], origin=self.origin)
-        self._hand_to_witness(stored, handover.size, handover.root, held, rotation.old)
+        first, held = missed
+        checkpoints = self.store.checkpoints()
+        for rotation in read_rotations(self.store)[first:]:
+            stored = next((n for s, n in checkpoints if s >= rotation.position), None)
+            if stored is None:
+                return
+            handover = open_checkpoint(stored, [rotation.old, rotation.new], origin=self.origin)
+            self._hand_to_witness(stored, handover.size, handover.root, held, rotation.old)
+            held = handover
 
     def _hand_to_witness(
         self, note: str, size: int, root: bytes, held: Checkpoint | None, verifier: NoteVerifier

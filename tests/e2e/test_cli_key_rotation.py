@@ -238,3 +238,26 @@ def test_what_rotate_and_checkpoint_say_follows_what_they_did(tmp_path: Path) ->
     text = " ".join(cli.run("checkpoint").stdout.split())
     assert "it stays the newest (kept as signed, with every signature it carries)" in text
     assert "signed its size again" not in text
+
+
+def test_a_witness_that_missed_two_rotations_is_handed_both(tmp_path: Path) -> None:
+    """A host with a witness of its own (docs/postgresql.md, "Several hosts") that signed
+    nothing while the key went K1 -> K2 -> K3 elsewhere, then got K3. Before, its
+    `checkpoint` exited 1 calling its witness file damaged ("move it aside"), while
+    `verify` said the ledger was intact: only the newest rotation's hand-over was handed
+    on. Now each hand-over is, in order, each read with the key the witness holds."""
+    cli = ready_cli(tmp_path, 3, checkpoint=True)
+    witness = Path(cli.env["HOME"]) / ".local" / "state" / "tracebound" / "witness"
+    (held,) = witness.glob("*.note")
+    before = held.read_bytes()
+    cli.json("keys", "rotate", "--by", "alice")
+    cli.json("append", stdin=_lines(1, start=3))
+    cli.json("checkpoint")
+    cli.json("keys", "rotate", "--by", "bob")
+    held.write_bytes(before)  # this witness has seen neither rotation
+    cli.json("append", stdin=_lines(2, start=4))
+    run = cli.json("checkpoint")
+    assert run["size"] == 8 and run["verified"]["incremental"] is True, run
+    report = cli.json("verify")
+    assert report["ok"] is True, report
+    assert report["witness_size"] == 8 and len(report["key_rotations"]) == 2
