@@ -91,6 +91,7 @@ from tracebound.errors import (
     ConfigError,
     DamageKind,
     IntegrityError,
+    KeyRotationRefused,
     LedgerDamaged,
     ProofError,
     SigningKeyError,
@@ -581,6 +582,19 @@ def _file_bytes(doc: Mapping[str, Any]) -> bytes:
     return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode("ascii")
 
 
+def _run_ended_unsigned(ledger: Ledger, run_id: str, exc: KeyRotationRefused) -> KeyRotationRefused:
+    """The refusal of a run's evidence checkpoint (its key rotated away while it ran), saying
+    that the run itself ended: run again, it would repeat what it did."""
+    ended = "ended"
+    for event in ledger.store.read_stream(run_stream(run_id)):
+        if isinstance(event.payload, RunFinished):
+            ended = f"ended {event.payload.status}"
+    return KeyRotationRefused(
+        f"run {run_id} {ended}, but its evidence was not written: {exc}. Once "
+        f"checkpoints can be signed again: tracebound export evidence {run_id} --checkpoint"
+    )
+
+
 class EvidenceWriter:
     """A Runner's ``evidence`` sink: at the end of each run, sign and write its evidence.
 
@@ -596,7 +610,10 @@ class EvidenceWriter:
 
     def __call__(self, ledger: Ledger, blobs: BlobStore, run_id: str) -> Path:
         if self.checkpoint and ledger.signer is not None:
-            ledger.checkpoint()
+            try:
+                ledger.checkpoint()
+            except KeyRotationRefused as exc:
+                raise _run_ended_unsigned(ledger, run_id, exc) from exc
         path = write_evidence(ledger, blobs, run_id, self.directory)
         self.written.append(path)
         return path

@@ -6,6 +6,7 @@ import base64
 import copy
 import json
 import pickle
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,8 @@ from tests.integration.pipeline_kit import SECRET, Kit
 from tests.unit.replay import replay_pipelines as rp
 
 from tracebound import FixedClock, Ledger, NoteSigner, SequentialIds, SQLiteStore
-from tracebound.events.catalog import CostIncurred, StepRecorded
+from tracebound.errors import KeyRotationRefused
+from tracebound.events.catalog import CostIncurred, RunFinished, StepRecorded
 from tracebound.export.evidence import (
     EvidenceInvalid,
     EvidenceWriter,
@@ -288,3 +290,31 @@ def test_after_a_key_rotation_evidence_is_signed_by_the_new_key(tmp_path: Path) 
     assert f"{VERIFIER.key_hash:08x}" in message and f"{new.verifier.key_hash:08x}" in message
     assert "keys rotate" in message
     assert runner.ledger.verify().ok
+
+
+def test_a_rotation_elsewhere_while_a_run_goes_on_says_the_run_ended_without_evidence(
+    tmp_path: Path,
+) -> None:
+    """Another process (another host) rotates the key while a run goes on: when it ends,
+    its evidence checkpoint with the retired key is refused. Before, the refusal said only
+    that the key was retired: nothing said the run had ended (recorded completed) and
+    only its evidence was missing, so a rerun of a run that had applied its changes
+    looked like the fix."""
+    writer = EvidenceWriter(tmp_path / "evidence")
+    elsewhere = Kit(tmp_path).ledger()
+
+    def rotate_then_write(ledger: Ledger, blobs: Any, run_id: RunId) -> Path:
+        elsewhere.rotate_key(NoteSigner("kit", bytes([9]) * 32), rotated_by="alice")
+        return writer(ledger, blobs, run_id)
+
+    runner = rp.make_runner(tmp_path, evidence=rotate_then_write)
+    with pytest.raises(KeyRotationRefused) as info:
+        runner.run(rp.repaired, {"ticket": "T-1"})
+    message = str(info.value)
+    found = re.search(r"run (\S+) ended completed", message)
+    assert found is not None, message
+    run_id = found.group(1)
+    (*_, last) = runner.ledger.store.read_stream(run_stream(run_id))
+    assert isinstance(last.payload, RunFinished) and last.payload.status == "completed"
+    assert "retired" in message and f"tracebound export evidence {run_id}" in message
+    assert not writer.written
