@@ -920,9 +920,7 @@ class Ledger:
             )
             raise KeyRotationRefused(
                 f"the signing key {_key_text(key)} {why}; this ledger is signed by "
-                f"{_key_text(newest.new)} now (sign with that key: --key; it is the key file "
-                f"on the host where {newest.rotated_by} ran `tracebound keys rotate`: copy "
-                "it here)"
+                f"{_key_text(newest.new)} now (sign with that key: --key)"
             )
 
     def _sign(

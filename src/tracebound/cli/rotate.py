@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -22,6 +22,7 @@ from tracebound.cli._common import (
 )
 from tracebound.errors import KeyRotationRefused, TraceboundError
 from tracebound.integrity.keys import NoteSigner
+from tracebound.integrity.rotation import Rotation
 from tracebound.ledger import Ledger, RotationRun
 from tracebound.store.keyfile import (
     discard_next_key,
@@ -159,8 +160,28 @@ def unmoved_key_hint(ledger: Ledger, key: Path | None, refused: KeyRotationRefus
     except TraceboundError:
         waiting = False
     if not waiting:
-        raise refused
+        _elsewhere_hint(ledger, rotations, signed, refused)
     raise KeyRotationRefused(
         f"{refused}. That key is {pending}: a `tracebound keys rotate` was interrupted before "
         "it moved the key files; run it again (same --by) to put them in place"
+    ) from refused
+
+
+def _elsewhere_hint(
+    ledger: Ledger, rotations: list[Rotation], signed: int, refused: KeyRotationRefused
+) -> NoReturn:
+    """``refused`` (the key is retired) with no `keys rotate` of this host to finish: the
+    rotation ran on another host (docs/postgresql.md, "Several hosts"), whose key file
+    this host needs; "sign with that key: --key" names no file.
+
+    Raises:
+        KeyRotationRefused: ``refused``, saying where the key is when it was retired.
+    """
+    key = None if ledger.signer is None else ledger.signer.verifier
+    if not rotations or rotations[-1].position > signed or key == rotations[-1].new:
+        raise refused  # unfinished, or not a retired key
+    raise KeyRotationRefused(
+        f"{refused}. That key is the key file on the host where "
+        f"{rotations[-1].rotated_by} ran `tracebound keys rotate` "
+        f"({rotations[-1].timestamp}): copy it (and its .pub) here"
     ) from refused
