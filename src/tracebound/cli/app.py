@@ -72,7 +72,7 @@ from tracebound.cli.inspect import AttemptsOpt, inspect_remediation
 from tracebound.cli.project import project_app
 from tracebound.cli.repair import repair
 from tracebound.cli.report import report_app
-from tracebound.cli.rotate import keys_rotate, unmoved_key_hint
+from tracebound.cli.rotate import keys_rotate, retired_key_refusal
 from tracebound.cli.runs import register as register_runs
 from tracebound.errors import (
     CheckpointError,
@@ -976,7 +976,10 @@ def checkpoint(
                 try:
                     run = ledger.checkpoint_run(progress=update, full=full)
                 except KeyRotationRefused as exc:
-                    unmoved_key_hint(ledger, key, exc)
+                    said = retired_key_refusal(ledger, key, exc)
+                    if said is exc:
+                        raise
+                    raise said from exc
             note = ledger.store.latest_checkpoint()
         finally:
             ledger.close()

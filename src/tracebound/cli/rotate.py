@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import typer
 
@@ -22,18 +22,17 @@ from tracebound.cli._common import (
 )
 from tracebound.errors import KeyRotationRefused, TraceboundError
 from tracebound.integrity.keys import NoteSigner
-from tracebound.integrity.rotation import Rotation
 from tracebound.ledger import Ledger, RotationRun
 from tracebound.store.keyfile import (
     discard_next_key,
     install_rotated_key,
-    load_signer,
     next_key,
+    next_key_is,
     next_key_path,
 )
 from tracebound.store.rotations import read_rotations
 
-__all__ = ["keys_rotate", "unmoved_key_hint"]
+__all__ = ["keys_rotate", "retired_key_refusal"]
 
 ByOpt = Annotated[
     str,
@@ -139,49 +138,34 @@ def _say(data: dict[str, Any]) -> None:
         console.print("(an interrupted rotation was finished)")
 
 
-def unmoved_key_hint(ledger: Ledger, key: Path | None, refused: KeyRotationRefused) -> None:
-    """Say how to finish when ``refused`` (the key is retired) is a `keys rotate` that
-    signed its hand-over but did not move its key files: the key this ledger is signed by
-    now is still ``<name>.next.key``, a file "sign with that key" does not name.
+def retired_key_refusal(
+    ledger: Ledger, key: Path | None, refused: KeyRotationRefused
+) -> KeyRotationRefused:
+    """``refused`` (a checkpoint's key is retired, or a rotation unfinished), saying where
+    the key that signs the ledger now is when "sign with that key: --key" names no file:
 
-    Raises:
-        KeyRotationRefused: ``refused``, with what to run; as it is otherwise.
+    * ``<name>.next.key`` beside ``key``: a `keys rotate` here signed its hand-over but did
+      not move its key files; running it again puts them in place;
+    * otherwise, the key file on the host where the rotation ran (docs/postgresql.md,
+      "Several hosts"), to copy here.
+
+    ``refused`` itself when neither applies (an unfinished rotation, or a key not retired).
     """
-    pending = next_key_path(resolve_key_path(key))
     rotations = read_rotations(ledger.store)
     signed = max((size for size, _ in ledger.store.checkpoints()), default=0)
-    try:
-        waiting = (
-            bool(rotations)
-            and rotations[-1].position <= signed  # its hand-over is signed
-            and pending.exists()
-            and load_signer(pending).verifier == rotations[-1].new
+    if not rotations or rotations[-1].position > signed:
+        return refused  # unfinished: its own message says to run `keys rotate`
+    last = rotations[-1]
+    path = resolve_key_path(key)
+    if next_key_is(path, last.new):
+        return KeyRotationRefused(
+            f"{refused}. That key is {next_key_path(path)}: a `tracebound keys rotate` was "
+            "interrupted before it moved the key files; run it again (same --by) to put "
+            "them in place"
         )
-    except TraceboundError:
-        waiting = False
-    if not waiting:
-        _elsewhere_hint(ledger, rotations, signed, refused)
-    raise KeyRotationRefused(
-        f"{refused}. That key is {pending}: a `tracebound keys rotate` was interrupted before "
-        "it moved the key files; run it again (same --by) to put them in place"
-    ) from refused
-
-
-def _elsewhere_hint(
-    ledger: Ledger, rotations: list[Rotation], signed: int, refused: KeyRotationRefused
-) -> NoReturn:
-    """``refused`` (the key is retired) with no `keys rotate` of this host to finish: the
-    rotation ran on another host (docs/postgresql.md, "Several hosts"), whose key file
-    this host needs; "sign with that key: --key" names no file.
-
-    Raises:
-        KeyRotationRefused: ``refused``, saying where the key is when it was retired.
-    """
-    key = None if ledger.signer is None else ledger.signer.verifier
-    if not rotations or rotations[-1].position > signed or key == rotations[-1].new:
-        raise refused  # unfinished, or not a retired key
-    raise KeyRotationRefused(
-        f"{refused}. That key is the key file on the host where "
-        f"{rotations[-1].rotated_by} ran `tracebound keys rotate` "
-        f"({rotations[-1].timestamp}): copy it (and its .pub) here"
-    ) from refused
+    if ledger.signer is not None and ledger.signer.verifier == last.new:
+        return refused  # not a retired key
+    return KeyRotationRefused(
+        f"{refused}. That key is the key file on the host where {last.rotated_by} ran "
+        f"`tracebound keys rotate` ({last.timestamp}): copy it (and its .pub) here"
+    )

@@ -265,11 +265,7 @@ def _refuse_unmoved_rotation(private_path: Path, public_path: Path, held: NoteVe
         SigningKeyError: it is that state; the message says to run `keys rotate` again.
     """
     pending = next_key_path(private_path)
-    try:
-        waiting = pending.exists() and load_signer(pending).verifier.format() == held.format()
-    except SigningKeyError:
-        return
-    if waiting:
+    if next_key_is(private_path, held):
         raise SigningKeyError(
             f"{public_path} holds the new key of a `tracebound keys rotate` that was "
             f"interrupted before it moved that key ({pending}) to {private_path}; run "
@@ -399,6 +395,16 @@ class RotatedKeyFiles:
 def next_key_path(path: Path) -> Path:
     """``<stem>.next.key`` beside ``path``: the incoming key of a rotation in progress."""
     return path.with_name(f"{path.stem}.next{path.suffix or '.key'}")
+
+
+def next_key_is(path: Path, verifier: NoteVerifier) -> bool:
+    """Whether ``<stem>.next.key`` beside ``path`` is there and is the key of ``verifier``:
+    a `keys rotate` interrupted before it moved that key into place (unreadable: no)."""
+    pending = next_key_path(path)
+    try:
+        return pending.exists() and load_signer(pending).verifier == verifier
+    except SigningKeyError:
+        return False
 
 
 def _retired_path(path: Path, verifier: NoteVerifier) -> Path:
