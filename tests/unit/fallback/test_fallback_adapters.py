@@ -23,6 +23,7 @@ from tracebound.events.catalog import LeafReturned
 from tracebound.integrations.llm import (
     AnthropicLeaf,
     LeafCallFailed,
+    LeafMalformedResponse,
     OpenAICompatibleLeaf,
     RecordedExchange,
     ReplayServer,
@@ -32,6 +33,7 @@ from tracebound.integrations.llm import (
 from tracebound.pipeline.fallback import (
     PRIOR_ATTEMPTS_HEADER,
     FenceWrapper,
+    ModelPrice,
     RecipeBook,
     build_attempt_summary,
 )
@@ -102,6 +104,46 @@ def test_anthropic_usage_mapping_cached_is_part_of_input(server: ReplayServer) -
     request = server.requests[-1]
     assert request.path == "/v1/messages" and request.body["max_tokens"] == 256
     assert request.body["messages"] == [{"role": "user", "content": PRIOR_ATTEMPTS_HEADER}]
+    leaf.close()
+
+
+def _serve_usage(server: ReplayServer, endpoint: str, body: dict[str, Any]) -> None:
+    server.exchanges = (RecordedExchange(endpoint, body),)
+
+
+def test_anthropic_one_hour_cache_writes_are_kept_apart(server: ReplayServer) -> None:
+    """The 1-hour cache's writes cost 2x input against 1.25x for 5 minutes; the adapter
+    read only the total, so no pricing table could charge them right."""
+    body = _body(ANTHROPIC, "first-attempt")
+    body["usage"] = {
+        **body["usage"],
+        "cache_creation_input_tokens": 1536,
+        "cache_creation": {"ephemeral_5m_input_tokens": 512, "ephemeral_1h_input_tokens": 1024},
+    }
+    _serve_usage(server, "/v1/messages", body)
+    leaf = AnthropicLeaf("k", model="claude-sonnet-4", base_url=server.url, max_retries=0)
+    usage = leaf.complete("hi", model="claude-sonnet-4", max_tokens=256).usage
+    assert (usage.cache_write_input_tokens, usage.cache_write_long_input_tokens) == (1536, 1024)
+    body["usage"]["cache_creation"] = {
+        "ephemeral_5m_input_tokens": 512,
+        "ephemeral_1h_input_tokens": 512,
+    }
+    _serve_usage(server, "/v1/messages", body)
+    with pytest.raises(LeafMalformedResponse, match="512 5-minute and 512 1-hour"):
+        leaf.complete("hi", model="claude-sonnet-4", max_tokens=256)
+    leaf.close()
+
+
+def test_openai_cache_writes_are_read(server: ReplayServer) -> None:
+    body = _body(OPENAI, "first-attempt")
+    body["usage"] = {
+        **body["usage"],
+        "prompt_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 1024},
+    }
+    _serve_usage(server, "/v1/chat/completions", body)
+    leaf = OpenAICompatibleLeaf(server.url + "/v1", "k", model="o4-mini", max_retries=0)
+    usage = leaf.complete("hi", model="o4-mini", max_tokens=512).usage
+    assert usage.cache_write_input_tokens == 1024 and usage.input_tokens == 1391
     leaf.close()
 
 
@@ -184,6 +226,38 @@ def test_replay_server_is_loopback_only_and_fixtures_are_checked(tmp_path: Path)
 
 
 # --- the tier over HTTP: ADR-0002's exit criterion ---------------------------------------------
+
+
+def test_the_tier_charges_one_hour_cache_writes_at_their_rate(tmp_path: Path) -> None:
+    """Through the tier: the anchor keeps both cache-write counts and the attempt's cost
+    prices each class once, the 1-hour writes at the long rate."""
+    body = _body(ANTHROPIC, "first-attempt")
+    body["usage"] = {
+        "input_tokens": 47,
+        "cache_creation_input_tokens": 1536,
+        "cache_read_input_tokens": 0,
+        "output_tokens": 88,
+        "cache_creation": {"ephemeral_5m_input_tokens": 512, "ephemeral_1h_input_tokens": 1024},
+    }
+    price = ModelPrice(
+        input_per_mtok=Decimal("3.00"),
+        cached_input_per_mtok=Decimal("0.30"),
+        output_per_mtok=Decimal("15.00"),
+        cache_write_per_mtok=Decimal("3.75"),
+        cache_write_long_per_mtok=Decimal("6.00"),
+    )
+    with ReplayServer([RecordedExchange("/v1/messages", body)]) as server:
+        leaf = AnthropicLeaf("k", model="claude-sonnet-4", base_url=server.url, max_retries=0)
+        kit = make_kit(
+            tmp_path, leaf=leaf, recipes=RecipeBook([]), prices={"claude-sonnet-4": price}
+        )
+        plan = kit.tier.run(kit.ctx(), workflow_id="wf")
+        leaf.close()
+    anchor = plan.anchor
+    assert anchor.extras["phase4.cache_write_input_tokens"] == "1536"
+    assert anchor.extras["phase4.cache_write_long_input_tokens"] == "1024"
+    expected = (47 * 3 + 512 * Decimal("3.75") + 1024 * 6 + 88 * 15) / Decimal(1_000_000)
+    assert anchor.cost_usd == expected
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])

@@ -43,11 +43,54 @@ def test_defaults_for_reasoning_and_cache_writes() -> None:
     assert price.cost(usage) == Decimal(50) / Decimal(1_000_000)
 
 
+def test_long_cache_writes_are_priced_at_their_own_rate() -> None:
+    """Anthropic bills a 1-hour cache write at 2x the input rate and a 5-minute one at
+    1.25x. With one cache-write rate, a call that wrote to both caches was priced as if
+    every write were a 5-minute one: the 1-hour writes were under-charged by 37.5%."""
+    price = ModelPrice(
+        input_per_mtok=Decimal("3.00"),
+        cached_input_per_mtok=Decimal("0.30"),
+        output_per_mtok=Decimal("15.00"),
+        cache_write_per_mtok=Decimal("3.75"),
+        cache_write_long_per_mtok=Decimal("6.00"),
+    )
+    usage = TokenUsage(
+        input_tokens=1_000_000,
+        cache_write_input_tokens=600_000,
+        cache_write_long_input_tokens=200_000,
+        output_tokens=0,
+    )
+    # 400k plain @3 + 400k 5-minute writes @3.75 + 200k 1-hour writes @6
+    assert price.cost(usage) == Decimal("1.20") + Decimal("1.50") + Decimal("1.20")
+
+
+def test_long_cache_writes_default_to_the_cache_write_rate() -> None:
+    usage = TokenUsage(
+        input_tokens=10,
+        cache_write_input_tokens=10,
+        cache_write_long_input_tokens=4,
+        output_tokens=0,
+    )
+    written = PRICE.model_copy(update={"cache_write_long_per_mtok": None})
+    assert written.cost(usage) == Decimal(10) * Decimal("2.50") / Decimal(1_000_000)
+    bare = ModelPrice(
+        input_per_mtok=Decimal(1), cached_input_per_mtok=Decimal(0), output_per_mtok=Decimal(4)
+    )
+    assert bare.cost(usage) == Decimal(10) / Decimal(1_000_000)
+
+
 def test_token_parts_cannot_exceed_totals() -> None:
     with pytest.raises(ValueError, match="parts of input"):
         TokenUsage(input_tokens=1, cached_input_tokens=2, output_tokens=0)
     with pytest.raises(ValueError, match="reasoning"):
         TokenUsage(input_tokens=1, output_tokens=1, reasoning_tokens=2)
+    with pytest.raises(ValueError, match="part of cache_write_input_tokens"):
+        TokenUsage(
+            input_tokens=5,
+            cache_write_input_tokens=1,
+            cache_write_long_input_tokens=2,
+            output_tokens=0,
+        )
 
 
 def test_floats_are_refused_for_money() -> None:
@@ -85,6 +128,12 @@ def test_estimate_covers_a_prompt_written_to_the_cache_in_full() -> None:
         input_tokens=tokens_in, cache_write_input_tokens=tokens_in, output_tokens=100
     )
     assert table.cost("claude", written) <= table.estimate("claude", prompt, max_tokens=100)
+    long_price = price.model_copy(update={"cache_write_long_per_mtok": Decimal("9.00")})
+    long_table = PricingTable({"claude": long_price})
+    held_an_hour = written.model_copy(update={"cache_write_long_input_tokens": tokens_in})
+    assert long_table.cost("claude", held_an_hour) == long_table.estimate(
+        "claude", prompt, max_tokens=0
+    ) + Decimal(100) * 15 / Decimal(1_000_000)
     with pytest.raises(ConfigError, match="no price"):
         table.estimate("other", "x", max_tokens=1)
 

@@ -298,6 +298,7 @@ def _fuzz(server: ReplayServer, leaf: Leaf, endpoint: str, body: dict[str, Any])
     assert answer.raw_digest_blake3 == blake3(json.dumps(body).encode()).hexdigest()
     usage = answer.usage
     assert usage.cached_input_tokens + usage.cache_write_input_tokens <= usage.input_tokens
+    assert usage.cache_write_long_input_tokens <= usage.cache_write_input_tokens
     assert usage.reasoning_tokens <= usage.output_tokens
 
 

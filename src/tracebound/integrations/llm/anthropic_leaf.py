@@ -9,6 +9,10 @@ cache writes (``cache_creation_input_tokens``) beside it. So
 * ``cached_input_tokens`` (ours) = ``cache_read_input_tokens`` (billed at the cached rate)
 * ``cache_write_input_tokens`` (ours) = ``cache_creation_input_tokens`` (billed at the
   cache-write rate if the pricing table has one, else at the input rate)
+* ``cache_write_long_input_tokens`` (ours) = ``cache_creation.ephemeral_1h_input_tokens``
+  (the 1-hour cache's writes, billed at the long cache-write rate), when the API reports
+  the breakdown by retention. The breakdown must add up to ``cache_creation_input_tokens``:
+  a body where it does not is refused, because its cost would be a guess.
 * ``output_tokens`` = ``output_tokens``, which already includes extended-thinking tokens;
   ``reasoning_tokens`` = ``output_tokens_details.thinking_tokens`` when the API reports
   it, else 0.
@@ -105,6 +109,7 @@ class AnthropicLeaf:
             uncached = _count(u.input_tokens, "input_tokens")
             cache_read = _count(u.cache_read_input_tokens or 0, "cache_read_input_tokens")
             cache_write = _count(u.cache_creation_input_tokens or 0, "cache_creation_input_tokens")
+            long_write = _long_writes(getattr(u, "cache_creation", None), cache_write)
             details = getattr(u, "output_tokens_details", None)
             thinking = (getattr(details, "thinking_tokens", None) or 0) if details else 0
             tokens = TokenUsage(
@@ -112,6 +117,7 @@ class AnthropicLeaf:
                 output_tokens=u.output_tokens,
                 cached_input_tokens=cache_read,
                 cache_write_input_tokens=cache_write,
+                cache_write_long_input_tokens=long_write,
                 reasoning_tokens=thinking,
             )
             return LeafResponse(
@@ -122,6 +128,23 @@ class AnthropicLeaf:
             )
         except _UNUSABLE as exc:
             raise LeafMalformedResponse(f"unusable message: {type(exc).__name__}: {exc}") from exc
+
+
+def _long_writes(breakdown: object, cache_write: int) -> int:
+    """The 1-hour cache's share of ``cache_write`` from ``usage.cache_creation``, 0 when the
+    API gives no breakdown."""
+    if breakdown is None:
+        return 0
+    long_write, short_write = (
+        _count(getattr(breakdown, name, 0), f"cache_creation.{name}")
+        for name in ("ephemeral_1h_input_tokens", "ephemeral_5m_input_tokens")
+    )
+    if long_write + short_write != cache_write:
+        raise LeafMalformedResponse(
+            f"usage.cache_creation gives {short_write} 5-minute and {long_write} 1-hour cache"
+            f" writes, but cache_creation_input_tokens is {cache_write}"
+        )
+    return long_write
 
 
 def _count(value: object, field: str) -> int:

@@ -3,8 +3,10 @@
 Token mapping (already the catalog's convention, so no arithmetic): ``prompt_tokens`` is
 the input total and includes ``prompt_tokens_details.cached_tokens``;
 ``completion_tokens`` is the output total and includes
-``completion_tokens_details.reasoning_tokens``. Servers that omit the details blocks report
-zero cached and reasoning tokens. A response without a ``usage`` block is refused: its cost
+``completion_tokens_details.reasoning_tokens``. ``prompt_tokens_details.cache_write_tokens``,
+where a server reports it, is ``cache_write_input_tokens`` (part of the input, priced at the
+cache-write rate). Servers that omit the details blocks report zero cached, cache-write and
+reasoning tokens. A response without a ``usage`` block is refused: its cost
 could not be reconciled against the budget.
 
 The prompt is sent as one user message, byte for byte the text whose digest
@@ -114,6 +116,9 @@ class OpenAICompatibleLeaf:
                 input_tokens=usage.prompt_tokens,
                 output_tokens=usage.completion_tokens,
                 cached_input_tokens=(details_in.cached_tokens or 0) if details_in else 0,
+                cache_write_input_tokens=(
+                    (getattr(details_in, "cache_write_tokens", None) or 0) if details_in else 0
+                ),
                 reasoning_tokens=(details_out.reasoning_tokens or 0) if details_out else 0,
             )
             return LeafResponse(

@@ -61,8 +61,10 @@ class ModelPrice(BaseModel):
     """One model's prices in USD per 1M tokens.
 
     ``reasoning_per_mtok`` defaults to the output price (OpenAI and Anthropic both bill
-    reasoning as output); ``cache_write_per_mtok`` defaults to the input price (Anthropic
-    bills cache writes at a premium: give it when that matters).
+    reasoning as output); ``cache_write_per_mtok`` defaults to the input price and
+    ``cache_write_long_per_mtok`` (writes for the longer retention: Anthropic's 1-hour
+    cache) to the cache-write price. Anthropic bills cache writes at a premium, 1.25x the
+    input price for 5 minutes and 2x for 1 hour: give both when that matters.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -72,26 +74,38 @@ class ModelPrice(BaseModel):
     output_per_mtok: Money
     reasoning_per_mtok: Money | None = None
     cache_write_per_mtok: Money | None = None
+    cache_write_long_per_mtok: Money | None = None
+
+    @property
+    def reasoning_rate(self) -> Decimal:
+        return self.output_per_mtok if self.reasoning_per_mtok is None else self.reasoning_per_mtok
+
+    @property
+    def cache_write_rate(self) -> Decimal:
+        if self.cache_write_per_mtok is None:
+            return self.input_per_mtok
+        return self.cache_write_per_mtok
+
+    @property
+    def cache_write_long_rate(self) -> Decimal:
+        if self.cache_write_long_per_mtok is None:
+            return self.cache_write_rate
+        return self.cache_write_long_per_mtok
 
     def cost(self, usage: TokenUsage) -> Decimal:
-        """The exact cost of ``usage`` (cached ⊆ input, reasoning ⊆ output)."""
+        """The exact cost of ``usage`` (cached ⊆ input, reasoning ⊆ output, long cache
+        writes ⊆ cache writes)."""
         plain_in = usage.input_tokens - usage.cached_input_tokens - usage.cache_write_input_tokens
+        short_writes = usage.cache_write_input_tokens - usage.cache_write_long_input_tokens
         plain_out = usage.output_tokens - usage.reasoning_tokens
-        reasoning = (
-            self.reasoning_per_mtok if self.reasoning_per_mtok is not None else self.output_per_mtok
-        )
-        write = (
-            self.cache_write_per_mtok
-            if self.cache_write_per_mtok is not None
-            else self.input_per_mtok
-        )
         with localcontext(MONEY_CONTEXT):
             micro = (
                 plain_in * self.input_per_mtok
                 + usage.cached_input_tokens * self.cached_input_per_mtok
-                + usage.cache_write_input_tokens * write
+                + short_writes * self.cache_write_rate
+                + usage.cache_write_long_input_tokens * self.cache_write_long_rate
                 + plain_out * self.output_per_mtok
-                + usage.reasoning_tokens * reasoning
+                + usage.reasoning_tokens * self.reasoning_rate
             )
             return micro / _PER
 
@@ -145,12 +159,12 @@ class PricingTable:
 
     def estimate(self, model: str, prompt: str, *, max_tokens: int) -> Decimal:
         """An upper-bound-minded estimate: no cache discount, every input token at the
-        dearer of the input and cache-write rates (a prompt may be written to the cache in
-        full, at a premium), every output token at the dearer of the output and reasoning
-        rates."""
+        dearest of the input and cache-write rates (a prompt may be written to the cache in
+        full, at a premium, for the longer retention too), every output token at the dearer
+        of the output and reasoning rates."""
         price = self.price(model)
-        in_rate = max(price.input_per_mtok, price.cache_write_per_mtok or Decimal(0))
-        out_rate = max(price.output_per_mtok, price.reasoning_per_mtok or Decimal(0))
+        in_rate = max(price.input_per_mtok, price.cache_write_rate, price.cache_write_long_rate)
+        out_rate = max(price.output_per_mtok, price.reasoning_rate)
         tokens_in = self.estimate_input_tokens(prompt)
         with localcontext(MONEY_CONTEXT):
             return (tokens_in * in_rate + max_tokens * out_rate) / _PER

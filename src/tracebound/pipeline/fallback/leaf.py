@@ -36,9 +36,12 @@ class LeafCallFailed(AttemptRefusedError):
 class TokenUsage(BaseModel):
     """What one call consumed, normalised: cached ⊆ input, reasoning ⊆ output.
 
-    ``cache_write_input_tokens`` (Anthropic's ``cache_creation_input_tokens``) is also a part
-    of ``input_tokens``; it is kept apart only because some providers price cache writes
-    above plain input.
+    ``cache_write_input_tokens`` (Anthropic's ``cache_creation_input_tokens``, OpenAI's
+    ``prompt_tokens_details.cache_write_tokens``) is also a part of ``input_tokens``; it is
+    kept apart because providers price cache writes above plain input.
+    ``cache_write_long_input_tokens`` is the part of those writes made for the provider's
+    longer retention (Anthropic's 1-hour cache, ``cache_creation.ephemeral_1h_input_tokens``),
+    which is billed at a higher rate again: 2x input against 1.25x for 5 minutes.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -48,11 +51,14 @@ class TokenUsage(BaseModel):
     cached_input_tokens: Count = 0
     reasoning_tokens: Count = 0
     cache_write_input_tokens: Count = 0
+    cache_write_long_input_tokens: Count = 0
 
     @model_validator(mode="after")
     def _parts_within_totals(self) -> Self:
         if self.cached_input_tokens + self.cache_write_input_tokens > self.input_tokens:
             raise ValueError("cached and cache-write tokens are parts of input_tokens")
+        if self.cache_write_long_input_tokens > self.cache_write_input_tokens:
+            raise ValueError("cache_write_long_input_tokens is a part of cache_write_input_tokens")
         if self.reasoning_tokens > self.output_tokens:
             raise ValueError("reasoning_tokens is a part of output_tokens")
         return self

@@ -543,8 +543,12 @@ class FallbackTier:
         )
         if usage.cache_write_input_tokens:
             # LeafReturned has no field for cache writes: they are plain input there,
-            # and their count is kept here so the price difference stays auditable.
+            # and their counts are kept here so the price difference stays auditable.
             frame.extras["phase4.cache_write_input_tokens"] = str(usage.cache_write_input_tokens)
+        if usage.cache_write_long_input_tokens:
+            frame.extras["phase4.cache_write_long_input_tokens"] = str(
+                usage.cache_write_long_input_tokens
+            )
         frame.cost = self._pricing.cost(frame.model, usage)
         return response
 
