@@ -190,6 +190,8 @@ def _planning(workflow: str, index: int) -> list[Payload]:
             tokens_out=300,
             cached_input_tokens=1000,
             reasoning_tokens=120,
+            cache_write_input_tokens=150,
+            cache_write_long_input_tokens=100,
             model="gpt-5",
             role="Planner",
             step_id=StepId(f"{workflow}/plan/{index}"),

@@ -195,6 +195,8 @@ def test_golden_states_are_what_the_scenarios_say() -> None:
             "events": 1,
             "events_without_tokens": 1,
             "first_at": overhead[0]["first_at"],
+            "input_cache_write": 0,
+            "input_cache_write_long": 0,
             "input_cached": 0,
             "input_uncached": 0,
             "last_at": overhead[0]["last_at"],

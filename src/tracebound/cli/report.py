@@ -208,7 +208,14 @@ def _unfitted(
 
 
 _COST_COLUMNS = ("workflow", "tier", "source", "USD", "events")
-_TOKEN_COLUMNS = ("in\nuncached", "in\ncached", "out\nvisible", "out\nreasoning")
+_TOKEN_COLUMNS = (
+    "in\nuncached",
+    "in\ncached",
+    "in\ncache write",
+    "in\nlong write",
+    "out\nvisible",
+    "out\nreasoning",
+)
 
 
 _COST_GIVE: Final[tuple[dict[str, Give], ...]] = (
@@ -240,7 +247,7 @@ def _cost_tables(
     )
     if fits:
         return [money, tokens]
-    halves = (("tokens in", slice(0, 2)), ("tokens out", slice(2, 4)))
+    halves = (("tokens in", slice(0, 4)), ("tokens out", slice(4, 6)))
     return [money] + [
         _cost_table(
             name, (*keys, *_TOKEN_COLUMNS[part]), [(*r[:3], *r[key:][part]) for r in rows], caption
@@ -473,6 +480,8 @@ def cost_cmd(
                 r["events"],
                 r["input_uncached"],
                 r["input_cached"],
+                r["input_cache_write"],
+                r["input_cache_write_long"],
                 r["output_visible"],
                 r["output_reasoning"],
             )

@@ -196,6 +196,22 @@ def _check_tokens(
         raise ValueError("reasoning_tokens is a part of tokens_out and cannot exceed it")
 
 
+def _check_cache_writes(
+    tokens_in: int | None, cached: int | None, written: int | None, written_long: int | None
+) -> None:
+    """Cache writes are part of the input beside cache reads, long ones part of the writes."""
+    if written is not None and (tokens_in is None or (cached or 0) + written > tokens_in):
+        raise ValueError(
+            "cache_write_input_tokens is a part of tokens_in beside cached_input_tokens"
+            " and cannot exceed what is left of it"
+        )
+    if written_long is not None and (written is None or written_long > written):
+        raise ValueError(
+            "cache_write_long_input_tokens is a part of cache_write_input_tokens and cannot"
+            " exceed it"
+        )
+
+
 class _Frozen(BaseModel):
     """Base of the nested value objects: as frozen and closed as a payload."""
 
@@ -453,6 +469,9 @@ class CostIncurred(Payload):
 
     The optional token breakdown and ``model``/``role``/``step_id`` let the ledger price cached
     and reasoning tokens apart and charge the cost to the role that caused it.
+    ``cache_write_input_tokens`` (⊆ ``tokens_in``) are input tokens written to the provider's
+    prompt cache, billed above plain input; ``cache_write_long_input_tokens`` (⊆ those) were
+    written for the longer retention (Anthropic's 1-hour cache), billed higher again.
     """
 
     kind: Literal["cost_incurred"] = "cost_incurred"
@@ -466,11 +485,19 @@ class CostIncurred(Payload):
     model: _Text | None = None
     role: Role | None = None
     step_id: _StepId | None = None
+    cache_write_input_tokens: Count | None = None
+    cache_write_long_input_tokens: Count | None = None
 
     @model_validator(mode="after")
     def _token_breakdown(self) -> Self:
         _check_tokens(
             self.tokens_in, self.tokens_out, self.cached_input_tokens, self.reasoning_tokens
+        )
+        _check_cache_writes(
+            self.tokens_in,
+            self.cached_input_tokens,
+            self.cache_write_input_tokens,
+            self.cache_write_long_input_tokens,
         )
         return self
 

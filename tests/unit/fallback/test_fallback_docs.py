@@ -43,15 +43,20 @@ def test_the_planning_side_example_runs(tmp_path: Path) -> None:
     env = {k: v for k, v in env.items() if "proxy" not in k.lower()}
     env["HOME"] = str(tmp_path / "home")
     env["TMPDIR"] = str(tmp_path)
+    tiers_run = 0
     for code in blocks:
         proc = subprocess.run(
             [sys.executable, "-c", GUARD + code], cwd=tmp_path, env=env,
             capture_output=True, text=True, timeout=300, check=False,
         )  # fmt: skip
         assert proc.returncode == 0, proc.stderr
+        if "FallbackTier(" not in code:
+            continue  # a pricing example: its own asserts are its check
+        tiers_run += 1
         first, kinds = proc.stdout.strip().split("\n")
         assert first.startswith("AppliedFromLlm ") and "override:" in first
         assert "'attempt_anchor_recorded']" in kinds and "'leaf_returned'" in kinds
+    assert tiers_run == 1, "the Planning side section lost its FallbackTier example"
 
 
 def test_the_documented_names_exist() -> None:

@@ -55,6 +55,9 @@ def costs(draw: st.DrawFn) -> CostIncurred:
     tokens_out = draw(st.none() | st.integers(0, 10**9))
     cached = None if tokens_in is None else draw(st.none() | st.integers(0, tokens_in))
     reasoning = None if tokens_out is None else draw(st.none() | st.integers(0, tokens_out))
+    left = None if tokens_in is None else tokens_in - (cached or 0)
+    written = None if left is None else draw(st.none() | st.integers(0, left))
+    written_long = None if written is None else draw(st.none() | st.integers(0, written))
     return CostIncurred(
         tier=draw(st.sampled_from(["direct", "amortized", "overhead"])),
         amount_usd=draw(AMOUNTS),
@@ -63,6 +66,8 @@ def costs(draw: st.DrawFn) -> CostIncurred:
         tokens_out=tokens_out,
         cached_input_tokens=cached,
         reasoning_tokens=reasoning,
+        cache_write_input_tokens=written,
+        cache_write_long_input_tokens=written_long,
         role=draw(st.none() | st.sampled_from(["Planner", "Executor"])),
     )
 
@@ -143,8 +148,14 @@ def _by_hand(stream: list[tuple[str | None, Payload]]) -> dict[str, Any]:
                 r["amount_usd"] += p.amount_usd
                 r["events"] += 1
                 tin, tout = p.tokens_in, p.tokens_out
+                written, written_long = (
+                    p.cache_write_input_tokens or 0,
+                    p.cache_write_long_input_tokens or 0,
+                )
                 r["input_cached"] += p.cached_input_tokens or 0
-                r["input_uncached"] += (tin or 0) - (p.cached_input_tokens or 0)
+                r["input_cache_write"] += written - written_long
+                r["input_cache_write_long"] += written_long
+                r["input_uncached"] += (tin or 0) - (p.cached_input_tokens or 0) - written
                 r["output_reasoning"] += p.reasoning_tokens or 0
                 r["output_visible"] += (tout or 0) - (p.reasoning_tokens or 0)
                 r["tokens_in"] += tin or 0
@@ -258,6 +269,8 @@ _TOKENS = (
     "tokens_out",
     "input_uncached",
     "input_cached",
+    "input_cache_write",
+    "input_cache_write_long",
     "output_visible",
     "output_reasoning",
 )
@@ -270,7 +283,8 @@ def _check(views: SQLiteViews, want: dict[str, Any]) -> None:
         row = got_cost[key]
         assert format(row["amount_usd"], "f") == expected["amount_usd"], key
         assert {c: row[c] for c in _TOKENS} == {c: expected[c] for c in _TOKENS}, key
-        assert row["input_uncached"] + row["input_cached"] == row["tokens_in"]
+        inputs = ("input_uncached", "input_cached", "input_cache_write", "input_cache_write_long")
+        assert sum(row[c] for c in inputs) == row["tokens_in"]
         assert row["output_visible"] + row["output_reasoning"] == row["tokens_out"]
     assert reports.roi_report(views).to_dict() == want["roi"]
     assert [s.to_dict() for s in reports.plugin_report(views)] == want["plugins"]
@@ -282,7 +296,6 @@ def _check(views: SQLiteViews, want: dict[str, Any]) -> None:
     assert gates["failing_signals"] == want["failing_signals"]
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def _project_and_check(stream: list[tuple[str | None, Payload]], want: dict[str, Any]) -> None:
     """Record ``stream`` in a real SQLite ledger, run every projection, compare with ``want``."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -292,6 +305,7 @@ def _project_and_check(stream: list[tuple[str | None, Payload]], want: dict[str,
             _check(views, want)
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(STREAMS)
 def test_every_report_figure_equals_the_hand_computation(
     stream: list[tuple[str | None, Payload]],

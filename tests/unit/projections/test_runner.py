@@ -43,6 +43,7 @@ from tracebound.ids import Sha256Digest
 from tracebound.projections import ProjectionRunner, SQLiteViews, default_projections, fold_all
 from tracebound.projections import runner as runner_module
 from tracebound.projections.base import Column, EventRecord, Rows, Table
+from tracebound.projections.cost import COST_BY_ROLE, COST_LEDGER, CostLedgerProjection
 from tracebound.projections.memory import project
 from tracebound.projections.records import read_records
 from tracebound.projections.reports import all_tables, json_rows, views_snapshot
@@ -619,3 +620,50 @@ def test_status_only_reads_a_projection_built_by_another_version(
     fresh = ProjectionRunner(ledger, _views(tmp_path / "fresh.db"), [newer])
     (never_run,) = fresh.status()
     assert (never_run.version, never_run.position, never_run.error) == (2, 0, None)
+
+
+def test_a_cost_ledger_built_before_its_cache_write_columns_is_rebuilt_with_them(
+    ledger: SQLiteStore, tmp_path: Path
+) -> None:
+    """Cost ledger v2 moved cache writes out of `input_uncached` into columns of their own;
+    a views file that version 1 built has neither the columns nor the split, so the next
+    run drops and replays it."""
+    _append(
+        ledger,
+        _events(
+            [
+                (
+                    "wf",
+                    CostIncurred(
+                        tier="direct",
+                        amount_usd=Decimal("0.5"),
+                        source=CostSource("anthropic"),
+                        tokens_in=100,
+                        tokens_out=1,
+                        cache_write_input_tokens=60,
+                        cache_write_long_input_tokens=40,
+                    ),
+                )
+            ]
+        ),
+    )
+    old_table = Table(
+        "cost_ledger",
+        tuple(c for c in COST_LEDGER.columns if "cache_write" not in c.name),
+        key=COST_LEDGER.key,
+        narrow=True,
+    )
+
+    class CostLedgerV1(CostLedgerProjection):
+        version = 1
+        tables = (old_table, COST_BY_ROLE)
+
+    ProjectionRunner(ledger, _views(tmp_path / "v.db"), [CostLedgerV1()]).run()
+    views = _views(tmp_path / "v.db")
+    ProjectionRunner(ledger, views, [CostLedgerProjection()]).run()
+    (row,) = views.select(COST_LEDGER)
+    assert (row["input_uncached"], row["input_cache_write"], row["input_cache_write_long"]) == (
+        40,
+        20,
+        40,
+    )

@@ -7,8 +7,10 @@ from decimal import Decimal
 from typing import Any, TypedDict
 from uuid import UUID
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from tracebound.events.catalog import (
     AttemptCompleted,
@@ -138,40 +140,97 @@ def test_cached_and_reasoning_tokens_are_counted_once() -> None:
         ),
     )["cost_ledger"]
     assert (row["input_uncached"], row["input_cached"]) == (200, 1000)
+    assert (row["input_cache_write"], row["input_cache_write_long"]) == (0, 0)
     assert (row["output_visible"], row["output_reasoning"]) == (180, 120)
     assert row["input_uncached"] + row["input_cached"] == row["tokens_in"] == 1200
     assert row["output_visible"] + row["output_reasoning"] == row["tokens_out"] == 300
 
 
+def test_cache_writes_are_not_plain_input() -> None:
+    """Anthropic bills a cache write at 1.25x input (5 minutes) or 2x (1 hour); the ledger
+    counted written tokens as plain uncached input, so the rows could not be reconciled
+    with an invoice that lists them apart."""
+    (row,) = project(
+        [CostLedgerProjection()],
+        _events(
+            (
+                "a",
+                _cost(
+                    "0.01",
+                    tokens_in=2000,
+                    tokens_out=10,
+                    cached_input_tokens=300,
+                    cache_write_input_tokens=1500,
+                    cache_write_long_input_tokens=1000,
+                ),
+            ),
+        ),
+    )["cost_ledger"]
+    assert (row["input_uncached"], row["input_cached"]) == (200, 300)
+    assert (row["input_cache_write"], row["input_cache_write_long"]) == (500, 1000)
+
+
+@pytest.mark.parametrize(
+    ("tokens", "message"),
+    [
+        (
+            {"tokens_in": 10, "cached_input_tokens": 5, "cache_write_input_tokens": 6},
+            "what is left",
+        ),
+        ({"cache_write_input_tokens": 1}, "what is left"),
+        ({"tokens_in": 10, "cache_write_long_input_tokens": 1}, "part of cache_write_input"),
+        (
+            {"tokens_in": 9, "cache_write_input_tokens": 2, "cache_write_long_input_tokens": 3},
+            "exceed it",
+        ),
+    ],
+)
+def test_cache_write_counts_are_parts_of_the_input(tokens: dict[str, int], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        _cost("0.01", **tokens)
+
+
 token_counts = st.integers(0, 10**6)
+fraction = st.floats(0, 1)
 
 
 @given(
     st.lists(
-        st.tuples(token_counts, token_counts, st.floats(0, 1), st.floats(0, 1)),
+        st.tuples(token_counts, token_counts, fraction, fraction, fraction, fraction),
         min_size=1,
         max_size=20,
     )
 )
-def test_token_columns_always_add_up(spec: list[tuple[int, int, float, float]]) -> None:
-    payloads = [
-        (
-            "w",
-            _cost(
-                "0.001",
-                tokens_in=i,
-                tokens_out=o,
-                cached_input_tokens=int(i * c),
-                reasoning_tokens=int(o * r),
-            ),
+def test_token_columns_always_add_up(
+    spec: list[tuple[int, int, float, float, float, float]],
+) -> None:
+    payloads = []
+    for i, o, c, r, w, long in spec:
+        cached = int(i * c)
+        written = int((i - cached) * w)
+        payloads.append(
+            (
+                "w",
+                _cost(
+                    "0.001",
+                    tokens_in=i,
+                    tokens_out=o,
+                    cached_input_tokens=cached,
+                    reasoning_tokens=int(o * r),
+                    cache_write_input_tokens=written,
+                    cache_write_long_input_tokens=int(written * long),
+                ),
+            )
         )
-        for i, o, c, r in spec
-    ]
     (row,) = project([CostLedgerProjection()], _events(*payloads))["cost_ledger"]
-    assert row["input_uncached"] + row["input_cached"] == sum(i for i, _, _, _ in spec)
-    assert row["output_visible"] + row["output_reasoning"] == sum(o for _, o, _, _ in spec)
-    assert row["input_cached"] == sum(int(i * c) for i, _, c, _ in spec)
-    assert row["output_reasoning"] == sum(int(o * r) for _, o, _, r in spec)
+    inputs = ("input_uncached", "input_cached", "input_cache_write", "input_cache_write_long")
+    assert sum(row[name] for name in inputs) == sum(s[0] for s in spec)
+    assert row["output_visible"] + row["output_reasoning"] == sum(s[1] for s in spec)
+    assert row["input_cached"] == sum(int(s[0] * s[2]) for s in spec)
+    assert row["output_reasoning"] == sum(int(s[1] * s[3]) for s in spec)
+    assert row["input_cache_write_long"] == sum(
+        p.cache_write_long_input_tokens or 0 for _, p in payloads
+    )
     assert row["amount_usd"] == Decimal("0.001") * len(spec)
 
 

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from tests.unit.retry.test_retry_loop_raises import (
     WF,
+    NewVersionEachCall,
     _anchors,
     _assert_refused_last,
     _gate_events,
@@ -244,5 +245,21 @@ def test_an_interrupt_in_the_cost_row_is_recorded_once(
             kit, cause="not_retryable", reason_starts="interrupted (KeyboardInterrupt)", index=0
         )
         _inspect_ok(kit)
+    finally:
+        kit.close()
+
+
+def test_the_cost_row_carries_the_attempts_cache_writes(tmp_path: Path) -> None:
+    """Cache writes are billed above plain input; the loop's cost row counted them as plain
+    input (CostIncurred had no field for them), so the cost ledger could not show them."""
+    leaf = NewVersionEachCall([], cache_write_input_tokens=30, cache_write_long_input_tokens=10)
+    kit, loop = _loop(tmp_path, leaf=leaf)
+    try:
+        loop.run(kit.ctx(), workflow_id=WF, target=kit.repo)
+        (cost,) = [e.payload for e in kit.ledger.store.read_stream(_costs())]
+        assert isinstance(cost, CostIncurred)
+        assert (cost.cache_write_input_tokens, cost.cache_write_long_input_tokens) == (30, 10)
+        (anchor,) = _anchors(kit)
+        assert anchor.anchor.extras["phase4.cache_write_long_input_tokens"] == "10"
     finally:
         kit.close()

@@ -35,12 +35,15 @@ class ScriptedLeaf:
         fail: bool = False,
         cached_input_tokens: int = 0,
         reasoning_tokens: int = 0,
+        cache_write_input_tokens: int = 0,
+        cache_write_long_input_tokens: int = 0,
     ) -> None:
         self._script = tuple(script)
         self._model = model
         self._fail = fail
         self._cached = cached_input_tokens
         self._reasoning = reasoning_tokens
+        self._written = (cache_write_input_tokens, cache_write_long_input_tokens)
         self.prompts: list[str] = []
 
     @property
@@ -56,13 +59,17 @@ class ScriptedLeaf:
             raise LeafCallFailed("no scripted answer matches the prompt")
         tokens_in = math.ceil(len(prompt.encode()) / 4)
         tokens_out = min(max_tokens, max(math.ceil(len(answer.encode()) / 4), self._reasoning))
+        cached = min(self._cached, tokens_in)
+        written = min(self._written[0], tokens_in - cached)
         return LeafResponse(
             text=answer,
             usage=TokenUsage(
                 input_tokens=tokens_in,
                 output_tokens=tokens_out,
-                cached_input_tokens=min(self._cached, tokens_in),
+                cached_input_tokens=cached,
                 reasoning_tokens=min(self._reasoning, tokens_out),
+                cache_write_input_tokens=written,
+                cache_write_long_input_tokens=min(self._written[1], written),
             ),
             model=model,
             raw_digest_blake3=blake3(answer.encode()).hexdigest(),

@@ -542,6 +542,11 @@ class RetryLoop:
             reasoning_tokens=sum(r.reasoning_tokens for r in returned),
             model=returned[-1].model if returned else None,
             role="Executor",
+            # LeafReturned has no cache-write fields: the tier keeps them on the anchor.
+            cache_write_input_tokens=_extra_count(anchor, "phase4.cache_write_input_tokens"),
+            cache_write_long_input_tokens=_extra_count(
+                anchor, "phase4.cache_write_long_input_tokens"
+            ),
         )
         # correlation_id: the row names its attempt, so a close after an error can tell
         # whether it was written already (CostIncurred itself carries no attempt id).
@@ -597,6 +602,13 @@ class RetryLoop:
             evidence_paths=tuple(report.evidence_paths) if report else (),
             redactor=self.gates.redactor,
         )
+
+
+def _extra_count(anchor: AttemptAnchor, key: str) -> int | None:
+    """A token count the tier kept in the anchor's extras; None when it kept none (a plan
+    from another tier may not have them, so anything but digits is none too)."""
+    text = anchor.extras.get(key)
+    return int(text) if text is not None and text.isascii() and text.isdigit() else None
 
 
 def _refusal_cause(plan: _Closed) -> RefusalCause:
