@@ -539,8 +539,11 @@ class SQLiteStore(ChainedAppends):
         # The connection appends write through, whichever thread appends (see _writer).
         self._writer_conn: _WriterState | None = None
         self._closed = False
-        # Each with the thread it serves; None: the store's own (a _PyWriter's), kept to close.
-        self._connections: list[tuple[threading.Thread | None, sqlite3.Connection]] = []
+        # Each with the thread it serves (None: the store's own, a _PyWriter's, kept to close)
+        # and the lock its thread holds through each statement (see _using).
+        self._connections: list[
+            tuple[threading.Thread | None, sqlite3.Connection, threading.Lock]
+        ] = []
         self._connections_lock = threading.Lock()
         try:
             self._open(create=create)
@@ -610,16 +613,35 @@ class SQLiteStore(ChainedAppends):
     # -- connections ---------------------------------------------------------------------
 
     def _conn(self) -> sqlite3.Connection:
+        """This thread's connection (use it through :meth:`_using`)."""
         if self._closed:
             raise StoreClosed(f"{self.url} is closed")
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
-            conn = self._connect(threading.current_thread())
+            conn, self._local.lock = self._connect(threading.current_thread())
             self._local.conn = conn
         return conn
 
-    def _connect(self, owner: threading.Thread | None) -> sqlite3.Connection:
-        """A new connection for ``owner``'s reads (None: the store's, for every thread)."""
+    @contextmanager
+    def _using(self, what: str) -> Iterator[sqlite3.Connection]:
+        """This thread's connection, held for the statements of the ``with`` block, with
+        sqlite3 errors translated (:meth:`_io`).
+
+        :meth:`close` from another thread closes this connection too; closing a connection
+        while one of its statements runs frees what the statement is using (a stray
+        MemoryError, or a segmentation fault), so close() takes this lock first. A ``with``
+        block never spans a ``yield``: a reader that stops iterating never holds it.
+        """
+        with self._io(what):
+            conn = self._conn()
+            with self._local.lock:
+                if self._closed:  # close() began while this thread waited for the lock
+                    raise StoreClosed(f"{self.url} is closed")
+                yield conn
+
+    def _connect(self, owner: threading.Thread | None) -> tuple[sqlite3.Connection, threading.Lock]:
+        """A new connection for ``owner``'s reads (None: the store's, for every thread),
+        and its lock (see :meth:`_using`)."""
         conn = sqlite3.connect(
             self.path,
             isolation_level=None,  # we issue BEGIN/COMMIT ourselves
@@ -627,18 +649,22 @@ class SQLiteStore(ChainedAppends):
             timeout=self._busy_timeout,
         )
         conn.executescript(self._setup_sql())
+        lock = threading.Lock()
         with self._connections_lock:
+            if self._closed:  # close() has taken the list already: this one would stay open
+                conn.close()
+                raise StoreClosed(f"{self.url} is closed")
             # Threads come and go (a server's thread per request): the connections of those
             # that ended are closed here, not kept open (two descriptors each) until close().
             kept = []
-            for thread, c in self._connections:
+            for thread, c, held in self._connections:
                 if thread is None or thread.is_alive():
-                    kept.append((thread, c))
+                    kept.append((thread, c, held))
                 else:
                     c.close()
-            kept.append((owner, conn))
+            kept.append((owner, conn, lock))
             self._connections = kept
-        return conn
+        return conn, lock
 
     def _setup_sql(self) -> str:
         """The settings every connection of this store runs with (one statement each)."""
@@ -680,7 +706,7 @@ class SQLiteStore(ChainedAppends):
                     # thread once the append that filled it has returned (ADR 0010).
                     db.defer_checkpoints(_WAL_AUTOCHECKPOINT)
             else:
-                db = _PyWriter(self._connect(None))
+                db = _PyWriter(self._connect(None)[0])
             writer = self._writer_conn = _WriterState(db)
         return writer
 
@@ -701,9 +727,10 @@ class SQLiteStore(ChainedAppends):
             if writer is not None and not isinstance(writer.db, _PyWriter):
                 writer.db.close()  # a _PyWriter's connection is among the ones below
         with self._connections_lock:
-            for _, conn in self._connections:
+            connections, self._connections = self._connections, []
+        for _, conn, lock in connections:
+            with lock:  # another thread's statement on it runs to its end first
                 conn.close()
-            self._connections.clear()
 
     def __enter__(self) -> SQLiteStore:
         return self
@@ -914,17 +941,17 @@ class SQLiteStore(ChainedAppends):
     # -- reads ---------------------------------------------------------------------------
 
     def stream_head(self, stream_id: str) -> StreamHead | None:
-        with self._io("read"):
-            return self._head(self._conn(), stream_id)
+        with self._using("read") as conn:
+            return self._head(conn, stream_id)
 
     def size(self) -> int:
-        with self._io("read"):
-            (last,) = self._conn().execute(_LAST_SQL).fetchone()
+        with self._using("read") as conn:
+            (last,) = conn.execute(_LAST_SQL).fetchone()
             return int(last)
 
     def log_extent(self) -> tuple[int, int, int]:
-        with self._io("read"):
-            count, lowest, highest = self._conn().execute(_EXTENT_SQL).fetchone()
+        with self._using("read") as conn:
+            count, lowest, highest = conn.execute(_EXTENT_SQL).fetchone()
             return int(count), int(lowest), int(highest)
 
     def read_raw(self, *, start: int = 1, stop: int | None = None) -> Iterator[RawRecord]:
@@ -933,15 +960,11 @@ class SQLiteStore(ChainedAppends):
         upper = stop if stop is not None else (1 << 62)
         cursor = start
         while cursor <= upper:
-            with self._io("read"):
-                page = (
-                    self._conn()
-                    .execute(
-                        _SELECT_RAW,
-                        (cursor, upper, _PAGE),
-                    )
-                    .fetchall()
-                )
+            with self._using("read") as conn:
+                page = conn.execute(
+                    _SELECT_RAW,
+                    (cursor, upper, _PAGE),
+                ).fetchall()
             if not page:
                 return
             for row in page:
@@ -956,8 +979,8 @@ class SQLiteStore(ChainedAppends):
         sql, params = _matching_sql(where)
 
         def page(lo: int, hi: int) -> list[Any]:
-            with self._io("read"):
-                return self._conn().execute(sql, (lo, hi, *params, _PAGE)).fetchall()
+            with self._using("read") as conn:
+                return conn.execute(sql, (lo, hi, *params, _PAGE)).fetchall()
 
         for rows in window_pages(page, self.size, start=start, stop=stop, limit=_PAGE):
             for row in rows:
@@ -974,8 +997,8 @@ class SQLiteStore(ChainedAppends):
         upper = stop if stop is not None else (1 << 62)
         cursor = start
         while cursor <= upper:
-            with self._io("read"):
-                page = self._conn().execute(_SELECT_RAW, (cursor, upper, page_size)).fetchall()
+            with self._using("read") as conn:
+                page = conn.execute(_SELECT_RAW, (cursor, upper, page_size)).fetchall()
             if not page:
                 return
             yield page
@@ -1021,12 +1044,8 @@ class SQLiteStore(ChainedAppends):
                 except _KernelError as exc:
                     raise self._failed("read", exc) from exc
                 if page is None:  # something unusual in this page: read it the usual way
-                    with self._io("read"):
-                        page = (
-                            self._conn()
-                            .execute(_SELECT_RAW, (cursor, upper, _VERIFY_PAGE))
-                            .fetchall()
-                        )
+                    with self._using("read") as conn:
+                        page = conn.execute(_SELECT_RAW, (cursor, upper, _VERIFY_PAGE)).fetchall()
                 if not page:
                     return
                 yield page
@@ -1044,18 +1063,14 @@ class SQLiteStore(ChainedAppends):
         upper = to_version if to_version is not None else (1 << 62)
         cursor = from_version
         while cursor <= upper:
-            with self._io("read"):
-                page = (
-                    self._conn()
-                    .execute(
-                        "SELECT position, stream_version, CAST(hash AS BLOB), CAST(body AS BLOB) "
-                        "FROM events "
-                        "WHERE stream_id = ? AND stream_version >= ? AND stream_version <= ? "
-                        "ORDER BY stream_version LIMIT ?",
-                        (stream_id, cursor, upper, _PAGE),
-                    )
-                    .fetchall()
-                )
+            with self._using("read") as conn:
+                page = conn.execute(
+                    "SELECT position, stream_version, CAST(hash AS BLOB), CAST(body AS BLOB) "
+                    "FROM events "
+                    "WHERE stream_id = ? AND stream_version >= ? AND stream_version <= ? "
+                    "ORDER BY stream_version LIMIT ?",
+                    (stream_id, cursor, upper, _PAGE),
+                ).fetchall()
             if not page:
                 return
             yield from stream_page_events(stream_id, page)
@@ -1064,75 +1079,56 @@ class SQLiteStore(ChainedAppends):
     def stream_positions(
         self, stream_id: str, from_version: int, to_version: int
     ) -> list[tuple[int, int]]:
-        with self._io("read"):
-            rows = (
-                self._conn()
-                .execute(
-                    "SELECT stream_version, position FROM events WHERE stream_id = ? "
-                    "AND stream_version >= ? AND stream_version <= ? ORDER BY stream_version",
-                    (stream_id, from_version, to_version),
-                )
-                .fetchall()
-            )
+        with self._using("read") as conn:
+            rows = conn.execute(
+                "SELECT stream_version, position FROM events WHERE stream_id = ? "
+                "AND stream_version >= ? AND stream_version <= ? ORDER BY stream_version",
+                (stream_id, from_version, to_version),
+            ).fetchall()
         return [(int(v), int(p)) for v, p in rows]
 
     # -- checkpoints ---------------------------------------------------------------------
 
     def save_checkpoint(self, size: int, note: str) -> None:
-        with self._write_lock, self._io("checkpoint"):
-            self._conn().execute(
+        with self._write_lock, self._using("checkpoint") as conn:
+            conn.execute(
                 "INSERT OR REPLACE INTO checkpoints (size, note) VALUES (?, ?)", (size, note)
             )
 
     def latest_checkpoint(self) -> str | None:
-        with self._io("read"):
-            row = (
-                self._conn()
-                .execute("SELECT note FROM checkpoints ORDER BY size DESC LIMIT 1")
-                .fetchone()
-            )
+        with self._using("read") as conn:
+            row = conn.execute("SELECT note FROM checkpoints ORDER BY size DESC LIMIT 1").fetchone()
         return None if row is None else str(row[0])
 
     def checkpoints(self) -> list[tuple[int, str]]:
-        with self._io("read"):
-            rows = (
-                self._conn().execute("SELECT size, note FROM checkpoints ORDER BY size").fetchall()
-            )
+        with self._using("read") as conn:
+            rows = conn.execute("SELECT size, note FROM checkpoints ORDER BY size").fetchall()
         return [(int(s), str(n)) for s, n in rows]
 
     # -- Merkle nodes (MerkleNodeStore) -------------------------------------------------
 
     def read_hashes(self, start: int, stop: int) -> list[bytes]:
-        with self._io("read"):
-            rows = (
-                self._conn()
-                .execute(
-                    "SELECT CAST(hash AS BLOB) FROM events WHERE position BETWEEN ? AND ? "
-                    "ORDER BY position",
-                    (start, stop),
-                )
-                .fetchall()
-            )
+        with self._using("read") as conn:
+            rows = conn.execute(
+                "SELECT CAST(hash AS BLOB) FROM events WHERE position BETWEEN ? AND ? "
+                "ORDER BY position",
+                (start, stop),
+            ).fetchall()
         return [h for (h,) in rows]
 
     def merkle_nodes(self, level: int, start: int, stop: int) -> list[bytes]:
-        with self._io("read"):
-            rows = (
-                self._conn()
-                .execute(
-                    "SELECT idx, CAST(hash AS BLOB) FROM merkle_nodes "
-                    "WHERE level = ? AND idx >= ? AND idx < ? ORDER BY idx",
-                    (level, start, stop),
-                )
-                .fetchall()
-            )
+        with self._using("read") as conn:
+            rows = conn.execute(
+                "SELECT idx, CAST(hash AS BLOB) FROM merkle_nodes "
+                "WHERE level = ? AND idx >= ? AND idx < ? ORDER BY idx",
+                (level, start, stop),
+            ).fetchall()
         return contiguous_nodes(rows, start)
 
     def merkle_node_count(self, level: int) -> int:
         # Not MAX(idx) + 1 alone: one forged row at 2**40 made that the count. The column
         # is not STRICT, so an index edited by hand may be text or real: it is named.
-        with self._io("read"):
-            conn = self._conn()
+        with self._using("read") as conn:
             rows, lowest, highest, odd = conn.execute(
                 "SELECT COUNT(*), MIN(idx), MAX(idx), "
                 "MIN(CASE typeof(idx) WHEN 'integer' THEN NULL ELSE quote(idx) END) "
@@ -1149,8 +1145,7 @@ class SQLiteStore(ChainedAppends):
             return node_count(level, int(rows), lowest, highest, first_gap)
 
     def add_merkle_nodes(self, level: int, start: int, hashes: Sequence[bytes]) -> None:
-        with self._write_lock, self._io("write"):
-            conn = self._conn()
+        with self._write_lock, self._using("write") as conn:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 conn.executemany(
@@ -1163,21 +1158,19 @@ class SQLiteStore(ChainedAppends):
                 raise
 
     def drop_merkle_nodes(self) -> None:
-        with self._write_lock, self._io("write"):
-            self._conn().execute("DELETE FROM merkle_nodes")
+        with self._write_lock, self._using("write") as conn:
+            conn.execute("DELETE FROM merkle_nodes")
 
     # -- metadata ------------------------------------------------------------------------
 
     def get_meta(self, key: str) -> str | None:
-        with self._io("read"):
-            row = self._conn().execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        with self._using("read") as conn:
+            row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return None if row is None else str(row[0])
 
     def set_meta(self, key: str, value: str) -> None:
-        with self._write_lock, self._io("write"):
-            self._conn().execute(
-                "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value)
-            )
+        with self._write_lock, self._using("write") as conn:
+            conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
 
     # -- import (``tracebound copy``) ----------------------------------------------------
 
@@ -1192,8 +1185,7 @@ class SQLiteStore(ChainedAppends):
         """
         if not records:
             return
-        with self._write_lock, self._io("import"):
-            conn = self._conn()
+        with self._write_lock, self._using("import") as conn:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 (last,) = conn.execute(_LAST_SQL).fetchone()
