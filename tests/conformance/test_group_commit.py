@@ -465,6 +465,39 @@ def test_asyncio_conflict_and_order_with_threads(committer: GroupCommitter[Any])
     _check_log(committer, {})
 
 
+def test_a_cancelled_task_stops_waiting_but_its_queued_append_commits(
+    committer: GroupCommitter[Any],
+) -> None:
+    """A request handler cancelled (or timed out by asyncio.wait_for) while its append is
+    queued: the append is committed all the same, as documented; the others of its group
+    get their own answers, no waiter is left counted, and the committer carries on."""
+    with ThreadPoolExecutor(2) as pool:
+        gate = Gate(committer)
+        plug = pool.submit(committer.append, "plug", [note(0)])
+        assert gate.entered.wait(GUARD)
+
+        async def main() -> list[_Got]:
+            tasks = [asyncio.create_task(committer.append_async("s", [note(i)])) for i in (1, 2, 3)]
+            await asyncio.sleep(0)  # each task queues its request, then awaits its outcome
+            assert committer._core._queued == 4
+            tasks[1].cancel()
+            gate.open()
+            return await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), GUARD)
+
+        first, cancelled, third = asyncio.run(main())
+        plug.result(GUARD)
+    assert isinstance(cancelled, asyncio.CancelledError)
+    assert isinstance(first, list)
+    assert isinstance(third, list)
+    assert [first[0].position, third[0].position] == [2, 4]
+    assert gate.sizes == [1, 3]  # the cancelled request stayed in its group
+    log = list(committer.read_log())
+    assert [(e.stream_id, e.position) for e in log] == [("plug", 1), ("s", 2), ("s", 3), ("s", 4)]
+    assert committer._core._waking == 0  # nobody is left counted as on its way back
+    (after,) = asyncio.run(committer.append_async("s", [note(4)]))
+    assert after.stream_version == 4
+
+
 # -- limits, close ----------------------------------------------------------------------------
 
 

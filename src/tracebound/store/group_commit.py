@@ -743,7 +743,12 @@ class GroupCommitter(Generic[_P]):
         *,
         expected_version: int | None = ANY_VERSION,
     ) -> list[RecordedEvent]:
-        """:meth:`append` for asyncio: awaits the durable commit without blocking the loop."""
+        """:meth:`append` for asyncio: awaits the durable commit without blocking the loop.
+
+        If the task is cancelled once its append is queued, the append still commits:
+        cancelling stops the waiting, not the write (as with any durable store). Read the
+        stream to find out.
+        """
         return await self._core.append_batch_async(
             [AppendRequest(StreamId(stream_id), events, expected_version)]
         )
