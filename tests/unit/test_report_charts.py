@@ -90,6 +90,25 @@ def test_retry_causes_have_whole_counts_and_at_most_25_bars(drawn: list[Any]) ->
     assert all(float(t).is_integer() for t in ticks)  # before: 0.2, 0.4, ... retries
 
 
+def test_cost_from_a_clock_that_came_back_at_1970_shows_beside_todays(drawn: list[Any]) -> None:
+    # A VM whose RTC reset wrote one cost at 1970: the chart was 20 000 daily slots (15 s of
+    # drawing), each bar a fraction of a pixel wide, the 1970 one on the axis's spine.
+    rows = [
+        {"hour": "1970-01-01T00", "role": "Executor", "amount_usd": "1"},
+        {"hour": "2026-05-18T12", "role": "Executor", "amount_usd": "1"},
+    ]
+    report.cost_chart(rows, Path("cost.png"))
+    (ax,) = drawn[0].axes
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("month (UTC)", "USD per month")
+    assert len(ax.patches) == 2  # the months with cost, not every month between
+    left, right = ax.get_xlim()
+    assert all(left < p.get_x() < p.get_x() + p.get_width() < right for p in ax.patches)
+    assert all(p.get_linewidth() > 0 for p in ax.patches)  # at least a line, however long
+    report.cost_chart([{**rows[0], "hour": "0001-01-01T00"}, {**rows[1], "hour": "9999-12-31T23"}],
+                      Path("cost.png"))  # fmt: skip
+    assert drawn[1].axes[0].get_xlabel() == "year (UTC)"  # was an OverflowError
+
+
 def test_an_unknown_chart_suffix_is_refused_before_drawing(drawn: list[Any]) -> None:
     from tracebound.errors import ConfigError
 

@@ -11,6 +11,7 @@ import importlib
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -318,23 +319,60 @@ _PLAIN_BELOW = 1e15
 about 15 significant digits, and written out a larger one shows its noise
 (1200000000000000003793529864192). The title keeps the exact total."""
 
-_HOUR = timedelta(hours=1)
-_DAY = timedelta(days=1)
 _HOURLY_SPAN = timedelta(days=14)
 """Up to two weeks of cost is drawn per hour; a longer span per day (a bar per hour of a
-month is too thin to read)."""
+month is too thin to read), per month, or per year."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Step:
+    """A bucket of the cost chart: its name, the longest span it is used for, how an hour
+    is cut to it, and its length (a bar's width; a month and a year by their shortest)."""
+
+    name: str
+    up_to: timedelta
+    cut: Callable[[datetime], datetime]
+    length: timedelta
+
+
+_STEPS: Final = (
+    _Step("hour", _HOURLY_SPAN, lambda at: at, timedelta(hours=1)),
+    _Step("day", timedelta(days=2 * 366), lambda at: at.replace(hour=0), timedelta(days=1)),
+    _Step("month", timedelta(days=100 * 366), lambda at: at.replace(day=1, hour=0),
+          timedelta(days=28)),
+    _Step("year", timedelta.max, lambda at: at.replace(month=1, day=1, hour=0),
+          timedelta(days=365)),
+)  # fmt: skip
+"""At most about 730 bars whatever the span: a host whose clock came back at 1970 beside
+the right time was 20 000 empty daily slots (seconds of drawing, and no bar to be seen)."""
+
+
+def _step(first: datetime, last: datetime) -> _Step:
+    return next(s for s in _STEPS if last - first <= s.up_to)
+
+
+_AXIS_END: Final = datetime(9999, 12, 31)
+"""The last instant an axis may end at: matplotlib rounds datetime.max to year 10000,
+which it refuses."""
+
+
+def _shifted(at: datetime, by: timedelta) -> datetime:
+    """``at + by``, kept within year 1 to 9999 (the axis of a chart at either end)."""
+    try:
+        return min(at + by, _AXIS_END)
+    except OverflowError:
+        return datetime.min if by < timedelta(0) else _AXIS_END
 
 
 def cost_chart(rows: Sequence[dict[str, Any]], path: Path, *, workflow: str | None = None) -> None:
-    """Cost over time by role: a bar per hour (per day over two weeks), stacked by role.
+    """Cost over time by role: a bar per hour (per day, month or year over longer spans),
+    stacked by role.
 
     Stacked bars on a time axis, not a line per role on a text axis: roles that spent the
     same amount stay visible, an hour with no cost shows as a gap rather than being left
     out, and the axis labels stay readable however long the span.
     """
     plt = _pyplot()
-    mdates: Any = importlib.import_module("matplotlib.dates")  # untyped; with the extra
-
     _check_suffix(path)
     fig, ax = plt.subplots(figsize=(9, 4.5))
     scope = "all workflows" if workflow is None else f"workflow {_as_text(workflow)}"
@@ -342,46 +380,53 @@ def cost_chart(rows: Sequence[dict[str, Any]], path: Path, *, workflow: str | No
         ax.set_title(f"Cost over time by role ({scope})")
         _nothing_to_draw(ax, "no cost recorded")
     else:
-        hours = {r["hour"]: datetime.strptime(r["hour"], "%Y-%m-%dT%H") for r in rows}
-        first, last = min(hours.values()), max(hours.values())
-        step = _HOUR if last - first <= _HOURLY_SPAN else _DAY
-
-        def bucket(hour: str) -> datetime:
-            at = hours[hour]
-            return at if step == _HOUR else at.replace(hour=0)
-
-        amounts: dict[str, dict[datetime, Decimal]] = {}
-        for r in rows:
-            by_time = amounts.setdefault(r["role"], {})
-            at = bucket(r["hour"])
-            by_time[at] = MONEY_CONTEXT.add(by_time.get(at, Decimal(0)), Decimal(r["amount_usd"]))
-        slots = [first if step == _HOUR else first.replace(hour=0)]
-        while slots[-1] + step <= last:
-            slots.append(slots[-1] + step)
-        # The biggest spender at the bottom; ties by name, so the same views draw the same.
-        roles = sorted(amounts, key=lambda role: (-_sum(amounts[role].values()), role))
-        bottom = [0.0] * len(slots)
-        width = step.total_seconds() / 86_400 * 0.9  # matplotlib's date unit is a day
-        for role in roles:
-            heights = [float(amounts[role].get(t, 0)) for t in slots]
-            ax.bar(slots, heights, width=width, bottom=bottom, align="edge", label=role)
-            bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
+        _cost_bars(ax, rows)
         total = _sum(r["amount_usd"] for r in rows)
         # wrap: a long workflow id or an exact total must not run off the figure
         ax.set_title(f"Cost over time by role ({scope}): {format(total, 'f')} USD", wrap=True)
-        ax.set_xlabel("hour (UTC)" if step == _HOUR else "day (UTC)")
-        ax.set_ylabel(f"USD per {'hour' if step == _HOUR else 'day'}")
-        locator = mdates.AutoDateLocator(minticks=3, maxticks=10)
-        ax.xaxis.set_major_locator(locator)
-        ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
-        ax.set_xlim(slots[0] - step * 0.5, slots[-1] + step * 1.5)
-        ax.set_ylim(0, max(bottom) * 1.1 or 1)
-        plain = max(bottom) < _PLAIN_BELOW
-        ax.ticklabel_format(axis="y", style="plain" if plain else "sci", useOffset=False)
-        ax.legend(title="role", loc="upper left", bbox_to_anchor=(1.01, 1))  # off the bars
     fig.tight_layout()
     _save(fig, path)
     plt.close(fig)
+
+
+def _cost_bars(ax: Any, rows: Sequence[dict[str, Any]]) -> None:
+    mdates: Any = importlib.import_module("matplotlib.dates")  # untyped; with the extra
+
+    hours = {r["hour"]: datetime.strptime(r["hour"], "%Y-%m-%dT%H") for r in rows}
+    step = _step(min(hours.values()), max(hours.values()))
+    amounts: dict[str, dict[datetime, Decimal]] = {}
+    for r in rows:
+        by_time = amounts.setdefault(r["role"], {})
+        at = step.cut(hours[r["hour"]])
+        by_time[at] = MONEY_CONTEXT.add(by_time.get(at, Decimal(0)), Decimal(r["amount_usd"]))
+    # Only the buckets with cost: the empty ones between are gaps on the time axis anyway.
+    slots = sorted({at for by_time in amounts.values() for at in by_time})
+    # The biggest spender at the bottom; ties by name, so the same views draw the same.
+    roles = sorted(amounts, key=lambda role: (-_sum(amounts[role].values()), role))
+    bottom = [0.0] * len(slots)
+    width = step.length.total_seconds() / 86_400 * 0.9  # matplotlib's date unit is a day
+    for role in roles:
+        heights = [float(amounts[role].get(t, 0)) for t in slots]
+        bars = ax.bar(slots, heights, width=width, bottom=bottom, align="edge", label=role)
+        for bar in bars:  # an edge of its own colour: a bar of a day on a long axis shows
+            bar.set_edgecolor(bar.get_facecolor())
+            bar.set_linewidth(0.8)
+        bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
+    ax.set_xlabel(f"{step.name} (UTC)")
+    ax.set_ylabel(f"USD per {step.name}")
+    locator = mdates.AutoDateLocator(minticks=3, maxticks=10)
+    ax.xaxis.set_major_locator(locator)
+    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
+    # A margin of a fiftieth of the span at least: a bar at either end stays off the spine.
+    margin = (slots[-1] - slots[0]) / 50
+    ax.set_xlim(
+        _shifted(slots[0], -max(step.length / 2, margin)),
+        _shifted(slots[-1], max(step.length * 1.5, margin)),
+    )
+    ax.set_ylim(0, max(bottom) * 1.1 or 1)
+    plain = max(bottom) < _PLAIN_BELOW
+    ax.ticklabel_format(axis="y", style="plain" if plain else "sci", useOffset=False)
+    ax.legend(title="role", loc="upper left", bbox_to_anchor=(1.01, 1))  # off the bars
 
 
 _MAX_CAUSES = 25
