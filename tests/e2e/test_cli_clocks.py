@@ -57,3 +57,23 @@ def test_a_cost_chart_over_a_wrong_clock_is_drawn(tmp_path: Path, stamps: tuple[
         out = _zoned(cli, zone).json("report", "cost", "--chart", str(chart))
         assert out["chart"] == str(chart) and b"<svg" in chart.read_bytes()
         assert [r["hour"] for r in out["by_role_and_hour"]] == [t[:13] for t in stamps]
+
+
+def test_an_appended_line_hashes_the_same_whatever_the_hosts_zone(tmp_path: Path) -> None:
+    # One line, appended on three hosts of different zones with its offset written in three
+    # ways (and nine fractional digits, cut to six): the same record, byte for byte.
+    stamps = ("2026-05-18T17:45:00.123456789+05:45", "2026-05-18t12:00:00.123456z",
+              "2026-05-18T08:30:00.1234569-03:30")  # fmt: skip
+    hashes = set()
+    for zone, stamp in zip(ZONES, stamps, strict=True):
+        cli = _zoned(CLI(tmp_path / zone.replace("/", "-")), zone)
+        cli.json("init")
+        line = json.loads(_cost(stamp))
+        line["event_id"] = "00000000-0000-0000-0000-000000000001"
+        cli.json("append", stdin=json.dumps(line) + "\n")
+        (event,) = cli.json("log")["events"]
+        assert event["timestamp"] == "2026-05-18T12:00:00.123456Z"
+        table = cli.run("log").stdout  # the table is UTC too, its date in the title
+        assert "on 2026-05-18" in table and " 12:00:00.123 " in table
+        hashes.add(event["hash"])
+    assert len(hashes) == 1

@@ -61,6 +61,25 @@ def _bytes_run(cli: CLI, *args: str, stdin: bytes) -> subprocess.CompletedProces
         ('{"stream_id": "s", "payload": {"kind": ["x"]}}\n', "line 2: "),
         ('{"stream_id": "s", "payload": {"tier": "direct"}}\n', "`kind`"),
         (_cost_line(timestamp="0001-01-01T00:00:00+01:00"), "line 2: timestamp: "),
+        # Numbers were read as Unix seconds (or milliseconds, by size), and 0, "" and false
+        # silently became the time of appending; a time without seconds or zone-less digits
+        # were let through too. The README says RFC 3339 with a zone.
+        *(
+            (_cost_line(timestamp=ts), "line 2: `timestamp` must be RFC 3339 text")
+            for ts in (
+                0,
+                1,
+                1700000000,
+                "1700000000",
+                "",
+                False,
+                "2026-05-18T12:00Z",
+                "2026-05-18",
+                "2026-05-18T12:00:00",
+            )
+        ),
+        # A leap second: was "unexpected extra characters at the end of the input".
+        (_cost_line(timestamp="2016-12-31T23:59:60Z"), "line 2: `timestamp` 23:59:60 is a "),
         ("[1, 2]\n", "one event object per line"),
         ('{\n  "stream_id": "s"\n}\n', "one event per line"),
     ],

@@ -6,6 +6,7 @@ import io
 import json
 import logging
 import os
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -397,7 +398,7 @@ def _parse_line(
                 "event_type": data.get("event_type", kind),
                 "workflow_id": data.get("workflow_id"),
                 "correlation_id": data.get("correlation_id"),
-                "timestamp": data.get("timestamp") or clock.now(),
+                "timestamp": _timestamp(number, data.get("timestamp"), clock),
                 "payload": {"kind": kind, **payload},
             }
         )
@@ -428,6 +429,34 @@ def _parse_line(
 
 
 _SHOWN_ERRORS: Final = 12
+
+_RFC3339: Final = re.compile(
+    r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:[Zz]|[+-]\d{2}:\d{2})", re.ASCII
+)
+
+
+def _timestamp(number: int, value: object, clock: SystemClock) -> object:
+    """A line's ``timestamp`` as the event takes it: RFC 3339 text with a zone, or the time
+    of appending when there is none. Pydantic alone read a number (or its text) as Unix
+    seconds, and ``or`` turned 0, "" and false into now: a wrong time recorded for good.
+
+    Digits past the microsecond are cut (the hashed form keeps six), and an offset is
+    converted to UTC, so the same line hashes the same on every host, whatever its zone.
+    """
+    if value is None:
+        return clock.now()
+    if not isinstance(value, str) or _RFC3339.fullmatch(value) is None:
+        raise ConfigError(
+            f"line {number}: `timestamp` must be RFC 3339 text with a zone, such as "
+            f'"2026-05-18T12:00:00Z" or "2026-05-18T17:45:00+05:45", not {value!r:.60}; '
+            "leave it out to record the time of appending"
+        )
+    if value[17:19] == "60":
+        raise ConfigError(
+            f"line {number}: `timestamp` {value[11:19]} is a leap second, which a recorded "
+            "time cannot hold; write :59.999999 of that minute"
+        )
+    return value
 
 
 def _scrubbed(redactor: Redactor, payload: dict[str, Any]) -> dict[str, Any]:
