@@ -171,6 +171,31 @@ def test_inspect_of_a_pipeline_run_id_names_the_runs_stream(sh: Shell) -> None:
     assert other == "no stream 'nothing-here' in this ledger"
 
 
+def test_a_run_id_copied_from_a_stream_name_is_named_back(sh: Shell) -> None:
+    """`log`, `inspect` and `verify-evidence` show a run's events under its stream,
+    run/RUN (and its spend under costs/RUN); pasted into a run command, that said only
+    "no run 'run/RUN' in this ledger", which reads like the run is not there. Each run
+    command now names the run id to use; a plain typo still points at `tracebound runs`."""
+    run = sh.start("gated")
+    for stream in (f"run/{run}", f"costs/{run}"):
+        for args in (
+            ("replay", stream),
+            ("approve", stream, "execute", "--as", "@alice"),
+            ("reject", stream, "execute", "--as", "@alice"),
+            ("resume", stream),
+            ("abandon", stream, "--as", "@oncall", "--reason", "killed"),
+            ("metrics", "--workflow", stream),
+            ("export", "evidence", stream),
+        ):
+            message = sh.tb_json(*args, code=2)["error"]["message"]
+            assert f"no run {stream!r} in this ledger" in message, (args, message)
+            assert f"the run id is {run}" in message, (args, message)
+    for args in (("replay", "nope"), ("approve", "nope", "execute", "--as", "@alice")):
+        message = sh.tb_json(*args, code=2)["error"]["message"]
+        assert message == "no run 'nope' in this ledger (`tracebound runs` lists them)", args
+    assert sh.tb_json("runs")["runs"][0]["status"] == "gated"  # nothing was written
+
+
 def test_reject_ends_the_run(sh: Shell) -> None:
     run = sh.start("gated")
     assert sh.tb_json("reject", run, "execute", "--as", "@platform", code=2)["error"]

@@ -485,7 +485,7 @@ _NO_REF: Final = "MODULE:ATTR"
 
 def _gate(ledger: Ledger, run: str, step: str) -> GateRequested:
     from tracebound.events.catalog import GateRequested, RunStarted  # noqa: PLC0415 - lazy, for startup time
-    from tracebound.pipeline.runner import run_stream  # noqa: PLC0415 - lazy, for startup time
+    from tracebound.pipeline.runner import no_such_run, run_stream  # noqa: PLC0415 - lazy, for startup time
 
     gate: GateRequested | None = None
     started = False
@@ -494,7 +494,7 @@ def _gate(ledger: Ledger, run: str, step: str) -> GateRequested:
         if isinstance(e.payload, GateRequested) and e.payload.step_id == step:
             gate = e.payload
     if not started:
-        raise ConfigError(f"no run {run!r} in this ledger")
+        raise no_such_run(ledger.store, run)
     if gate is None:
         raise ConfigError(f"step {step!r} of run {run!r} is not gated; `tracebound runs` shows it")
     return gate
@@ -681,12 +681,12 @@ def _pipeline_ref(ledger: Ledger, run: str) -> str | None:
     """The ``module:attr`` the run's ``run_started`` recorded (None: its Pipeline had no
     ``ref``)."""
     from tracebound.events.catalog import RunStarted  # noqa: PLC0415 - lazy, for startup time
-    from tracebound.pipeline.runner import run_stream  # noqa: PLC0415 - lazy, for startup time
+    from tracebound.pipeline.runner import no_such_run, run_stream  # noqa: PLC0415 - lazy, for startup time
 
     for e in ledger.store.read_stream(run_stream(run), to_version=1):
         if isinstance(e.payload, RunStarted):
             return e.payload.pipeline_ref
-    raise ConfigError(f"no run {run!r} in this ledger")
+    raise no_such_run(ledger.store, run)
 
 
 # -- abandon -------------------------------------------------------------------------------
@@ -825,6 +825,7 @@ def _runs_of(ledger: Ledger, pipeline: str | None, workflow: str | None) -> set[
     decodes only ``run_started``)."""
     from tracebound.events.catalog import RunStarted  # noqa: PLC0415 - lazy, for startup time
     from tracebound.events.record import decode_known  # noqa: PLC0415 - lazy, for startup time
+    from tracebound.pipeline.runner import no_such_run  # noqa: PLC0415 - lazy, for startup time
     from tracebound.store.port import RecordFilter, read_matching  # noqa: PLC0415 - lazy, for startup time
 
     started = read_matching(ledger.store, RecordFilter(kinds=frozenset({"run_started"})))
@@ -839,8 +840,12 @@ def _runs_of(ledger: Ledger, pipeline: str | None, workflow: str | None) -> set[
         return run_ids
     if workflow is None:
         raise ConfigError(f"no runs of pipeline {pipeline!r} in this ledger")
-    of = "" if pipeline is None else f" of pipeline {pipeline!r}"
-    raise ConfigError(f"no run {workflow!r}{of} in this ledger (`tracebound runs` lists them)")
+    if pipeline is None:
+        raise no_such_run(ledger.store, workflow)
+    raise ConfigError(
+        f"no run {workflow!r} of pipeline {pipeline!r} in this ledger "
+        "(`tracebound runs` lists them)"
+    )
 
 
 def metrics(

@@ -120,7 +120,7 @@ from tracebound.integrity.run_head import RUN_STATUSES, RunHead, open_run_head, 
 from tracebound.integrity.stream_head import StreamHead, open_stream_head, sign_stream_head
 from tracebound.integrity.strict_json import loads_canonical_record, loads_strict
 from tracebound.ledger import Ledger
-from tracebound.pipeline.runner import run_stream
+from tracebound.pipeline.runner import no_such_run, run_stream
 from tracebound.replay.rebuild import read_run_records
 from tracebound.store.blobs import BlobStore
 from tracebound.store.files import write_file_atomic
@@ -510,7 +510,7 @@ def export_evidence(
         LedgerDamaged, ProofError: as :func:`build_evidence`.
     """
     if ledger.store.stream_head(run_stream(run_id)) is None:
-        raise ConfigError(f"no run {run_id!r} in this ledger (`tracebound runs` lists them)")
+        raise no_such_run(ledger.store, run_id)
     doc = build_evidence(ledger, blobs, run_id)
     _refuse_between_finishes(doc)
     after = _uncovered(ledger, doc)

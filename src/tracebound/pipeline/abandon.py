@@ -26,7 +26,7 @@ from tracebound.events.envelope import RecordedEvent
 from tracebound.ids import RunId
 from tracebound.ledger import Ledger
 from tracebound.pipeline.redaction import Redactor
-from tracebound.pipeline.runner import run_stream
+from tracebound.pipeline.runner import no_such_run, run_stream
 
 __all__ = ["StaleRun", "abandon", "abandon_reason", "stale_run"]
 
@@ -67,7 +67,7 @@ def stale_run(ledger: Ledger, run_id: str) -> StaleRun:
         elif isinstance(p, GateRequested):
             gate = p
     if started is None or last is None:
-        raise ConfigError(f"no run {run_id!r} in this ledger (`tracebound runs` lists them)")
+        raise no_such_run(ledger.store, run_id)
     _refuse_ended(run_id, finished, gate)
     idle = (ledger.clock.now() - last.timestamp).total_seconds()
     return StaleRun(RunId(run_id), started.pipeline, last.stream_version, last, max(0, int(idle)))

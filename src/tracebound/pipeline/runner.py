@@ -80,9 +80,10 @@ from tracebound.pipeline.redaction import Redaction, Redactor
 from tracebound.pipeline.runtime import Pipeline, RoleName, StepContext, StepSpec
 from tracebound.pipeline.validations import ValidationInput, ValidationRegistry
 from tracebound.store.blobs import BlobStore
+from tracebound.store.port import LedgerStore
 from tracebound.store.reconnect import DEFAULT_GIVE_UP_AFTER, Outage
 
-__all__ = ["RunResult", "Runner", "StepOutcome", "run_stream"]
+__all__ = ["RunResult", "Runner", "StepOutcome", "no_such_run", "run_stream"]
 
 RunStatus = Literal["completed", "failed", "gated", "rejected"]
 
@@ -90,6 +91,26 @@ RunStatus = Literal["completed", "failed", "gated", "rejected"]
 def run_stream(run_id: str) -> str:
     """The ledger stream that holds one run's events."""
     return f"run/{run_id}"
+
+
+# The streams named after a run: its events, and its spend (the evidence file's costs/RUN).
+_RUN_STREAM_PREFIXES: Final = ("run/", "costs/")
+
+
+def no_such_run(store: LedgerStore, run_id: str) -> ConfigError:
+    """The refusal of a run id the ledger has no run of.
+
+    `log`, `inspect` and `verify-evidence` print a run's streams (run/RUN, costs/RUN), and
+    that is what gets pasted into a run command: then the message names the run id itself,
+    so that "no run" is not read as "the run is not there"."""
+    for prefix in _RUN_STREAM_PREFIXES:
+        inner = run_id.removeprefix(prefix)
+        if inner != run_id and store.stream_head(run_stream(inner)) is not None:
+            return ConfigError(
+                f"no run {run_id!r} in this ledger: that is a stream of run {inner}; "
+                f"the run id is {inner}"
+            )
+    return ConfigError(f"no run {run_id!r} in this ledger (`tracebound runs` lists them)")
 
 
 @dataclass
@@ -1081,7 +1102,8 @@ class Runner:
                 blames.append(p)
             elif isinstance(p, RunFinished):
                 finished = p
-        inputs = orjson.loads(self.blobs.get(_started(started, pipeline, run_id).inputs_digest))
+        begun = _started(self.ledger.store, started, pipeline, run_id)
+        inputs = orjson.loads(self.blobs.get(begun.inputs_digest))
         if finished is None and gate is None:
             raise ConfigError(
                 f"run {run_id} has not finished (no run_finished, and no gate): its process "
@@ -1200,10 +1222,12 @@ def _through_links(paths: tuple[str, ...], workspace: Path | None) -> tuple[str,
     return tuple(dict.fromkeys(out))
 
 
-def _started(started: RunStarted | None, pipeline: Pipeline, run_id: str) -> RunStarted:
+def _started(
+    store: LedgerStore, started: RunStarted | None, pipeline: Pipeline, run_id: str
+) -> RunStarted:
     """The run's ``run_started``, checked to be there and of this pipeline."""
     if started is None:
-        raise ConfigError(f"no run {run_id!r} in this ledger")
+        raise no_such_run(store, run_id)
     if started.pipeline != pipeline.name:
         raise ConfigError(
             f"run {run_id} is of pipeline {started.pipeline!r}, not {pipeline.name!r}"

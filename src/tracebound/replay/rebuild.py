@@ -81,7 +81,7 @@ from tracebound.integrity.verify import (
     link_damage,
 )
 from tracebound.ledger import Ledger
-from tracebound.pipeline.runner import run_stream
+from tracebound.pipeline.runner import no_such_run, run_stream
 from tracebound.store.blobs import BlobStore
 from tracebound.store.nodes import LogNodes
 from tracebound.store.port import LedgerStore, MerkleNodeStore, position_runs
@@ -422,7 +422,7 @@ def _read_run(
     except (IntegrityError, ValidationFailed) as exc:
         raise _undecodable(store, stream, exc) from exc
     if not positions:
-        raise ConfigError(f"no run {run_id!r} in this ledger")
+        raise no_such_run(store, run_id)
     raws: list[RawRecord] = []
     for first, last in position_runs(sorted(positions)):
         raws += store.read_raw(start=first, stop=last)
