@@ -41,9 +41,9 @@ def _write(url: str, padding: int) -> None:
             led.record(f"run-{i}", [outcome, cost(i)], workflow_id="wf-x")
 
 
-def _log(url: str, *args: str) -> dict[str, Any]:
+def _log(url: str, *args: str, code: int = 0) -> dict[str, Any]:
     out = CliRunner().invoke(app, ["log", *args, "--json", "--store", url])
-    assert out.exit_code == 0, out.output
+    assert out.exit_code == code, out.output
     data: dict[str, Any] = json.loads(out.stdout)
     return data
 
@@ -116,6 +116,8 @@ def test_a_column_edited_behind_the_chain_hides_no_event(tmp_path: Path, column:
     assert _positions(_log(url, "--workflow", "wf-x", "--type", "merge_outcome")) == [
         4, 9, 14, 19, 24,
     ]  # fmt: skip
-    # Nor does a forged column add one: the body does not say "forged".
-    assert _positions(_log(url, "--workflow", "forged")) == []
+    # Nor does a forged column add one: the body does not say "forged", so no event of
+    # the ledger has that workflow (refused as a name the ledger never had).
+    refused = _log(url, "--workflow", "forged", code=2)["error"]["message"]
+    assert refused.startswith("no event in this ledger has workflow 'forged'")
     assert _positions(_log(url, "--type", "forged")) == []

@@ -196,6 +196,30 @@ def test_a_run_id_copied_from_a_stream_name_is_named_back(sh: Shell) -> None:
     assert sh.tb_json("runs")["runs"][0]["status"] == "gated"  # nothing was written
 
 
+def test_log_of_a_workflow_or_stream_the_ledger_never_had_says_so(sh: Shell) -> None:
+    """`log --workflow RUN` with a mistyped (or stream-shaped) id printed "0 event(s)" and
+    exited 0, as if the run had done nothing, where `report trail`, `metrics` and `inspect`
+    refuse a name the ledger never had. It now exits 2 saying so, naming the right
+    spelling when the name is a run's stream or a run id given as a stream."""
+    run = sh.start("gated")
+    assert sh.tb_json("log", "--workflow", run)["events"]
+    assert sh.tb_json("log", "--stream", f"run/{run}")["events"]
+    assert sh.tb_json("log", "--type", "merge_outcome")["events"] == []  # none: a fair answer
+    assert sh.tb_json("log", "--workflow", run, "--start", "999")["events"] == []  # later: none
+
+    typo = sh.tb_json("log", "--workflow", run[:-1], code=2)["error"]
+    assert typo["message"] == (
+        f"no event in this ledger has workflow {run[:-1]!r} (`tracebound runs` lists run ids)"
+    )
+    as_stream = sh.tb_json("log", "--workflow", f"run/{run}", code=2)["error"]["message"]
+    assert f"--workflow {run}" in as_stream and f"--stream run/{run}" in as_stream
+    as_run = sh.tb_json("log", "--stream", run, code=2)["error"]["message"]
+    assert as_run.startswith(f"no stream {run!r} in this ledger")
+    assert f"--stream run/{run}" in as_run
+    said = sh.tb("log", "--stream", "nothing-here", code=2).stderr
+    assert "no stream 'nothing-here' in this ledger" in said
+
+
 def test_reject_ends_the_run(sh: Shell) -> None:
     run = sh.start("gated")
     assert sh.tb_json("reject", run, "execute", "--as", "@platform", code=2)["error"]

@@ -676,6 +676,8 @@ def log_cmd(
                 if len(rows) == limit:
                     next_start = row["position"] + 1
                     break
+            if not rows:
+                _refuse_unknown_names(backend, stream, workflow)
         finally:
             backend.close()
     if as_json:
@@ -686,6 +688,34 @@ def log_cmd(
         console.print(
             f"[dim]--limit {limit} reached: --start {next_start} continues (--limit 0: all)[/]"
         )
+
+
+def _refuse_unknown_names(backend: LedgerStore, stream: str | None, workflow: str | None) -> None:
+    """Refuse a --stream or --workflow no event of the ledger has: an empty listing of a
+    mistyped run id read as "the run did nothing" (`report trail`, `metrics` and `inspect`
+    refuse such a name too). A name the ledger has, with nothing at --start or after, is
+    an empty listing."""
+    if stream and backend.stream_head(stream) is None:
+        raise _missing_stream(backend, stream, show="tracebound log --stream")
+    if workflow is None or _has_workflow(backend, workflow):
+        return
+    for prefix in ("run/", "costs/"):  # a run's streams, as `log` prints them
+        run = workflow.removeprefix(prefix)
+        if run != workflow and backend.stream_head(f"run/{run}") is not None:
+            raise ConfigError(
+                f"no event in this ledger has workflow {workflow!r}: that is a stream of run "
+                f"{run}, whose workflow is the run id (--workflow {run}, or --stream {workflow})"
+            )
+    raise ConfigError(
+        f"no event in this ledger has workflow {workflow!r} (`tracebound runs` lists run ids)"
+    )
+
+
+def _has_workflow(backend: LedgerStore, workflow: str) -> bool:
+    """Whether a record's hashed body names ``workflow`` (the store's filter may match more:
+    each candidate is decoded, as `log` decodes what it lists)."""
+    where = RecordFilter(workflows=frozenset({workflow}), in_body=True)
+    return any(raw_row(raw)["workflow_id"] == workflow for raw in read_matching(backend, where))
 
 
 def _log_records(
@@ -876,11 +906,13 @@ def _walk_stream(backend: LedgerStore, stream: str, *, start: int, limit: int) -
     return walk
 
 
-def _missing_stream(backend: LedgerStore, stream: str) -> ConfigError:
+def _missing_stream(
+    backend: LedgerStore, stream: str, *, show: str = "tracebound inspect"
+) -> ConfigError:
     hint = ""
     if backend.stream_head(f"run/{stream}") is not None:
         # `tracebound runs` lists run ids; a pipeline run's events are run/<id>.
-        hint = f" (a pipeline run's stream is run/{stream}: tracebound inspect run/{stream})"
+        hint = f" (a pipeline run's stream is run/{stream}: {show} run/{stream})"
     return ConfigError(f"no stream {stream!r} in this ledger{hint}")
 
 
