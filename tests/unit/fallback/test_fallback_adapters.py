@@ -14,8 +14,12 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+import anthropic
+import openai
 import pytest
+from anthropic import _models as anthropic_models
 from blake3 import blake3
+from openai import _models as openai_models
 from tests.fence.fallback_kit import LLM_FIXTURES, make_kit
 
 from tracebound.errors import ConfigError
@@ -30,11 +34,14 @@ from tracebound.integrations.llm import (
     ScriptedLeaf,
     load_exchanges,
 )
+from tracebound.integrations.llm.anthropic_leaf import _token_usage as _anthropic_usage
+from tracebound.integrations.llm.openai_leaf import _token_usage as _openai_usage
 from tracebound.pipeline.fallback import (
     PRIOR_ATTEMPTS_HEADER,
     FenceWrapper,
     ModelPrice,
     RecipeBook,
+    TokenUsage,
     build_attempt_summary,
 )
 from tracebound.pipeline.retry.models import FailingSignal
@@ -317,3 +324,78 @@ def test_retry_prompt_carries_the_summary_and_yields_a_different_patch(
     assert second.anchor.cost_usd == expected
     assert second.anchor.attempt_id != first.anchor.attempt_id != UUID(int=0)
     kit.close()
+
+
+# --- usage as the oldest supported SDKs parse it ------------------------------------------------
+
+
+class _Anthropic034Usage(anthropic_models.BaseModel):
+    """``anthropic.types.Usage`` as anthropic 0.34 (the oldest pyproject allows) declares it:
+    no cache fields. The SDK keeps a field it does not declare as the raw JSON (a block is a
+    dict), and one the body omits is no attribute at all."""
+
+    input_tokens: int
+    output_tokens: int
+
+
+class _OpenAI140Usage(openai_models.BaseModel):
+    """``openai.types.CompletionUsage`` as openai 1.40 declares it: no details blocks."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+def test_usage_is_read_as_the_oldest_supported_sdks_give_it() -> None:
+    """With anthropic 0.34 every answer that wrote to the cache was refused as malformed
+    (the 5-minute/1-hour breakdown came as a dict, read as 0 + 0 writes), and one without the
+    cache fields too (no attribute); with openai 1.40 every answer was refused (no
+    prompt_tokens_details attribute, or a dict without .cached_tokens)."""
+    anthropic_body: dict[str, Any] = {
+        "input_tokens": 47,
+        "cache_creation_input_tokens": 1536,
+        "cache_read_input_tokens": 100,
+        "output_tokens": 88,
+        "cache_creation": {"ephemeral_5m_input_tokens": 512, "ephemeral_1h_input_tokens": 1024},
+    }
+    expected = TokenUsage(
+        input_tokens=47 + 100 + 1536,
+        cached_input_tokens=100,
+        cache_write_input_tokens=1536,
+        cache_write_long_input_tokens=1024,
+        output_tokens=88,
+    )
+    assert _anthropic_usage(_Anthropic034Usage.construct(**anthropic_body)) == expected
+    assert _anthropic_usage(anthropic.types.Usage.construct(**anthropic_body)) == expected
+    bare = _Anthropic034Usage.construct(input_tokens=5, output_tokens=3)
+    assert _anthropic_usage(bare) == TokenUsage(input_tokens=5, output_tokens=3)
+
+    openai_body: dict[str, Any] = {
+        "prompt_tokens": 1873,
+        "completion_tokens": 300,
+        "total_tokens": 2173,
+        "prompt_tokens_details": {"cached_tokens": 1024, "cache_write_tokens": 512},
+        "completion_tokens_details": {"reasoning_tokens": 200},
+    }
+    expected = TokenUsage(
+        input_tokens=1873,
+        cached_input_tokens=1024,
+        cache_write_input_tokens=512,
+        output_tokens=300,
+        reasoning_tokens=200,
+    )
+    assert _openai_usage(_OpenAI140Usage.construct(**openai_body)) == expected
+    assert _openai_usage(openai.types.CompletionUsage.construct(**openai_body)) == expected
+    bare_openai = _OpenAI140Usage.construct(prompt_tokens=5, completion_tokens=3, total_tokens=8)
+    assert _openai_usage(bare_openai) == TokenUsage(input_tokens=5, output_tokens=3)
+
+
+def test_a_cache_breakdown_that_is_not_counts_is_malformed() -> None:
+    bad = _Anthropic034Usage.construct(
+        input_tokens=1,
+        output_tokens=1,
+        cache_creation_input_tokens=2,
+        cache_creation={"ephemeral_5m_input_tokens": "2", "ephemeral_1h_input_tokens": 0},
+    )
+    with pytest.raises(TypeError, match="ephemeral_5m_input_tokens is not a token count"):
+        _anthropic_usage(bad)

@@ -30,6 +30,7 @@ __all__ = [
     "missing_extra",
     "raw_body",
     "sdk_failure",
+    "usage_field",
 ]
 
 
@@ -144,3 +145,16 @@ def raw_body(raw: object) -> bytes:
         if isinstance(data, bytes):
             return data
     raise TypeError(f"cannot read the body of a {type(raw).__name__}")
+
+
+def usage_field(block: object, name: str) -> Any:
+    """``block.name`` of a usage block, ``None`` when absent, whatever SDK version parsed it.
+
+    The oldest SDK versions the extras allow (anthropic 0.34, openai 1.40) predate the cache
+    and reasoning fields: such an SDK keeps a field it does not declare as the raw JSON (so a
+    nested block is a ``dict``), and a field the body omits is no attribute at all. Read
+    as attributes only, every answer of such a setup was refused as malformed.
+    """
+    if isinstance(block, dict):
+        return block.get(name)
+    return getattr(block, name, None)

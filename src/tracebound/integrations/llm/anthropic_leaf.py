@@ -20,6 +20,8 @@ cache writes (``cache_creation_input_tokens``) beside it. So
 
 from __future__ import annotations
 
+from typing import Any
+
 from tracebound.errors import ConfigError, short_repr
 from tracebound.integrations.llm._common import (
     PARSE_ERRORS,
@@ -29,6 +31,7 @@ from tracebound.integrations.llm._common import (
     missing_extra,
     raw_body,
     sdk_failure,
+    usage_field,
 )
 from tracebound.pipeline.fallback.leaf import LeafResponse, TokenUsage
 
@@ -104,30 +107,38 @@ class AnthropicLeaf:
             text = "".join(
                 getattr(block, "text", "") for block in message.content if block.type == "text"
             )
-            u = message.usage
-            # Counts are summed here, so each is checked first: `true + 0` would be 1.
-            uncached = _count(u.input_tokens, "input_tokens")
-            cache_read = _count(u.cache_read_input_tokens or 0, "cache_read_input_tokens")
-            cache_write = _count(u.cache_creation_input_tokens or 0, "cache_creation_input_tokens")
-            long_write = _long_writes(getattr(u, "cache_creation", None), cache_write)
-            details = getattr(u, "output_tokens_details", None)
-            thinking = (getattr(details, "thinking_tokens", None) or 0) if details else 0
-            tokens = TokenUsage(
-                input_tokens=uncached + cache_read + cache_write,
-                output_tokens=u.output_tokens,
-                cached_input_tokens=cache_read,
-                cache_write_input_tokens=cache_write,
-                cache_write_long_input_tokens=long_write,
-                reasoning_tokens=thinking,
-            )
             return LeafResponse(
                 text=text,
-                usage=tokens,
+                usage=_token_usage(message.usage),
                 model=message.model or model,
                 raw_digest_blake3=digest(body),
             )
         except _UNUSABLE as exc:
             raise LeafMalformedResponse(f"unusable message: {type(exc).__name__}: {exc}") from exc
+
+
+def _token_usage(u: Any) -> TokenUsage:
+    """The message's ``usage`` in the catalog's convention (see the module's docstring)."""
+    # Counts are summed here, so each is checked first: `true + 0` would be 1.
+    uncached = _count(u.input_tokens, "input_tokens")
+    cache_read = _count(_optional(u, "cache_read_input_tokens"), "cache_read_input_tokens")
+    cache_write = _count(_optional(u, "cache_creation_input_tokens"), "cache_creation_input_tokens")
+    long_write = _long_writes(usage_field(u, "cache_creation"), cache_write)
+    details = usage_field(u, "output_tokens_details")
+    return TokenUsage(
+        input_tokens=uncached + cache_read + cache_write,
+        output_tokens=u.output_tokens,
+        cached_input_tokens=cache_read,
+        cache_write_input_tokens=cache_write,
+        cache_write_long_input_tokens=long_write,
+        reasoning_tokens=_optional(details, "thinking_tokens"),
+    )
+
+
+def _optional(block: object, name: str) -> Any:
+    """A count the API may omit or give as null: 0 then."""
+    value = usage_field(block, name)
+    return 0 if value is None else value
 
 
 def _long_writes(breakdown: object, cache_write: int) -> int:
@@ -136,7 +147,7 @@ def _long_writes(breakdown: object, cache_write: int) -> int:
     if breakdown is None:
         return 0
     long_write, short_write = (
-        _count(getattr(breakdown, name, 0), f"cache_creation.{name}")
+        _count(_optional(breakdown, name), f"cache_creation.{name}")
         for name in ("ephemeral_1h_input_tokens", "ephemeral_5m_input_tokens")
     )
     if long_write + short_write != cache_write:

@@ -15,7 +15,7 @@ The prompt is sent as one user message, byte for byte the text whose digest
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from tracebound.errors import ConfigError
 from tracebound.integrations.llm._common import (
@@ -26,6 +26,7 @@ from tracebound.integrations.llm._common import (
     missing_extra,
     raw_body,
     sdk_failure,
+    usage_field,
 )
 from tracebound.pipeline.fallback.leaf import LeafResponse, TokenUsage
 
@@ -107,23 +108,9 @@ class OpenAICompatibleLeaf:
             body = raw_body(raw)
             completion = raw.parse()
             text = completion.choices[0].message.content or ""
-            usage = completion.usage
-            if usage is None:
-                raise LeafMalformedResponse("the response has no usage block; its cost is unknown")
-            details_in = usage.prompt_tokens_details
-            details_out = usage.completion_tokens_details
-            tokens = TokenUsage(
-                input_tokens=usage.prompt_tokens,
-                output_tokens=usage.completion_tokens,
-                cached_input_tokens=(details_in.cached_tokens or 0) if details_in else 0,
-                cache_write_input_tokens=(
-                    (getattr(details_in, "cache_write_tokens", None) or 0) if details_in else 0
-                ),
-                reasoning_tokens=(details_out.reasoning_tokens or 0) if details_out else 0,
-            )
             return LeafResponse(
                 text=text,
-                usage=tokens,
+                usage=_token_usage(completion.usage),
                 model=completion.model or model,
                 raw_digest_blake3=digest(body),
             )
@@ -131,3 +118,29 @@ class OpenAICompatibleLeaf:
             raise LeafMalformedResponse(
                 f"unusable chat completion: {type(exc).__name__}: {exc}"
             ) from exc
+
+
+def _token_usage(usage: Any) -> TokenUsage:
+    """The completion's ``usage``, already in the catalog's convention (see the module's
+    docstring).
+
+    Raises:
+        LeafMalformedResponse: there is no usage block.
+    """
+    if usage is None:
+        raise LeafMalformedResponse("the response has no usage block; its cost is unknown")
+    details_in = usage_field(usage, "prompt_tokens_details")
+    details_out = usage_field(usage, "completion_tokens_details")
+    return TokenUsage(
+        input_tokens=usage.prompt_tokens,
+        output_tokens=usage.completion_tokens,
+        cached_input_tokens=_optional(details_in, "cached_tokens"),
+        cache_write_input_tokens=_optional(details_in, "cache_write_tokens"),
+        reasoning_tokens=_optional(details_out, "reasoning_tokens"),
+    )
+
+
+def _optional(block: object, name: str) -> Any:
+    """A count of a details block the server may omit, or give as null: 0 then."""
+    value = usage_field(block, name)
+    return 0 if value is None else value
