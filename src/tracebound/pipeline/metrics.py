@@ -121,8 +121,9 @@ class GroupMetrics:
             "unresolved_origin": self.unresolved,
             "repair_rate": shown(self.repair_rate),
             "harm_rate": shown(self.harm_rate),
-            "cost_usd": str(self.cost_usd),
-            "cost_est_usd": str(self.cost_est_usd),
+            # Exact, in plain notation: str() writes a sum below a micro-dollar as "2E-8".
+            "cost_usd": format(self.cost_usd, "f"),
+            "cost_est_usd": format(self.cost_est_usd, "f"),
             "cost_per_step_usd": shown(self.cost_per_step_usd),
             "cost_est_per_step_usd": shown(self.cost_est_per_step_usd),
             "mean_latency_ms": shown(self.mean_latency_ms),

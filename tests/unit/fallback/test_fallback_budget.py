@@ -259,3 +259,12 @@ def test_money_is_exact_whatever_the_callers_decimal_context() -> None:
         assert budget.available_usd == Decimal("99.999876543211")
         assert budget.reconcile(held, exact_cost) == remaining
     assert budget.spent_usd == exact_cost
+
+
+def test_the_refusal_writes_amounts_in_plain_notation() -> None:
+    """One token at $0.10 per 1M is 1E-7 as str() writes it; the message said so."""
+    budget = Budget(Decimal("0.00000005"))
+    budget.precharge(Decimal("0.00000005"))
+    with pytest.raises(BudgetExceeded) as refused:
+        budget.precharge(Decimal("0.0000001"))
+    assert str(refused.value) == "estimate 0.0000001 USD exceeds the 0.00000000 USD available"

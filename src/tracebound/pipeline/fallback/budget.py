@@ -53,7 +53,7 @@ def _amount(name: str, value: object) -> Decimal:
         raise ValidationFailed(name, f"give a Decimal (money holds no floats), not {value!r}")
     amount = Decimal(value)
     if not amount.is_finite() or amount < 0:
-        raise ValidationFailed(name, f"must be a finite amount of at least 0, got {amount}")
+        raise ValidationFailed(name, f"must be a finite amount of at least 0, got {amount:f}")
     return amount
 
 
@@ -252,7 +252,7 @@ class Budget:
         with self._lock, localcontext(MONEY_CONTEXT):
             if amount > 0 and amount > self._available():
                 raise BudgetExceeded(
-                    f"estimate {amount} USD exceeds the {self._available()} USD available"
+                    f"estimate {amount:f} USD exceeds the {self._available():f} USD available"
                 )
             self._next += 1
             self._reserved[self._next] = amount
