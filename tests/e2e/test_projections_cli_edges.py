@@ -368,3 +368,28 @@ def test_views_ahead_of_a_restored_ledger_are_refused_until_rebuilt(
     fresh = cli.json("report", "cost", "--views", "fresh.db")
     assert cli.json("report", "cost", *views)["rows"] == fresh["rows"]
     assert cli.json("project", "run", *views)["applied"] == 0
+
+
+def test_a_refund_is_refused_and_overhead_is_the_portfolio_part(cli: CLI) -> None:
+    """What docs/projections.md says a reconciler needs: a credit (a negative amount) is
+    refused whole, not netted; `overhead_cost_usd` is the costs with no workflow, whatever
+    their tier, while every tier of a workflow is in the cost per merged PR."""
+    before = cli.json("report", "roi")
+    refund = _line("s-b", "wf-b", _cost("-0.3", "Executor"), 43)
+    refused = cli.run("append", stdin=refund + "\n")
+    assert refused.returncode == 2 and "amount_usd" in refused.stderr
+    assert cli.json("report", "roi")["total_cost_usd"] == before["total_cost_usd"]
+    merged = {**_MERGE, "pr_url": "https://x/3", "decision": "merged"}
+    more = "".join(
+        line + "\n"
+        for line in (
+            _line("s-c", "wf-c", _cost("0.25", None, tier="overhead"), 44),
+            _line("s-c", "wf-c", merged, 45),
+        )
+    )
+    assert cli.run("append", stdin=more).returncode == 0
+    roi = cli.json("report", "roi")
+    assert (before["overhead_cost_usd"], roi["overhead_cost_usd"]) == ("0.1", "0.1")
+    # 0.0100001 + 0.0200002 + 0.3 (wf-a, wf-b) + 0.25 (wf-c's overhead) + 0.1 (portfolio)
+    assert roi["total_cost_usd"] == "0.6800003"
+    assert roi["cost_per_merged_pr_usd"] == "0.680000"
