@@ -212,8 +212,8 @@ _COST_COLUMNS = ("workflow", "tier", "source", "USD", "events")
 _TOKEN_COLUMNS = (
     "in\nuncached",
     "in\ncached",
-    "in\ncache write",
-    "in\nlong write",
+    "uncached:\ncache write",
+    "uncached:\nlong write",
     "out\nvisible",
     "out\nreasoning",
 )

@@ -3,17 +3,22 @@
 Money is summed as :class:`~decimal.Decimal` from the ledger's decimal strings, so a million
 sub-cent charges add up to the cent they should.
 
-Tokens are split into six disjoint columns that add up, because the common way to get LLM
-cost wrong is to count a token twice or not at all (cached input reported beside the input
-and charged twice, reasoning tokens left out of the output, cache writes billed at a premium
-but counted as plain input). The catalog fixes the reading: ``cached_input_tokens`` and
-``cache_write_input_tokens`` are parts of ``tokens_in``, ``cache_write_long_input_tokens`` a
-part of the writes, and ``reasoning_tokens`` a part of ``tokens_out``. So::
+Tokens are split into disjoint columns that add up, because the common way to get LLM cost
+wrong is to count a token twice or not at all (cached input reported beside the input and
+charged twice, reasoning tokens left out of the output). The catalog fixes the reading:
+``cached_input_tokens`` is a part of ``tokens_in`` and ``reasoning_tokens`` a part of
+``tokens_out``. So::
 
-    input_uncached + input_cached + input_cache_write + input_cache_write_long == tokens_in
-    output_visible + output_reasoning                                          == tokens_out
+    input_uncached + input_cached     == tokens_in
+    output_visible + output_reasoning == tokens_out
 
-and each is priced and reported once. A second table keeps cost by role and hour, for "who
+Tokens written to a provider's prompt cache are uncached input (they were not read from
+the cache) billed at a premium, so ``input_uncached`` is broken down further:
+``input_cache_write`` (written for the short retention) and ``input_cache_write_long``
+(Anthropic's 1-hour cache) are parts of it, from the catalog's
+``cache_write_input_tokens`` and its part ``cache_write_long_input_tokens``.
+
+A second table keeps cost by role and hour, for "who
 spent it, and when" (the cost-over-time chart).
 """
 
@@ -96,7 +101,7 @@ class CostLedgerProjection:
     """Rows of ``cost_ledger`` and ``cost_by_role`` from ``cost_incurred`` events."""
 
     name = "cost_ledger"
-    version = 2  # 2: cache writes in columns of their own (they were input_uncached)
+    version = 2  # 2: the columns of cache writes, parts of input_uncached
     tables = (COST_LEDGER, COST_BY_ROLE)
     kinds: frozenset[str] | None = frozenset({"cost_incurred"})
 
@@ -122,9 +127,9 @@ class CostLedgerProjection:
             written_long = p.get("cache_write_long_input_tokens") or 0
             row["tokens_in"] += tokens_in
             row["input_cached"] += cached
+            row["input_uncached"] += tokens_in - cached
             row["input_cache_write"] += written - written_long
             row["input_cache_write_long"] += written_long
-            row["input_uncached"] += tokens_in - cached - written
         if tokens_out is not None:
             reasoning = p.get("reasoning_tokens") or 0
             row["tokens_out"] += tokens_out

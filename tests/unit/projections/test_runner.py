@@ -625,9 +625,9 @@ def test_status_only_reads_a_projection_built_by_another_version(
 def test_a_cost_ledger_built_before_its_cache_write_columns_is_rebuilt_with_them(
     ledger: SQLiteStore, tmp_path: Path
 ) -> None:
-    """Cost ledger v2 moved cache writes out of `input_uncached` into columns of their own;
-    a views file that version 1 built has neither the columns nor the split, so the next
-    run drops and replays it."""
+    """Cost ledger v2 breaks cache writes out of `input_uncached` in columns of their own;
+    a views file that version 1 built has no such columns, so the next run drops and
+    replays it."""
     _append(
         ledger,
         _events(
@@ -663,7 +663,7 @@ def test_a_cost_ledger_built_before_its_cache_write_columns_is_rebuilt_with_them
     ProjectionRunner(ledger, views, [CostLedgerProjection()]).run()
     (row,) = views.select(COST_LEDGER)
     assert (row["input_uncached"], row["input_cache_write"], row["input_cache_write_long"]) == (
-        40,
+        100,
         20,
         40,
     )
