@@ -35,7 +35,7 @@ from typing import Any
 import pytest
 
 from tracebound.canonical import canonical_bytes
-from tracebound.events.catalog import GateRequested
+from tracebound.events.catalog import CostIncurred, GateRequested
 from tracebound.events.envelope import Event, RecordedEvent, format_timestamp
 from tracebound.events.record import RawRecord
 from tracebound.ledger import Ledger
@@ -152,6 +152,7 @@ def test_histories_of_older_schema_versions_verify_upcast_and_fold(
 ) -> None:
     records = _verbatim_records(name)
     assert any(r.schema_version == 1 and r.event_type == "gate_requested" for r in records)
+    assert any(r.schema_version == 1 and r.event_type == "cost_incurred" for r in records)
     events = _history(name)  # read as this version reads them: upcast
     assert [e.hash for e in events] == [r.hash for r in records]
 
@@ -163,6 +164,10 @@ def test_histories_of_older_schema_versions_verify_upcast_and_fold(
         gates = [(e, e.payload) for e in store.read_log() if isinstance(e.payload, GateRequested)]
         assert gates and all(g.repository_wide for _, g in gates)  # ADR 0012: fail closed
         assert all(e.schema_version == GateRequested.SCHEMA_VERSION for e, _ in gates)
+        # v1 spend rows (before the cache-write counts, docs/adr/0020) read as not saying them
+        costs = [(e, e.payload) for e in store.read_log() if isinstance(e.payload, CostIncurred)]
+        assert costs and all(c.cache_write_input_tokens is None for _, c in costs)
+        assert all(e.schema_version == CostIncurred.SCHEMA_VERSION == 2 for e, _ in costs)
 
     state = canonical_bytes(_final_state(tmp_path, events, load=load))
     expected_path = HERE / f"{name}.expected.json"

@@ -472,7 +472,14 @@ class CostIncurred(Payload):
     ``cache_write_input_tokens`` (⊆ ``tokens_in``) are input tokens written to the provider's
     prompt cache, billed above plain input; ``cache_write_long_input_tokens`` (⊆ those) were
     written for the longer retention (Anthropic's 1-hour cache), billed higher again.
+
+    Schema v2 added the two cache-write counts: a payload is canonicalised with its
+    defaults, so every new record holds them, and a reader that knows only v1 must say the
+    record is newer than itself, not malformed. A v1 record did not say them; it is read
+    with both None, as v1 counted cache writes: plain input (docs/adr/0020).
     """
+
+    SCHEMA_VERSION: ClassVar[int] = 2
 
     kind: Literal["cost_incurred"] = "cost_incurred"
     tier: CostTier
@@ -705,6 +712,11 @@ def _gate_requested_v1_to_v2(v1: dict[str, Any]) -> dict[str, Any]:
     return {**v1, "repository_wide": True}
 
 
+def _cost_incurred_v1_to_v2(v1: dict[str, Any]) -> dict[str, Any]:
+    """v1 had no cache-write counts: they are unknown, not zero (docs/adr/0020)."""
+    return {**v1, "cache_write_input_tokens": None, "cache_write_long_input_tokens": None}
+
+
 class ValidationRecorded(Payload):
     """One required validation the Executor ran: a registered validator or a test command.
 
@@ -876,3 +888,4 @@ for _cls in (*BUILTIN_PAYLOAD_TYPES, *SYSTEM_PAYLOAD_TYPES):
     default_registry().register(_cls)
 del _cls
 default_registry().register_upcaster("gate_requested", 1, _gate_requested_v1_to_v2)
+default_registry().register_upcaster("cost_incurred", 1, _cost_incurred_v1_to_v2)

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from pydantic import TypeAdapter, ValidationError
 
 from tracebound.canonical import canonical_bytes
-from tracebound.errors import ValidationFailed
+from tracebound.errors import UpcastError, ValidationFailed
 from tracebound.events import Event, EventRegistry, Payload, default_registry
 from tracebound.events.anchor import AttemptAnchor
 from tracebound.events.catalog import (
@@ -884,3 +884,39 @@ def test_a_gate_that_names_no_path_is_repository_wide_by_construction() -> None:
         )
     with pytest.raises(ValidationError, match="repository_wide"):
         GateRequested.model_validate({**GATE_V1, "paths": ["x"]})  # the flag is required
+
+
+# A spend row exactly as tracebound wrote it before the cache-write counts (schema v1).
+COST_V1 = {
+    "kind": "cost_incurred",
+    "tier": "direct",
+    "amount_usd": "0.0213",
+    "source": "anthropic",
+    "tokens_in": 1200,
+    "tokens_out": 300,
+    "cached_input_tokens": 1000,
+    "reasoning_tokens": None,
+    "model": "claude-x",
+    "role": "Planner",
+    "step_id": None,
+}
+
+
+def test_a_v1_cost_reads_with_its_cache_writes_unknown() -> None:
+    """v2 added the cache-write counts. A payload is canonicalised with its defaults, so the
+    new fields are in every new cost record: written as v1, a tracebound of before them read
+    such a record as a malformed v1 ('Extra inputs are not permitted') instead of as newer
+    than itself, and v1 named two shapes (docs/adr/0020)."""
+    assert CostIncurred.SCHEMA_VERSION == 2
+    cost = default_registry().decode_payload("cost_incurred", 1, COST_V1)
+    assert isinstance(cost, CostIncurred)
+    assert (cost.cache_write_input_tokens, cost.cache_write_long_input_tokens) == (None, None)
+    assert (cost.tokens_in, cost.cached_input_tokens) == (1200, 1000)  # kept as recorded
+    dumped = _event(cost)
+    assert dumped.schema_version == 2
+    again = Event.model_validate(
+        {**dumped.model_dump(mode="json"), "schema_version": 1, "payload": COST_V1}
+    )
+    assert again.schema_version == 2 and again.payload == cost
+    with pytest.raises(UpcastError, match="newer than this reader's 2"):
+        default_registry().decode_payload("cost_incurred", 3, COST_V1)
