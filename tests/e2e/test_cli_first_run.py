@@ -90,6 +90,7 @@ def test_a_bad_line_is_a_clean_error(cli: CLI, line: str, message: str) -> None:
     assert "Traceback" not in proc.stderr
     out = json.loads(proc.stdout)
     assert out["ok"] is False and message in out["error"]["message"], out
+    assert out["error"]["message"].count("line 2:") == 1, out  # was "line 2: line 2: ..."
     assert cli.json("log")["events"] == []
 
 

@@ -398,7 +398,7 @@ def _parse_line(
                 "event_type": data.get("event_type", kind),
                 "workflow_id": data.get("workflow_id"),
                 "correlation_id": data.get("correlation_id"),
-                "timestamp": _timestamp(number, data.get("timestamp"), clock),
+                "timestamp": _timestamp(data.get("timestamp"), clock),
                 "payload": {"kind": kind, **payload},
             }
         )
@@ -435,25 +435,26 @@ _RFC3339: Final = re.compile(
 )
 
 
-def _timestamp(number: int, value: object, clock: SystemClock) -> object:
+def _timestamp(value: object, clock: SystemClock) -> object:
     """A line's ``timestamp`` as the event takes it: RFC 3339 text with a zone, or the time
     of appending when there is none. Pydantic alone read a number (or its text) as Unix
     seconds, and ``or`` turned 0, "" and false into now: a wrong time recorded for good.
 
     Digits past the microsecond are cut (the hashed form keeps six), and an offset is
     converted to UTC, so the same line hashes the same on every host, whatever its zone.
+    Its errors say no line number: the caller's handler of every error of a line adds it.
     """
     if value is None:
         return clock.now()
     if not isinstance(value, str) or _RFC3339.fullmatch(value) is None:
         raise ConfigError(
-            f"line {number}: `timestamp` must be RFC 3339 text with a zone, such as "
+            "`timestamp` must be RFC 3339 text with a zone, such as "
             f'"2026-05-18T12:00:00Z" or "2026-05-18T17:45:00+05:45", not {value!r:.60}; '
             "leave it out to record the time of appending"
         )
     if value[17:19] == "60":
         raise ConfigError(
-            f"line {number}: `timestamp` {value[11:19]} is a leap second, which a recorded "
+            f"`timestamp` {value[11:19]} is a leap second, which a recorded "
             "time cannot hold; write :59.999999 of that minute"
         )
     return value
