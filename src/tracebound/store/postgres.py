@@ -682,7 +682,9 @@ class PostgresStore(ChainedAppends):
         self._local = threading.local()
         self._closed = False
         self._pid = os.getpid()
-        self._connections: list[tuple[threading.Thread, _Conn]] = []
+        # Each with the thread it serves and the lock that thread holds through its
+        # statements (see _using).
+        self._connections: list[tuple[threading.Thread, _Conn, threading.RLock]] = []
         self._inherited: list[_Conn] = []  # a parent's sockets: never used, never closed
         self._connections_lock = threading.Lock()
         try:
@@ -834,6 +836,7 @@ class PostgresStore(ChainedAppends):
         return conn
 
     def _conn(self) -> _Conn:
+        """This thread's session (use it through :meth:`_using`)."""
         if self._closed:
             raise StoreClosed(f"{self.url} is closed")
         if os.getpid() != self._pid:
@@ -842,22 +845,51 @@ class PostgresStore(ChainedAppends):
         if conn is not None and not conn.broken and not conn.closed:
             return conn
         conn = self._connect()
+        self._register(conn)
         self._local.conn = conn
-        with self._connections_lock:
-            # Threads come and go; their connections go with them, not at close() only.
-            alive = []
-            for thread, c in self._connections:
-                if thread.is_alive() and not c.closed:
-                    alive.append((thread, c))
-                else:
-                    c.close()
-            alive.append((threading.current_thread(), conn))
-            self._connections = alive
         return conn
 
-    def _write_conn(self) -> _Conn:
-        """The session for an append: a live one, if the server let it be known that the
-        idle session it had is dead.
+    def _register(self, conn: _Conn) -> None:
+        """Keep this thread's new session (with the thread's lock) for :meth:`close`."""
+        lock: threading.RLock | None = getattr(self._local, "lock", None)
+        if lock is None:
+            lock = self._local.lock = threading.RLock()
+        with self._connections_lock:
+            if self._closed:  # close() has taken the list already: this one would stay open
+                conn.close()
+                raise StoreClosed(f"{self.url} is closed")
+            # Threads come and go; their connections go with them, not at close() only.
+            alive = []
+            for thread, c, held in self._connections:
+                if thread.is_alive() and not c.closed:
+                    alive.append((thread, c, held))
+                else:
+                    c.close()
+            alive.append((threading.current_thread(), conn, lock))
+            self._connections = alive
+
+    @contextmanager
+    def _using(self) -> Iterator[_Conn]:
+        """This thread's session, held for the statements of the ``with`` block.
+
+        :meth:`close` from another thread closes this session too. Closed under a
+        statement, the statement would fail as if the server had gone (ConnectionLost,
+        "retrying is safe"), and libpq would free what the statement is using; so close()
+        takes this lock first, and the statement under way runs to its end. The lock is
+        the thread's (reentrant): a block may reconnect, or append inside a tracking block.
+        A ``with`` block never spans a generator's ``yield``: a reader that stops
+        iterating never holds it.
+        """
+        self._conn()
+        with self._local.lock:
+            if self._closed:  # close() began while this thread waited for the lock
+                raise StoreClosed(f"{self.url} is closed")
+            yield self._conn()
+
+    @contextmanager
+    def _write_conn(self) -> Iterator[_Conn]:
+        """The session for an append, held (:meth:`_using`): a live one, if the server let
+        it be known that the idle session it had is dead.
 
         A server that ended the session while it was idle (a restart, a failover, an idle
         cut, ``pg_terminate_backend``) sent its goodbye and closed the socket, which the
@@ -868,26 +900,30 @@ class PostgresStore(ChainedAppends):
         dead only once the append was sent: ConnectionLost, as for any loss before COMMIT.
         Inside a tracking block the transaction is the block's: its loss is the block's.
         """
-        conn = self._conn()
-        if conn.info.transaction_status == TransactionStatus.IDLE and _read_goodbye(conn):
-            conn = self._conn()  # raises ConnectionLost (translated) if the server is down
-        return conn
+        with self._using() as held:
+            if held.info.transaction_status == TransactionStatus.IDLE and _read_goodbye(held):
+                yield self._conn()  # raises ConnectionLost (translated) if the server is down
+            else:
+                yield held
 
     def _forget_parent_connections(self) -> None:
         """After fork: the parent's sessions are not ours to use, nor to close (closing
         would send the server a goodbye on the parent's socket)."""
         with self._connections_lock:
-            self._inherited.extend(c for _, c in self._connections)
+            self._inherited.extend(c for _, c, _ in self._connections)
             self._connections = []
             self._local = threading.local()
             self._pid = os.getpid()
 
     def close(self) -> None:
+        """Close every thread's session. A statement another thread has under way runs to
+        its end first (:meth:`_using`); whatever comes after raises StoreClosed."""
+        self._closed = True  # first: no thread opens a session from here on
         with self._connections_lock:
-            for _, conn in self._connections:
+            connections, self._connections = self._connections, []
+        for _, conn, lock in connections:
+            with lock:
                 conn.close()
-            self._connections.clear()
-        self._closed = True
 
     def __enter__(self) -> Self:
         return self
@@ -901,8 +937,7 @@ class PostgresStore(ChainedAppends):
         prepared = prepare_requests(requests)
         count = sum(len(r.items) for r in prepared)
         streams = list(dict.fromkeys(r.stream_id for r in requests))
-        with self._append_errors():
-            conn = self._write_conn()
+        with self._append_errors(), self._write_conn() as conn:
             if conn.info.transaction_status != TransactionStatus.IDLE:
                 return self._append_in_transaction(conn, count, streams, prepared)
             if count < _COPY_THRESHOLD:
@@ -1049,8 +1084,7 @@ class PostgresStore(ChainedAppends):
         them all (ROLLBACK).
         """
         streams = list(dict.fromkeys(r.stream_id for batch in batches for r in batch))
-        with self._append_errors():
-            conn = self._write_conn()
+        with self._append_errors(), self._write_conn() as conn:
             idle = conn.info.transaction_status == TransactionStatus.IDLE
             if not idle:  # a tracking block's transaction: a group must not ride on it
                 raise StorageError("group commit cannot join an open transaction")
@@ -1150,16 +1184,14 @@ class PostgresStore(ChainedAppends):
         gone with the session.
         """
         args = () if params is None else params  # always parsed, so "%%" in a name is "%"
-        with self._errors(what):  # a server still down fails the connect: translated too
-            conn = self._conn()
-        retry = conn.info.transaction_status == TransactionStatus.IDLE
-        try:
-            with self._errors(what):
+        # The connect is inside _errors: a server still down fails it, translated too.
+        with self._errors(what), self._using() as conn:
+            retry = conn.info.transaction_status == TransactionStatus.IDLE
+            try:
                 return _rows(conn.execute(query, args, binary=True))
-        except StorageError:
-            if not (retry and conn.broken):
-                raise
-        with self._errors(what):
+            except psycopg.Error:
+                if not (retry and conn.broken):
+                    raise
             return _rows(self._conn().execute(query, args, binary=True))
 
     def stream_head(self, stream_id: str) -> StreamHead | None:
@@ -1315,22 +1347,26 @@ class PostgresStore(ChainedAppends):
         Raises:
             ConcurrencyConflict: ``expected`` is given and the tracked position differs.
         """
-        with self._errors("tracking"):
-            conn = self._conn()
-            with conn.transaction(), conn.cursor() as cur:
-                row = cur.execute(self._sql.track, (name,)).fetchone()
-                position = 0 if row is None else int(row[0])
-                if expected is not None and expected != position:
-                    raise ConcurrencyConflict(name, expected, position)
-                tx = PostgresTracking(conn, cur, name, position, self._sql.advance)
-                yield tx
-                if conn.info.transaction_status == TransactionStatus.INERROR:
-                    # A statement failed and the caller caught it: COMMIT would quietly roll
-                    # back, and the caller would believe the position advanced.
-                    raise StorageError(
-                        f"projection {name!r}: a statement in the transaction failed; "
-                        "nothing was committed"
-                    )
+        # Held to the block's end (its COMMIT): close() from another thread waits for it.
+        with (
+            self._errors("tracking"),
+            self._using() as conn,
+            conn.transaction(),
+            conn.cursor() as cur,
+        ):
+            row = cur.execute(self._sql.track, (name,)).fetchone()
+            position = 0 if row is None else int(row[0])
+            if expected is not None and expected != position:
+                raise ConcurrencyConflict(name, expected, position)
+            tx = PostgresTracking(conn, cur, name, position, self._sql.advance)
+            yield tx
+            if conn.info.transaction_status == TransactionStatus.INERROR:
+                # A statement failed and the caller caught it: COMMIT would quietly roll
+                # back, and the caller would believe the position advanced.
+                raise StorageError(
+                    f"projection {name!r}: a statement in the transaction failed; "
+                    "nothing was committed"
+                )
 
     def tracked_position(self, name: str) -> int:
         rows = self._fetch("read", self._sql.tracked, (name,))
@@ -1350,20 +1386,23 @@ class PostgresStore(ChainedAppends):
             return
         rows = [tuple(r) for r in records]
         streams = list(dict.fromkeys(r.stream_id for r in records))
-        with self._errors("import"):
-            conn = self._conn()
-            with conn.transaction(), conn.cursor() as cur:
-                self._send_lock(cur, len(rows))
-                last = self._allocated(cur)
-                self._send_heads(cur, streams)
-                heads = self._heads(cur, streams)
-                check_import(last - len(rows), records, heads.get)
-                if len(rows) >= _COPY_THRESHOLD:
-                    with _copy_rows(cur, self._sql.copy) as copy:
-                        for row in rows:
-                            copy.write_row(row)
-                else:
-                    cur.execute(self._sql.insert, [list(col) for col in zip(*rows, strict=True)])
+        with (
+            self._errors("import"),
+            self._using() as conn,
+            conn.transaction(),
+            conn.cursor() as cur,
+        ):
+            self._send_lock(cur, len(rows))
+            last = self._allocated(cur)
+            self._send_heads(cur, streams)
+            heads = self._heads(cur, streams)
+            check_import(last - len(rows), records, heads.get)
+            if len(rows) >= _COPY_THRESHOLD:
+                with _copy_rows(cur, self._sql.copy) as copy:
+                    for row in rows:
+                        copy.write_row(row)
+            else:
+                cur.execute(self._sql.insert, [list(col) for col in zip(*rows, strict=True)])
 
 
 def _read_goodbye(conn: _Conn) -> bool:
@@ -1683,8 +1722,8 @@ class PostgresSubscription:
             # closes the connection itself (closing a socket another thread is polling is
             # unsafe). If that fails, it notices within poll_interval.
             try:
-                with _translated("subscription close"):
-                    self._store._conn().execute("SELECT pg_notify(%s, '')", (self._wake,))
+                with _translated("subscription close"), self._store._using() as conn:
+                    conn.execute("SELECT pg_notify(%s, '')", (self._wake,))
             except TraceboundError:
                 pass
 
