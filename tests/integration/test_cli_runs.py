@@ -220,6 +220,22 @@ def test_log_of_a_workflow_or_stream_the_ledger_never_had_says_so(sh: Shell) -> 
     assert "no stream 'nothing-here' in this ledger" in said
 
 
+def test_runs_of_a_pipeline_the_ledger_never_had_says_so(sh: Shell) -> None:
+    """`runs --pipeline TYPO` printed an empty table and exited 0, as if the pipeline had
+    never run, where `metrics --pipeline TYPO` refuses it (exit 2). It is refused too, naming
+    the pipelines the ledger has; a known pipeline with no run of --status is an empty
+    list."""
+    sh.start("gated")
+    name = sh.tb_json("runs")["runs"][0]["pipeline"]
+    assert len(sh.tb_json("runs", "--pipeline", name)["runs"]) == 1
+    assert sh.tb_json("runs", "--pipeline", name, "--status", "completed")["runs"] == []
+    typo = sh.tb_json("runs", "--pipeline", name + "x", code=2)["error"]["message"]
+    assert typo == (f"no runs of pipeline {name + 'x'!r} in this ledger (its pipelines: {name})")
+    assert sh.tb_json("metrics", "--pipeline", name + "x", code=2)["error"]
+    said = sh.tb("runs", "--pipeline", name + "x", code=2).stderr
+    assert f"no runs of pipeline {name + 'x'!r}" in said
+
+
 def test_reject_ends_the_run(sh: Shell) -> None:
     run = sh.start("gated")
     assert sh.tb_json("reject", run, "execute", "--as", "@platform", code=2)["error"]

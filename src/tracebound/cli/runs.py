@@ -328,6 +328,7 @@ def runs(
         ledger = _config(store).open_ledger()
         try:
             rows = _run_rows(decode_known(_run_records(ledger.store)))
+            _known_pipeline(rows, pipeline)
             _add_idle(ledger, rows)
         finally:
             ledger.close()
@@ -343,6 +344,21 @@ def runs(
         waiting = sum(r["status"] == "gated" for r in older)
         gated = f"; {waiting:,} of them gated: --status gated lists them" if waiting else ""
         console.print(f"[dim]{len(older):,} older run(s) not shown (--limit 0: all){gated}[/]")
+
+
+def _known_pipeline(rows: list[dict[str, Any]], pipeline: str | None) -> None:
+    """Refuse a --pipeline no run of the ledger has: an empty table for a mistyped name read
+    as "it never ran" (`metrics --pipeline` refuses it too). Named with the ones it has."""
+    names = sorted({str(r["pipeline"]) for r in rows})
+    if pipeline is None or pipeline in names:
+        return
+    shown = ", ".join(names[:_PIPELINES_NAMED])
+    more = f" and {len(names) - _PIPELINES_NAMED:,} more" if len(names) > _PIPELINES_NAMED else ""
+    has = f" (its pipelines: {shown}{more})" if names else ""
+    raise ConfigError(f"no runs of pipeline {pipeline!r} in this ledger{has}")
+
+
+_PIPELINES_NAMED: Final = 10
 
 
 def _add_idle(ledger: Ledger, rows: list[dict[str, Any]]) -> None:
