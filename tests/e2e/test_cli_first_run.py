@@ -80,6 +80,13 @@ def _bytes_run(cli: CLI, *args: str, stdin: bytes) -> subprocess.CompletedProces
         ),
         # A leap second: was "unexpected extra characters at the end of the input".
         (_cost_line(timestamp="2016-12-31T23:59:60Z"), "line 2: `timestamp` 23:59:60 is a "),
+        # "" and false silently got a fresh id (`or`), a given id dropped without a word;
+        # absent or null still means "make one".
+        *(
+            (_cost_line(event_id=v), "line 2: `event_id` must be a UUID as text")
+            for v in ("", 0, False, 5, ["00000000-0000-0000-0000-000000000001"])
+        ),
+        (_cost_line(event_id="abc"), "line 2: event_id: Input should be a valid UUID"),
         ("[1, 2]\n", "one event object per line"),
         ('{\n  "stream_id": "s"\n}\n', "one event per line"),
     ],
@@ -92,6 +99,13 @@ def test_a_bad_line_is_a_clean_error(cli: CLI, line: str, message: str) -> None:
     assert out["ok"] is False and message in out["error"]["message"], out
     assert out["error"]["message"].count("line 2:") == 1, out  # was "line 2: line 2: ..."
     assert cli.json("log")["events"] == []
+
+
+def test_an_event_id_absent_or_null_is_made_and_a_given_one_kept(cli: CLI) -> None:
+    given = "00000000-0000-0000-0000-00000000000a"
+    cli.json("append", stdin=_cost_line() + _cost_line(event_id=None) + _cost_line(event_id=given))
+    ids = [e["event_id"] for e in cli.json("log")["events"]]
+    assert len(set(ids)) == 3 and ids[2] == given
 
 
 def test_a_conflict_past_the_first_thousand_lines_writes_nothing(cli: CLI) -> None:
