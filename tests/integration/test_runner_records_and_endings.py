@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -641,3 +642,34 @@ def test_run_and_resume_inside_a_running_loop_say_to_await_the_async_forms(kit: 
         warnings.simplefilter("error", RuntimeWarning)
         asyncio.run(inside())
     assert runner.ledger.store.size() == 0  # nothing was recorded
+
+
+# -- async: what runs on the event loop's thread (docs/pipeline.md) ------------------------
+
+
+def test_arun_runs_plain_steps_on_the_loop_and_to_thread_moves_the_run_off_it(kit: Kit) -> None:
+    """docs/pipeline.md: arun awaits async steps, but a plain step (and every ledger write)
+    runs on the event loop's thread; a server that must not stall runs the blocking form in
+    a worker thread, which is not refused as "inside a running event loop"."""
+    seen: list[int] = []
+    pipe = Pipeline("threads")
+
+    def plan(ctx: StepContext) -> dict[str, object]:
+        seen.append(threading.get_ident())
+        return tpc("Planner")
+
+    pipe.planner(name="plan")(plan)
+    runner = kit.runner()
+
+    async def serve() -> tuple[int, list[str]]:
+        loop_thread = threading.get_ident()
+        with pytest.raises(ConfigError, match=r"await runner\.arun"):
+            runner.run(pipe, {})
+        first = await runner.arun(pipe, {})
+        second = await asyncio.to_thread(runner.run, pipe, {})
+        return loop_thread, [first.status, second.status]
+
+    loop_thread, statuses = asyncio.run(serve())
+    assert statuses == ["completed", "completed"]
+    assert seen[0] == loop_thread  # arun: on the loop's thread
+    assert seen[1] != loop_thread  # to_thread: off it
