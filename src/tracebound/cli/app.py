@@ -394,7 +394,7 @@ def _parse_line(
     try:
         event = Event.model_validate(
             {
-                "event_id": _event_id(number, data.get("event_id"), ids),
+                "event_id": _event_id(data.get("event_id"), ids),
                 "event_type": data.get("event_type", kind),
                 "workflow_id": data.get("workflow_id"),
                 "correlation_id": data.get("correlation_id"),
@@ -460,15 +460,16 @@ def _timestamp(value: object, clock: SystemClock) -> object:
     return value
 
 
-def _event_id(number: int, value: object, ids: RandomIds) -> object:
+def _event_id(value: object, ids: RandomIds) -> object:
     """A line's ``event_id``, or a new one when there is none (absent or null). ``or`` made
     "" and false a fresh id too: an id the line gave, dropped without a word. A text that
-    is no UUID is left to the event's validation, which says so with the line number."""
+    is no UUID is left to the event's validation. Its errors say no line number: the
+    caller's handler of every error of a line adds it."""
     if value is None:
         return ids.new_id()
     if not isinstance(value, str) or not value:
         raise ConfigError(
-            f"line {number}: `event_id` must be a UUID as text, such as "
+            "`event_id` must be a UUID as text, such as "
             f'"00000000-0000-0000-0000-000000000001", not {value!r:.60}; leave it out to '
             "have one made"
         )
