@@ -887,5 +887,5 @@ PHASE4_ATTEMPT_TYPES: tuple[type[Payload], ...] = (
 for _cls in (*BUILTIN_PAYLOAD_TYPES, *SYSTEM_PAYLOAD_TYPES):
     default_registry().register(_cls)
 del _cls
-default_registry().register_upcaster("gate_requested", 1, _gate_requested_v1_to_v2)
-default_registry().register_upcaster("cost_incurred", 1, _cost_incurred_v1_to_v2)
+default_registry().register_upcaster("gate_requested", 1, _gate_requested_v1_to_v2, trusted=True)
+default_registry().register_upcaster("cost_incurred", 1, _cost_incurred_v1_to_v2, trusted=True)

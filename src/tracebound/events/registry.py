@@ -61,6 +61,7 @@ class EventRegistry:
     def __init__(self) -> None:
         self._types: dict[str, type[Payload]] = {}
         self._upcasters: dict[tuple[str, int], Upcaster] = {}
+        self._trusted: set[tuple[str, int]] = set()
 
     def register(self, cls: P) -> P:
         """Register a payload model; usable as a class decorator."""
@@ -79,11 +80,46 @@ class EventRegistry:
         self._types[kind] = cls
         return cls
 
-    def register_upcaster(self, kind: str, from_version: int, upcaster: Upcaster) -> None:
-        """Register how to bring ``kind`` payloads from ``from_version`` to ``from_version+1``."""
+    def register_upcaster(
+        self, kind: str, from_version: int, upcaster: Upcaster, *, trusted: bool = False
+    ) -> None:
+        """Register how to bring ``kind`` payloads from ``from_version`` to ``from_version+1``.
+
+        ``trusted``: the upcaster only adds or sets fields to values valid as they are (in
+        JSON form), so what it returns from a valid payload needs no validation. A
+        projection's read path then takes its output as it takes a current record's stored
+        payload (:meth:`upcast_trusted`); any other upcaster's output is validated.
+        """
         if (kind, from_version) in self._upcasters:
             raise EventTypeError(f"an upcaster for {kind!r} v{from_version} already exists")
         self._upcasters[(kind, from_version)] = upcaster
+        if trusted:
+            self._trusted.add((kind, from_version))
+
+    def upcast_trusted(
+        self, kind: str, schema_version: int, data: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        """``data``, an older version's payload in JSON form, brought to the current
+        version by trusted upcasters alone, unvalidated, each field it lacks at its default.
+
+        None when that cannot be done without validating (a step not trusted, a version not
+        older than the current one, an upcaster that fails, a missing field that is required
+        or whose default is not plain JSON): the caller then uses :meth:`decode_payload`,
+        which validates and reports. The ledger's hash chain vouches for the stored payload,
+        as it does for a current record's, which the read path never re-validates.
+        """
+        cls = self._types.get(kind)
+        if cls is None or not isinstance(data, Mapping) or not schema_version < cls.SCHEMA_VERSION:
+            return None
+        raw = dict(data)
+        for version in range(schema_version, cls.SCHEMA_VERSION):
+            if (kind, version) not in self._trusted:
+                return None
+            try:
+                raw = self._upcasters[(kind, version)](raw)
+            except Exception:  # noqa: BLE001 - decode_payload reports it, typed
+                return None
+        return _with_defaults(cls, raw)
 
     def get(self, kind: str) -> type[Payload]:
         try:
@@ -137,6 +173,25 @@ class EventRegistry:
 
 
 _MORE_SHOWN: Final = 11  # problems listed after the first
+
+
+def _with_defaults(cls: type[Payload], raw: object) -> dict[str, Any] | None:
+    """``raw`` with each field of ``cls`` it lacks at its default, or None when validation
+    must say what is wrong with it (a key ``cls`` has no field for, a required field
+    missing) or a default is not plain JSON."""
+    fields = cls.model_fields
+    if not isinstance(raw, dict) or not raw.keys() <= fields.keys():
+        return None
+    for name, field in fields.items():
+        if name not in raw:
+            if field.is_required():
+                return None
+            default = field.get_default(call_default_factory=True)
+            if default is not None and type(default) not in (str, int, bool):
+                return None
+            raw[name] = default
+    return raw
+
 
 _DEFAULT = EventRegistry()
 

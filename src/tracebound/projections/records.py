@@ -174,13 +174,21 @@ class RecordDecoder:
         return record
 
     def upcast(self, record: dict[str, Any]) -> dict[str, Any]:
-        """Bring an old payload up to its current version (validated: the slow, rare path).
+        """Bring an old payload up to its current version.
 
-        ``schema_version`` in the result is the payload's current version, as for a typed
-        read; the stored bytes keep the version they were written at.
+        Through tracebound's own upcasters it is taken as they return it, as a current
+        payload is taken as stored (:meth:`EventRegistry.upcast_trusted`: 7.7 µs a record
+        validated against ~1 here, and a ledger recorded before a schema change holds many);
+        through any other, validated. ``schema_version`` in the result is the payload's
+        current version, as for a typed read; the stored bytes keep the version they were
+        written at.
         """
-        kind = record["event_type"]
-        payload = self._registry.decode_payload(kind, record["schema_version"], record["payload"])
+        kind, version = record["event_type"], record["schema_version"]
+        current = self.current_version(kind)
+        raw = self._registry.upcast_trusted(kind, version, record["payload"])
+        if raw is not None and current is not None:
+            return {**record, "payload": raw, "schema_version": current}
+        payload = self._registry.decode_payload(kind, version, record["payload"])
         return {
             **record,
             "payload": payload.model_dump(mode="json"),
