@@ -348,14 +348,19 @@ def runs(
 
 def _known_pipeline(rows: list[dict[str, Any]], pipeline: str | None) -> None:
     """Refuse a --pipeline no run of the ledger has: an empty table for a mistyped name read
-    as "it never ran" (`metrics --pipeline` refuses it too). Named with the ones it has."""
-    names = sorted({str(r["pipeline"]) for r in rows})
-    if pipeline is None or pipeline in names:
-        return
-    shown = ", ".join(names[:_PIPELINES_NAMED])
-    more = f" and {len(names) - _PIPELINES_NAMED:,} more" if len(names) > _PIPELINES_NAMED else ""
-    has = f" (its pipelines: {shown}{more})" if names else ""
-    raise ConfigError(f"no runs of pipeline {pipeline!r} in this ledger{has}")
+    as "it never ran" (`metrics --pipeline` refuses it too)."""
+    names = {str(r["pipeline"]) for r in rows}
+    if pipeline is not None and pipeline not in names:
+        raise _no_such_pipeline(pipeline, names)
+
+
+def _no_such_pipeline(pipeline: str, names: set[str]) -> ConfigError:
+    """The refusal of a pipeline no run has, named with the ones the ledger has."""
+    known = sorted(names)
+    shown = ", ".join(known[:_PIPELINES_NAMED])
+    more = f" and {len(known) - _PIPELINES_NAMED:,} more" if len(known) > _PIPELINES_NAMED else ""
+    has = f" (its pipelines: {shown}{more})" if known else ""
+    return ConfigError(f"no runs of pipeline {pipeline!r} in this ledger{has}")
 
 
 _PIPELINES_NAMED: Final = 10
@@ -845,17 +850,17 @@ def _runs_of(ledger: Ledger, pipeline: str | None, workflow: str | None) -> set[
     from tracebound.store.port import RecordFilter, read_matching  # noqa: PLC0415 - lazy, for startup time
 
     started = read_matching(ledger.store, RecordFilter(kinds=frozenset({"run_started"})))
-    run_ids: set[str] = {
-        str(e.payload.run_id)
-        for e in decode_known(started, kinds={"run_started"})
-        if isinstance(e.payload, RunStarted)
-        and pipeline in (None, e.payload.pipeline)
-        and workflow in (None, str(e.payload.run_id))
-    }
+    run_ids: set[str] = set()
+    names: set[str] = set()
+    for e in decode_known(started, kinds={"run_started"}):
+        if isinstance(e.payload, RunStarted):
+            names.add(e.payload.pipeline)
+            if pipeline in (None, e.payload.pipeline) and workflow in (None, str(e.payload.run_id)):
+                run_ids.add(str(e.payload.run_id))
     if run_ids:
         return run_ids
     if workflow is None:
-        raise ConfigError(f"no runs of pipeline {pipeline!r} in this ledger")
+        raise _no_such_pipeline(str(pipeline), names)
     if pipeline is None:
         raise no_such_run(ledger.store, workflow)
     raise ConfigError(

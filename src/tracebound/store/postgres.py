@@ -880,11 +880,11 @@ class PostgresStore(ChainedAppends):
         A ``with`` block never spans a generator's ``yield``: a reader that stops
         iterating never holds it.
         """
-        self._conn()
+        conn = self._conn()  # makes the thread's lock too (_register)
         with self._local.lock:
             if self._closed:  # close() began while this thread waited for the lock
                 raise StoreClosed(f"{self.url} is closed")
-            yield self._conn()
+            yield conn
 
     @contextmanager
     def _write_conn(self) -> Iterator[_Conn]:
